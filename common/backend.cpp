@@ -1,0 +1,35 @@
+#include "common/backend.hpp"
+
+#if WB_HAVE_CUDA
+#include <cuda_runtime_api.h>
+#endif
+
+namespace wb {
+
+bool cuda_compiled() { return WB_HAVE_CUDA != 0; }
+
+bool cuda_available() {
+#if WB_HAVE_CUDA
+  int count = 0;
+  return cudaGetDeviceCount(&count) == cudaSuccess && count > 0;
+#else
+  return false;
+#endif
+}
+
+std::string cuda_device_description() {
+#if WB_HAVE_CUDA
+  int count = 0;
+  const cudaError_t status = cudaGetDeviceCount(&count);
+  if (status != cudaSuccess) return std::string("no CUDA device: ") + cudaGetErrorString(status);
+  if (count == 0) return "no CUDA device found";
+  cudaDeviceProp prop{};
+  if (cudaGetDeviceProperties(&prop, 0) != cudaSuccess) return "CUDA device 0 (properties unknown)";
+  return std::string(prop.name) + " (sm_" + std::to_string(prop.major) + std::to_string(prop.minor) +
+         ", " + std::to_string(prop.multiProcessorCount) + " SMs)";
+#else
+  return "the cuda backend is not compiled in (configured without nvcc)";
+#endif
+}
+
+}  // namespace wb

@@ -1,0 +1,100 @@
+#include "common/buffer.hpp"
+
+#include <cstdlib>
+#include <cstring>
+#include <new>
+#include <stdexcept>
+#include <string>
+
+#if WB_HAVE_CUDA
+#include "common/cuda_check.hpp"
+#endif
+
+namespace wb {
+
+namespace {
+[[noreturn]] void no_cuda() {
+  throw std::runtime_error("the cuda backend is not compiled in (no nvcc at configure time)");
+}
+void check_kernel_backend(Backend backend) {
+  if (backend == Backend::cpu) throw std::logic_error("a DeviceBuffer needs the sim or cuda backend");
+}
+}  // namespace
+
+void throw_size_mismatch(std::size_t expected, std::size_t got) {
+  throw std::length_error("DeviceBuffer holds " + std::to_string(expected) +
+                          " elements, the host vector " + std::to_string(got));
+}
+
+namespace detail {
+
+void* device_alloc(Backend backend, std::size_t bytes) {
+  check_kernel_backend(backend);
+  if (bytes == 0) bytes = 1;  // a valid, unique pointer for empty buffers on both backends
+  if (backend == Backend::cuda) {
+#if WB_HAVE_CUDA
+    void* ptr = nullptr;
+    WB_CUDA_CHECK(cudaMalloc(&ptr, bytes));
+    return ptr;
+#else
+    no_cuda();
+#endif
+  }
+  // 256-byte alignment, as cudaMalloc guarantees, so vectorized loads behave the same.
+  void* ptr = std::aligned_alloc(256, (bytes + 255) / 256 * 256);
+  if (ptr == nullptr) throw std::bad_alloc();
+  return ptr;
+}
+
+void device_free(Backend backend, void* ptr) noexcept {
+  if (ptr == nullptr) return;
+  if (backend == Backend::cuda) {
+#if WB_HAVE_CUDA
+    cudaFree(ptr);  // no throw from a destructor; a sticky error resurfaces at the next check
+#endif
+    return;
+  }
+  std::free(ptr);
+}
+
+void copy_to_device(Backend backend, void* dst, const void* src, std::size_t bytes) {
+  if (bytes == 0) return;
+  if (backend == Backend::cuda) {
+#if WB_HAVE_CUDA
+    WB_CUDA_CHECK(cudaMemcpy(dst, src, bytes, cudaMemcpyHostToDevice));
+    return;
+#else
+    no_cuda();
+#endif
+  }
+  std::memcpy(dst, src, bytes);
+}
+
+void copy_to_host(Backend backend, void* dst, const void* src, std::size_t bytes) {
+  if (bytes == 0) return;
+  if (backend == Backend::cuda) {
+#if WB_HAVE_CUDA
+    WB_CUDA_CHECK(cudaMemcpy(dst, src, bytes, cudaMemcpyDeviceToHost));
+    return;
+#else
+    no_cuda();
+#endif
+  }
+  std::memcpy(dst, src, bytes);
+}
+
+void device_fill_zero(Backend backend, void* dst, std::size_t bytes) {
+  if (bytes == 0) return;
+  if (backend == Backend::cuda) {
+#if WB_HAVE_CUDA
+    WB_CUDA_CHECK(cudaMemset(dst, 0, bytes));
+    return;
+#else
+    no_cuda();
+#endif
+  }
+  std::memset(dst, 0, bytes);
+}
+
+}  // namespace detail
+}  // namespace wb

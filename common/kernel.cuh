@@ -1,0 +1,69 @@
+// The CUDA dialect every chapter kernel file includes first.
+//
+// A chapter's `.cuh` is compiled twice, unmodified:
+//   - by nvcc (the `cuda` backend), where this header brings in the CUDA runtime;
+//   - by the host C++ compiler (the `sim` backend), where common/sim supplies threadIdx,
+//     __syncthreads, the shuffles, atomics and intrinsics with CUDA semantics on the CPU.
+// This is the only place that tells the two apart; kernels never test `__CUDACC__`.
+#pragma once
+
+#include <cstddef>
+
+#include "common/backend.hpp"
+
+#if defined(__CUDACC__)
+#include <cuda_runtime.h>
+
+#include "common/cuda_check.hpp"
+#else
+#include "common/sim/sim.hpp"
+#endif
+
+namespace wb {
+
+#if defined(__CUDACC__)
+/// The backend this translation unit's kernels are compiled for.
+inline constexpr Backend kThisBackend = Backend::cuda;
+#else
+inline constexpr Backend kThisBackend = Backend::sim;
+#endif
+
+/// ceil(a / b) for positive integers: the number of tiles of size b that cover a.
+__host__ __device__ constexpr int ceil_div(int a, int b) { return (a + b - 1) / b; }
+
+/// The launch's dynamic shared memory (the third launch parameter), viewed as T[].
+/// CUDA spells it `extern __shared__ T name[]`, which the simulator cannot bind per launch,
+/// so kernels ask for it through this one function.
+template <typename T>
+__device__ __forceinline__ T* dynamic_shared() {
+#if defined(__CUDACC__)
+  extern __shared__ __align__(16) unsigned char wb_dynamic_shared_bytes[];
+  return reinterpret_cast<T*>(wb_dynamic_shared_bytes);
+#else
+  return reinterpret_cast<T*>(sim::dynamic_shared_bytes());
+#endif
+}
+
+/// Launches `Kernel` on this translation unit's backend and checks the launch:
+///   wb::launch<my_kernel>(grid, block, shared_bytes, args...);
+/// On `cuda` it is `my_kernel<<<grid, block, shared_bytes>>>(args...)` followed by a launch
+/// error check; on `sim` it runs every block and thread on the CPU before returning, and
+/// throws wb::sim::Fault naming the kernel, block and thread when the kernel breaks a rule.
+template <auto Kernel, typename... Args>
+void launch(dim3 grid, dim3 block, std::size_t shared_bytes, Args... args) {
+#if defined(__CUDACC__)
+  Kernel<<<grid, block, shared_bytes>>>(args...);
+  WB_CUDA_CHECK(cudaGetLastError());
+#else
+  sim::launch(sim::kernel_name<Kernel>(), Kernel, grid, block, shared_bytes, args...);
+#endif
+}
+
+/// Waits for the backend's queued work (a no-op on `sim`, which runs launches to completion).
+inline void synchronize() {
+#if defined(__CUDACC__)
+  WB_CUDA_CHECK(cudaDeviceSynchronize());
+#endif
+}
+
+}  // namespace wb

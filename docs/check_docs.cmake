@@ -1,0 +1,23 @@
+# ctest -L docs: builds the docs target (Doxygen warnings fail it) and checks the result:
+# the main page and every chapter page exist, and formulas load MathJax from the local copy.
+execute_process(COMMAND ${CMAKE_COMMAND} --build ${BUILD_DIR} --target docs
+                RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
+if(NOT rc EQUAL 0)
+  message(FATAL_ERROR "docs build failed:\n${out}\n${err}")
+endif()
+foreach(page index.html ch01.html)
+  if(NOT EXISTS ${HTML_DIR}/${page})
+    message(FATAL_ERROR "docs: ${page} was not generated")
+  endif()
+endforeach()
+file(READ ${HTML_DIR}/ch01.html ch01)
+if(NOT ch01 MATCHES "src=\"mathjax/MathJax.js")
+  message(FATAL_ERROR "docs: ch01.html does not load the local mathjax/MathJax.js")
+endif()
+if(NOT EXISTS ${HTML_DIR}/mathjax/MathJax.js)
+  message(FATAL_ERROR "docs: html/mathjax/MathJax.js does not resolve to the local MathJax")
+endif()
+if(NOT ch01 MATCHES "\\\\f\\[|\\\\\\[")
+  message(FATAL_ERROR "docs: ch01.html holds no display formula")
+endif()
+message(STATUS "docs: built without warnings; pages and local MathJax in place")

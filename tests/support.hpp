@@ -1,0 +1,32 @@
+// Test helpers shared by every chapter's doctest file.
+#pragma once
+
+#include <doctest/doctest.h>
+
+#include "common/backend.hpp"
+#include "common/compare.hpp"
+
+/// CHECK that `report` is within `bound`, printing the worst element when it is not.
+#define WB_CHECK_WITHIN(report, bound)                                              \
+  CHECK_MESSAGE((report).within(bound), "error ", (report).describe(), " exceeds ", \
+                (bound))
+
+/// CHECK that `report`'s relative error is within `bound`.
+#define WB_CHECK_WITHIN_REL(report, bound)                                                  \
+  CHECK_MESSAGE((report).within_rel(bound), "relative error ", (report).describe(), " exceeds ", \
+                (bound))
+
+/// Registers `body<B>()`, a function template over wb::Backend, twice: as the `sim` test
+/// "sim: <name>" and as the `cuda` test "cuda: <name>". Builds without nvcc keep an empty
+/// `cuda` case, which never runs: tests/main.cpp reports the cuda suite as skipped first.
+#define WB_KERNEL_TEST_CASE(name, body)                                          \
+  TEST_CASE("sim: " name * doctest::test_suite("sim")) { body<wb::Backend::sim>(); } \
+  WB_CUDA_TEST_CASE_(name, body)
+
+#if WB_HAVE_CUDA
+#define WB_CUDA_TEST_CASE_(name, body) \
+  TEST_CASE("cuda: " name * doctest::test_suite("cuda")) { body<wb::Backend::cuda>(); }
+#else
+#define WB_CUDA_TEST_CASE_(name, body) \
+  TEST_CASE("cuda: " name * doctest::test_suite("cuda")) {}
+#endif

@@ -1,0 +1,148 @@
+// Chapter 01: safe softmax. The CPU step against fp64 and its laws, then every kernel
+// against the CPU step on adversarial shapes and inputs.
+#include <cmath>
+#include <limits>
+#include <vector>
+
+#include "chapters/01_safe_softmax/softmax.hpp"
+#include "common/buffer.hpp"
+#include "common/inputs.hpp"
+#include "common/reference.hpp"
+#include "tests/support.hpp"
+
+using namespace wb;
+using namespace wb::ch01;
+
+namespace {
+
+constexpr std::uint64_t kSeed = 2024;
+
+// Shapes that are multiples of nothing, and the edges: one column, one short of a warp,
+// one past, more than the 256-thread block, Triton's irregular 1823 x 781.
+struct Shape {
+  int rows, cols;
+};
+const std::vector<Shape> kShapes = {{1, 1},  {3, 2},   {2, 31},   {5, 32},  {7, 33},
+                                    {4, 127}, {3, 257}, {11, 1000}, {1823, 781}};
+
+// Bound on the CPU safe softmax's error against fp64, relative to each element:
+// - x_i - m rounds once: an absolute error of up to u |x_i - m| in the exponent, so a
+//   relative error of up to u |x_i - m| in e^{x_i - m}; below -104 the float exp is 0 and so
+//   (to within FLT_MIN, see ErrorReport::max_rel) is the reference: |x_i - m| <= 104 matters;
+// - exp itself (glibc's expf: under 1 ulp), the rounding of d to float, the reciprocal and
+//   the product: 1 ulp each.
+// So at most (104 + 4) u; the bound takes 128 u.
+constexpr double kSafeCpuRelBound = 128 * kFloatEps;
+
+// A kernel's floor on top of twice the CPU step's error (the tolerance policy's 2x rule):
+// the kernels sum d in float, and recursive summation of `cols` positive terms has a relative
+// error of at most (cols - 1) u (Higham, Accuracy and Stability, eq. 4.4); CUDA's expf is
+// within 2 ulp where glibc's is within 1, on both sides of the division: + 4 u more.
+double kernel_floor(int cols) { return (cols + 4) * kFloatEps; }
+
+}  // namespace
+
+TEST_SUITE("cpu") {
+  TEST_CASE("naive softmax overflows where safe softmax does not") {
+    const std::vector<float> x = {1000.f, 999.f, 998.f};
+    const std::vector<float> naive = softmax_naive(x, 1, 3);
+    const std::vector<float> safe = softmax_safe(x, 1, 3);
+    CHECK(std::isnan(naive[0]));  // e^1000 = inf, inf / inf = NaN
+    const ErrorReport e = compare(safe, ref::softmax(x, 1, 3));
+    WB_CHECK_WITHIN_REL(e, kSafeCpuRelBound);
+  }
+
+  TEST_CASE("naive softmax underflows to 0 over 0 where safe softmax does not") {
+    const std::vector<float> x = {-1000.f, -1000.f};
+    CHECK(std::isnan(softmax_naive(x, 1, 2)[0]));  // e^-1000 = 0, 0 / 0 = NaN
+    const std::vector<float> safe = softmax_safe(x, 1, 2);
+    CHECK(safe[0] == 0.5f);  // e^0 / (e^0 + e^0), exactly
+    CHECK(safe[1] == 0.5f);
+  }
+
+  TEST_CASE("safe softmax is within its stated bound of fp64 on every input kind") {
+    for (const Shape& s : kShapes) {
+      for (InputKind kind : all_input_kinds()) {
+        CAPTURE(s.rows);
+        CAPTURE(s.cols);
+        CAPTURE(to_string(kind));
+        const std::vector<float> x = make_input(kind, s.rows, s.cols, kSeed);
+        const ErrorReport e = compare(softmax_safe(x, s.rows, s.cols), ref::softmax(x, s.rows, s.cols));
+        WB_CHECK_WITHIN_REL(e, kSafeCpuRelBound);
+      }
+    }
+  }
+
+  TEST_CASE("safe softmax is exactly shift invariant when the shift is exact") {
+    // x on a grid of 1/64 with |x| < 8 and a shift of 1000: x + c needs 16 bits, so both
+    // x + c and (x_i + c) - (m + c) = x_i - m are exact in float, and every later operation
+    // sees identical operands. Any difference is a bug, hence exact equality.
+    const int rows = 13, cols = 333;
+    std::vector<float> x = make_input(InputKind::randn, rows, cols, kSeed);
+    for (float& v : x) v = std::round(std::fmax(std::fmin(v, 7.f), -7.f) * 64.f) / 64.f;
+    for (float c : {1000.f, -1000.f, 0.5f}) {
+      CAPTURE(c);
+      std::vector<float> shifted = x;
+      for (float& v : shifted) v += c;
+      const std::vector<float> y = softmax_safe(x, rows, cols);
+      const std::vector<float> y_shifted = softmax_safe(shifted, rows, cols);
+      CHECK(y == y_shifted);
+    }
+    // The naive form is not shift invariant in floating point: it overflows.
+    std::vector<float> shifted = x;
+    for (float& v : shifted) v += 1000.f;
+    CHECK(std::isnan(softmax_naive(shifted, rows, cols)[0]));
+  }
+
+  TEST_CASE("every row of safe softmax sums to 1 and a fully -inf row is all zeros") {
+    const int rows = 30, cols = 781;
+    for (InputKind kind : all_input_kinds()) {
+      CAPTURE(to_string(kind));
+      const std::vector<float> x = make_input(kind, rows, cols, kSeed);
+      const std::vector<float> y = softmax_safe(x, rows, cols);
+      for (int r = 0; r < rows; ++r) {
+        CAPTURE(r);
+        double sum = 0.0;
+        bool masked = true;
+        for (int c = 0; c < cols; ++c) {
+          sum += y[r * cols + c];
+          masked = masked && x[r * cols + c] == -std::numeric_limits<float>::infinity();
+        }
+        // Each y_i is within kSafeCpuRelBound of its exact value, so their sum is within
+        // kSafeCpuRelBound of 1 (summed here in double, exactly enough).
+        if (masked) CHECK(sum == 0.0);
+        else CHECK(std::fabs(sum - 1.0) <= kSafeCpuRelBound);
+      }
+    }
+  }
+}
+
+namespace {
+
+template <Backend B>
+void every_kernel_equals_the_cpu_step() {
+  for (const NamedKernel& k : kernel_ladder<B>()) {
+    for (const Shape& s : kShapes) {
+      for (InputKind kind : all_input_kinds()) {
+        CAPTURE(k.name);
+        CAPTURE(s.rows);
+        CAPTURE(s.cols);
+        CAPTURE(to_string(kind));
+        const std::vector<float> x = make_input(kind, s.rows, s.cols, kSeed);
+        const std::vector<double> ref = ref::softmax(x, s.rows, s.cols);
+        const ErrorReport cpu = compare(softmax_safe(x, s.rows, s.cols), ref);
+        DeviceBuffer<float> dx(B, x);
+        DeviceBuffer<float> dy(B, x.size());
+        k.launch(dx.data(), dy.data(), s.rows, s.cols);
+        const ErrorReport kernel = compare(dy.download(), ref);
+        // The tolerance policy: at most twice the CPU step's error, plus the float-sum floor.
+        WB_CHECK_WITHIN_REL(kernel, chain_bound(cpu.max_rel, kernel_floor(s.cols)));
+      }
+    }
+  }
+}
+
+}  // namespace
+
+WB_KERNEL_TEST_CASE("every kernel equals the CPU safe softmax on adversarial shapes and inputs",
+                    every_kernel_equals_the_cpu_step)
