@@ -21,7 +21,8 @@ std::string cuda_device_description() {
 #if WB_HAVE_CUDA
   int count = 0;
   const cudaError_t status = cudaGetDeviceCount(&count);
-  if (status != cudaSuccess) return std::string("no CUDA device: ") + cudaGetErrorString(status);
+  if (status != cudaSuccess)
+    return std::string("no usable CUDA GPU (CUDA runtime: ") + cudaGetErrorString(status) + ")";
   if (count == 0) return "no CUDA device found";
   cudaDeviceProp prop{};
   if (cudaGetDeviceProperties(&prop, 0) != cudaSuccess) return "CUDA device 0 (properties unknown)";

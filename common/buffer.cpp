@@ -13,9 +13,11 @@
 namespace wb {
 
 namespace {
+#if !WB_HAVE_CUDA
 [[noreturn]] void no_cuda() {
   throw std::runtime_error("the cuda backend is not compiled in (no nvcc at configure time)");
 }
+#endif
 void check_kernel_backend(Backend backend) {
   if (backend == Backend::cpu) throw std::logic_error("a DeviceBuffer needs the sim or cuda backend");
 }

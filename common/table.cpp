@@ -1,6 +1,7 @@
 #include "common/table.hpp"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <stdexcept>
 
@@ -29,13 +30,23 @@ void Table::print(std::ostream& out) const {
   for (const auto& row : rows_) print_row(row);
 }
 
+namespace {
+// NaN and inf spelled the same on every platform (printf gives "nan", "-nan" or "NaN").
+const char* non_finite(double value) {
+  if (std::isnan(value)) return "NaN";
+  return value > 0 ? "inf" : "-inf";
+}
+}  // namespace
+
 std::string fixed(double value, int digits) {
+  if (!std::isfinite(value)) return non_finite(value);
   char buf[64];
   std::snprintf(buf, sizeof buf, "%.*f", digits, value);
   return buf;
 }
 
 std::string sci(double value, int digits) {
+  if (!std::isfinite(value)) return non_finite(value);
   char buf[64];
   std::snprintf(buf, sizeof buf, "%.*e", digits, value);
   return buf;

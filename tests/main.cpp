@@ -7,13 +7,71 @@
 
 #include <cstring>
 #include <iostream>
+#include <sstream>
+#include <string>
 #include <vector>
 
 #include "common/backend.hpp"
 
 namespace {
+
 constexpr int kSkipped = 77;
-}
+
+// `--reporters=wb-check`: one line per test case, PASS or FAIL, and for a failed case its
+// first failed check with the context the test captured (kernel, shape, input) and the
+// worst element. Used by `./wb exercise check NN` and the exercise-stub tests.
+class CheckReporter : public doctest::IReporter {
+ public:
+  explicit CheckReporter(const doctest::ContextOptions& options) : out_(*options.cout) {}
+
+  void report_query(const doctest::QueryData&) override {}
+  void test_run_start() override {}
+  void test_run_end(const doctest::TestRunStats& stats) override {
+    out_ << (stats.numTestCasesFailed ? "Status: FAILURE" : "Status: SUCCESS") << " ("
+         << stats.numTestCasesFailed << " of " << stats.numTestCasesPassingFilters
+         << " checks failed)\n";
+  }
+  void test_case_start(const doctest::TestCaseData& test_case) override {
+    test_case_ = &test_case;
+    first_failure_.clear();
+  }
+  void test_case_reenter(const doctest::TestCaseData&) override {}
+  void test_case_end(const doctest::CurrentTestCaseStats& stats) override {
+    const bool failed = stats.failure_flags != 0 || !first_failure_.empty();
+    out_ << (failed ? "  [FAIL] " : "  [PASS] ") << test_case_->m_name << '\n';
+    if (failed && !first_failure_.empty()) out_ << first_failure_;
+  }
+  void test_case_exception(const doctest::TestCaseException& e) override {
+    if (first_failure_.empty())
+      first_failure_ = std::string("         exception: ") + e.error_string.c_str() + "\n";
+  }
+  void subcase_start(const doctest::SubcaseSignature&) override {}
+  void subcase_end() override {}
+  void log_assert(const doctest::AssertData& a) override {
+    if (!a.m_failed || !first_failure_.empty()) return;
+    std::ostringstream s;
+    s << "         " << a.m_file << ':' << a.m_line << ": " << a.m_expr << '\n';
+    const int n = doctest::IReporter::get_num_active_contexts();
+    const doctest::IContextScope* const* contexts = doctest::IReporter::get_active_contexts();
+    for (int i = 0; i < n; ++i) {
+      s << "         ";
+      contexts[i]->stringify(&s);
+      s << '\n';
+    }
+    first_failure_ = s.str();
+  }
+  void log_message(const doctest::MessageData&) override {}
+  void test_case_skipped(const doctest::TestCaseData&) override {}
+
+ private:
+  std::ostream& out_;
+  const doctest::TestCaseData* test_case_ = nullptr;
+  std::string first_failure_;
+};
+
+REGISTER_REPORTER("wb-check", 1, CheckReporter);
+
+}  // namespace
 
 int main(int argc, char** argv) {
   std::vector<char*> args;

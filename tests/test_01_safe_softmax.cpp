@@ -2,6 +2,7 @@
 // against the CPU step on adversarial shapes and inputs.
 #include <cmath>
 #include <limits>
+#include <string>
 #include <vector>
 
 #include "chapters/01_safe_softmax/softmax.hpp"
@@ -63,9 +64,10 @@ TEST_SUITE("cpu") {
   TEST_CASE("safe softmax is within its stated bound of fp64 on every input kind") {
     for (const Shape& s : kShapes) {
       for (InputKind kind : all_input_kinds()) {
+        const std::string input = to_string(kind);
         CAPTURE(s.rows);
         CAPTURE(s.cols);
-        CAPTURE(to_string(kind));
+        CAPTURE(input);
         const std::vector<float> x = make_input(kind, s.rows, s.cols, kSeed);
         const ErrorReport e = compare(softmax_safe(x, s.rows, s.cols), ref::softmax(x, s.rows, s.cols));
         WB_CHECK_WITHIN_REL(e, kSafeCpuRelBound);
@@ -97,7 +99,8 @@ TEST_SUITE("cpu") {
   TEST_CASE("every row of safe softmax sums to 1 and a fully -inf row is all zeros") {
     const int rows = 30, cols = 781;
     for (InputKind kind : all_input_kinds()) {
-      CAPTURE(to_string(kind));
+      const std::string input = to_string(kind);
+      CAPTURE(input);
       const std::vector<float> x = make_input(kind, rows, cols, kSeed);
       const std::vector<float> y = softmax_safe(x, rows, cols);
       for (int r = 0; r < rows; ++r) {
@@ -124,10 +127,12 @@ void every_kernel_equals_the_cpu_step() {
   for (const NamedKernel& k : kernel_ladder<B>()) {
     for (const Shape& s : kShapes) {
       for (InputKind kind : all_input_kinds()) {
-        CAPTURE(k.name);
+        const std::string kernel_name = k.name;
+        const std::string input = to_string(kind);
+        CAPTURE(kernel_name);
         CAPTURE(s.rows);
         CAPTURE(s.cols);
-        CAPTURE(to_string(kind));
+        CAPTURE(input);
         const std::vector<float> x = make_input(kind, s.rows, s.cols, kSeed);
         const std::vector<double> ref = ref::softmax(x, s.rows, s.cols);
         const ErrorReport cpu = compare(softmax_safe(x, s.rows, s.cols), ref);

@@ -113,8 +113,10 @@ static_assert(kWarpShuffleBlock % 32 == 0, "whole warps only");
 // log2(32) = 5 steps every lane of the warp holds the result of all 32.
 template <typename Op>
 __device__ float warp_all_reduce(float value, Op op) {
+  // [exercise]
   for (int lane_mask = 16; lane_mask > 0; lane_mask /= 2)
     value = op(value, __shfl_xor_sync(kFullMask, value, lane_mask));
+  // [exercise]
   return value;
 }
 // [warp_reduce]
