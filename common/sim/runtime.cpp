@@ -1,0 +1,769 @@
+// The simulator's scheduler: launches, blocks, barriers, warp collectives and faults.
+//
+// One launch at a time (a global mutex). For each block, in blockIdx order (x fastest), every
+// CUDA thread gets a fiber; the scheduler sweeps the threads in linear order and resumes each
+// runnable one until it blocks (at a barrier or collective that others have not reached yet),
+// exits, or faults. A barrier or collective completes when its last participant arrives; that
+// thread computes everyone's results and carries on. When a sweep finds no runnable thread
+// while some are still blocked, nothing can ever complete: that is reported as a fault naming
+// the waiting thread and the one it waits for, instead of hanging.
+//
+// Race mode (ThreadSanitizer): fibers switch without synchronizing (no happens-before), so the
+// only orderings TSan sees between CUDA threads of a block are the ones CUDA guarantees:
+// __syncthreads (and its _count/_and/_or forms) over the block and __syncwarp over its mask.
+// Shuffles and votes exchange registers, not memory, and give no ordering. Blocks are ordered
+// one after another (start and end of a block synchronize with the launching thread), so the
+// reuse of static __shared__ arrays by the next block is not a race.
+#include <algorithm>
+#include <cinttypes>
+#include <cstdarg>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <map>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "common/sim/fiber.hpp"
+#include "common/sim/runtime.hpp"
+#include "common/sim/sanitizers.hpp"
+
+WbSimCurrent wb_sim_current = {};
+
+namespace wb::sim {
+namespace detail {
+namespace {
+
+constexpr unsigned kFullMask = 0xffffffffu;
+
+enum class Status : unsigned char { runnable, blocked, exited };
+enum class Wait : unsigned char { none, block_barrier, warp };
+
+/// A happens-before object for one barrier or collective instance (race mode only). Every
+/// participant releases it on arrival and acquires it when it passes; the last one frees it,
+/// which also frees TSan's clock for the address, so a later instance starts clean.
+struct SyncObject {
+  int pending;  // participants that still have to acquire
+};
+
+struct Thread {
+  uint3 idx{};
+  unsigned linear = 0, warp = 0, lane = 0;
+  Status status = Status::runnable;
+  Wait wait = Wait::none;
+  const char* op = nullptr;  // what it waits at, e.g. "__syncthreads" (for messages)
+  Site site{nullptr, 0};
+  unsigned mask = 0;        // the collective's mask while waiting at one
+  std::uint64_t in = 0;     // a collective's input value (shuffle bits or predicate)
+  int arg = 0;              // shuffle source lane or delta
+  int width = 0;            // shuffle width
+  std::uint64_t out = 0;    // the collective's result for this thread
+  SyncObject* sync = nullptr;  // to acquire when it passes (race mode)
+  Fiber* fiber = nullptr;
+};
+
+enum class WarpOp : unsigned char { syncwarp, shfl_idx, shfl_up, shfl_down, shfl_bfly, ballot,
+                                    any, all };
+
+struct WarpEpisode {
+  WarpOp op;
+  const char* name;
+  unsigned mask;
+  unsigned arrived;
+  Site site;  // where the first participant called it
+  SyncObject* sync;
+};
+
+struct Warp {
+  unsigned existing = 0;  // lanes that exist (the last warp of a block may be partial)
+  unsigned exited = 0;
+  std::vector<WarpEpisode> open;  // collectives some lanes wait at
+};
+
+struct BlockBarrier {
+  bool open = false;
+  BarrierOp op = BarrierOp::sync;
+  Site site{nullptr, 0};
+  unsigned arrived = 0;
+  int reduction = 0;
+  Thread* first = nullptr;
+  SyncObject* sync = nullptr;
+};
+
+struct Launch {
+  const char* kernel = nullptr;
+  dim3 grid, block;
+  std::size_t shared_bytes = 0;
+  unsigned char* shared = nullptr;
+  void (*invoke)(void*) = nullptr;
+  void* ctx = nullptr;
+  unsigned threads_per_block = 0;
+  std::vector<Thread> threads;
+  std::vector<Warp> warps;
+  BlockBarrier barrier;
+  unsigned live = 0;
+  unsigned exited = 0;
+  Thread* running = nullptr;
+  bool faulted = false;
+  Fault::Kind fault_kind = Fault::Kind::invalid_argument;
+  std::string fault_message;
+};
+
+Launch g_launch;
+std::mutex g_launch_mutex;
+// Happens-before objects that order blocks: the scheduler releases `g_block_start` before a
+// block and each of its threads acquires it first; each thread releases `g_block_end` whenever
+// it hands control back, and the scheduler acquires it after the block.
+char g_block_start;
+char g_block_end;
+
+bool race_mode() { return tsan_active(); }
+
+// ---- Messages ---------------------------------------------------------------------------------
+
+std::string format(const char* fmt, ...) __attribute__((format(printf, 1, 2)));
+std::string format(const char* fmt, ...) {
+  char buf[1024];
+  va_list ap;
+  va_start(ap, fmt);
+  std::vsnprintf(buf, sizeof buf, fmt, ap);
+  va_end(ap);
+  return buf;
+}
+
+std::string dim(uint3 v) { return format("(%u,%u,%u)", v.x, v.y, v.z); }
+std::string dim(dim3 v) { return format("(%u,%u,%u)", v.x, v.y, v.z); }
+
+/// file:line, relative to the project's source root when it is inside it.
+std::string where(Site site) {
+  if (site.file == nullptr) return "?";
+  const char* file = site.file;
+#ifdef WB_SIM_SOURCE_ROOT
+  const std::size_t n = std::strlen(WB_SIM_SOURCE_ROOT);
+  if (std::strncmp(file, WB_SIM_SOURCE_ROOT, n) == 0 && file[n] == '/') file += n + 1;
+#endif
+  return format("%s:%d", file, site.line);
+}
+
+std::string thread_name(const Thread& t) { return "thread " + dim(t.idx); }
+
+std::string prefix(const Thread& t) {
+  return format("wb::sim: kernel %s, block %s, thread %s: ", g_launch.kernel,
+                dim(wb_sim_current.block).c_str(), dim(t.idx).c_str());
+}
+
+/// What a blocked or exited thread is doing, e.g. "waits at __syncthreads() at k.cuh:42".
+std::string doing(const Thread& t) {
+  if (t.status == Status::exited) return "has exited";
+  if (t.wait == Wait::block_barrier) return format("waits at %s at %s", t.op, where(t.site).c_str());
+  if (t.wait == Wait::warp) {
+    return format("waits at %s(mask 0x%08x) at %s", t.op, t.mask, where(t.site).c_str());
+  }
+  return "is running";
+}
+
+void set_fault(Fault::Kind kind, const Thread& t, const std::string& what) {
+  if (g_launch.faulted) return;
+  g_launch.faulted = true;
+  g_launch.fault_kind = kind;
+  g_launch.fault_message = prefix(t) + what;
+}
+
+// ---- Switching --------------------------------------------------------------------------------
+
+/// Fiber side: hands control back to the scheduler until this thread is resumed.
+void park(Thread& t) {
+  if (race_mode()) __tsan_release(&g_block_end);
+  t.fiber->suspend(false);
+  if (t.sync != nullptr) {  // passed a synchronizing barrier: see what the others wrote
+    __tsan_acquire(t.sync);
+    if (--t.sync->pending == 0) delete t.sync;
+    t.sync = nullptr;
+  }
+}
+
+/// Fiber side, after set_fault: stops this thread for good (the scheduler abandons the block).
+[[noreturn]] void stop_faulted(Thread& t) {
+  if (race_mode()) __tsan_release(&g_block_end);
+  t.fiber->suspend(false);
+  std::abort();  // never resumed
+}
+
+SyncObject* new_sync(bool synchronizing) {
+  if (!synchronizing || !race_mode()) return nullptr;
+  return new SyncObject{0};
+}
+
+/// A participant arrives at a synchronizing instance: publish what it wrote so far.
+void arrive_sync(SyncObject* s) {
+  if (s == nullptr) return;
+  __tsan_release(s);
+  ++s->pending;
+}
+
+Thread& self() { return *g_launch.running; }
+
+// ---- Block barrier ------------------------------------------------------------------------------
+
+const char* barrier_name(BarrierOp op) {
+  switch (op) {
+    case BarrierOp::sync: return "__syncthreads()";
+    case BarrierOp::count: return "__syncthreads_count()";
+    case BarrierOp::all: return "__syncthreads_and()";
+    case BarrierOp::any: return "__syncthreads_or()";
+  }
+  return "?";
+}
+
+const Thread* first_exited() {
+  for (const Thread& t : g_launch.threads) {
+    if (t.status == Status::exited) return &t;
+  }
+  return nullptr;
+}
+
+// ---- Warp collectives ---------------------------------------------------------------------------
+
+Thread& lane_thread(const Thread& any_lane_of_warp, unsigned lane) {
+  return g_launch.threads[any_lane_of_warp.warp * kWarpSize + lane];
+}
+
+/// Why `lane` cannot be read in episode `e` of warp `w` (it does not participate).
+std::string absent_lane(const Warp& w, const WarpEpisode& e, unsigned lane) {
+  const unsigned bit = 1u << lane;
+  if ((e.mask & bit) == 0) return format("lane %u, which is not in the mask 0x%08x", lane, e.mask);
+  if ((w.existing & bit) == 0) {
+    return format("lane %u, which does not exist (this warp has %d threads)", lane,
+                  __builtin_popcount(w.existing));
+  }
+  return format("lane %u, which has exited", lane);
+}
+
+/// The source lane of a shuffle, by the PTX definition of shfl.sync (c = segment mask and
+/// clamp as the CUDA headers encode `width`); `valid` false means "keep the own value".
+unsigned shuffle_source(WarpOp op, unsigned lane, int b, int width, bool* valid) {
+  const unsigned seg = static_cast<unsigned>(kWarpSize - width);  // segmask (high lane bits)
+  const unsigned bval = static_cast<unsigned>(b) & 31u;
+  const unsigned clamp = op == WarpOp::shfl_up ? 0u : 31u;
+  const unsigned max_lane = (lane & seg) | (clamp & ~seg);
+  const unsigned min_lane = lane & seg;
+  int j = 0;
+  switch (op) {
+    case WarpOp::shfl_up:
+      j = static_cast<int>(lane) - static_cast<int>(bval);
+      *valid = j >= static_cast<int>(max_lane);
+      break;
+    case WarpOp::shfl_down:
+      j = static_cast<int>(lane + bval);
+      *valid = j <= static_cast<int>(max_lane);
+      break;
+    case WarpOp::shfl_bfly:
+      j = static_cast<int>(lane ^ bval);
+      *valid = j <= static_cast<int>(max_lane);
+      break;
+    default:  // idx
+      j = static_cast<int>(min_lane | (bval & ~seg));
+      *valid = j <= static_cast<int>(max_lane);
+      break;
+  }
+  return *valid ? static_cast<unsigned>(j) : lane;
+}
+
+bool is_shuffle(WarpOp op) {
+  return op == WarpOp::shfl_idx || op == WarpOp::shfl_up || op == WarpOp::shfl_down ||
+         op == WarpOp::shfl_bfly;
+}
+
+/// Completes episode `index` of warp `w` if every lane of its mask that still exists has
+/// arrived; returns false if it must keep waiting. Wakes the other participants.
+bool try_complete(Warp& w, std::size_t index) {
+  WarpEpisode e = w.open[index];
+  const unsigned live = w.existing & ~w.exited;
+  if ((e.mask & live & ~e.arrived) != 0) return false;
+  w.open.erase(w.open.begin() + static_cast<std::ptrdiff_t>(index));
+  const Thread& lane0 = g_launch.threads[static_cast<std::size_t>(&w - g_launch.warps.data()) *
+                                         kWarpSize];
+  unsigned votes = 0;
+  for (unsigned lane = 0; lane < 32; ++lane) {
+    if ((e.arrived >> lane & 1u) && lane_thread(lane0, lane).in != 0) votes |= 1u << lane;
+  }
+  for (unsigned lane = 0; lane < 32; ++lane) {
+    if (!(e.arrived >> lane & 1u)) continue;
+    Thread& t = lane_thread(lane0, lane);
+    if (is_shuffle(e.op)) {
+      bool valid = false;
+      const unsigned src = shuffle_source(e.op, lane, t.arg, t.width, &valid);
+      if (!(e.arrived >> src & 1u)) {
+        set_fault(Fault::Kind::warp_collective, t,
+                  format("%s at %s reads %s, so its result is undefined", e.name,
+                         where(t.site).c_str(), absent_lane(w, e, src).c_str()));
+        return true;
+      }
+      t.out = lane_thread(lane0, src).in;
+    } else if (e.op == WarpOp::ballot) {
+      t.out = votes;
+    } else if (e.op == WarpOp::any) {
+      t.out = votes != 0;
+    } else if (e.op == WarpOp::all) {
+      t.out = votes == e.arrived;
+    }
+    t.sync = e.sync;
+    t.wait = Wait::none;
+    if (&t != g_launch.running) t.status = Status::runnable;
+  }
+  return true;
+}
+
+/// The calling lane joins collective `op` over `mask`; returns when it completes.
+void warp_collective(WarpOp op, const char* name, unsigned mask, Site site) {
+  Thread& t = self();
+  Warp& w = g_launch.warps[t.warp];
+  const unsigned bit = 1u << t.lane;
+  t.site = site;
+  if ((mask & bit) == 0) {
+    set_fault(Fault::Kind::warp_collective, t,
+              format("%s at %s is called with mask 0x%08x, which does not include the calling "
+                     "lane %u",
+                     name, where(site).c_str(), mask, t.lane));
+    stop_faulted(t);
+  }
+  std::size_t index = w.open.size();
+  for (std::size_t i = 0; i < w.open.size(); ++i) {
+    const WarpEpisode& e = w.open[i];
+    if ((e.mask & bit) == 0) continue;
+    const Thread& other = lane_thread(t, static_cast<unsigned>(__builtin_ctz(e.arrived)));
+    if (e.mask != mask || e.op != op) {
+      set_fault(Fault::Kind::warp_collective, t,
+                format("%s(mask 0x%08x) at %s does not match lane %u, which waits at "
+                       "%s(mask 0x%08x) at %s: every lane of a mask must call the same "
+                       "collective with the same mask",
+                       name, mask, where(site).c_str(), other.lane, e.name, e.mask,
+                       where(e.site).c_str()));
+      stop_faulted(t);
+    }
+    index = i;
+    break;
+  }
+  if (index == w.open.size()) {
+    const bool synchronizing = op == WarpOp::syncwarp;  // shuffles and votes do not order memory
+    w.open.push_back(WarpEpisode{op, name, mask, 0u, site, new_sync(synchronizing)});
+  }
+  WarpEpisode& e = w.open[index];
+  e.arrived |= bit;
+  arrive_sync(e.sync);
+  t.wait = Wait::warp;
+  t.op = name;
+  t.mask = mask;
+  if (!try_complete(w, index)) {
+    t.status = Status::blocked;
+    park(t);
+  } else {
+    if (g_launch.faulted) stop_faulted(t);
+    if (t.sync != nullptr) {
+      __tsan_acquire(t.sync);
+      if (--t.sync->pending == 0) delete t.sync;
+      t.sync = nullptr;
+    }
+  }
+}
+
+// ---- Block lifecycle -------------------------------------------------------------------------
+
+/// A thread has finished its kernel body.
+void thread_exit(Thread& t) {
+  t.status = Status::exited;
+  t.wait = Wait::none;
+  --g_launch.live;
+  ++g_launch.exited;
+  BlockBarrier& b = g_launch.barrier;
+  if (b.open) {
+    set_fault(Fault::Kind::barrier_divergence, t,
+              format("exits without reaching %s at %s, where %u of the block's %u threads wait "
+                     "(first %s): every thread of a block must reach each __syncthreads()",
+                     barrier_name(b.op), where(b.site).c_str(), b.arrived,
+                     g_launch.threads_per_block, thread_name(*b.first).c_str()));
+    return;
+  }
+  Warp& w = g_launch.warps[t.warp];
+  w.exited |= 1u << t.lane;
+  for (std::size_t i = 0; i < w.open.size();) {
+    if ((w.open[i].mask >> t.lane & 1u) && try_complete(w, i)) {
+      if (g_launch.faulted) return;
+      continue;  // the episode was removed; the next one moved to index i
+    }
+    ++i;
+  }
+}
+
+/// Entry of every thread's fiber.
+void thread_main(void* arg) {
+  Thread& t = *static_cast<Thread*>(arg);
+  if (race_mode()) __tsan_acquire(&g_block_start);
+  bool threw = false;
+  std::string error;
+  try {
+    g_launch.invoke(g_launch.ctx);
+  } catch (const std::exception& e) {
+    threw = true;
+    error = e.what();
+  } catch (...) {
+    threw = true;
+    error = "an exception that is not a std::exception";
+  }
+  if (threw) {
+    set_fault(Fault::Kind::kernel_exception, t, "a C++ exception escaped the kernel: " + error);
+    std::string().swap(error);  // free it: this fiber's frame is never unwound
+  } else {
+    thread_exit(t);
+  }
+  if (race_mode()) __tsan_release(&g_block_end);
+  t.fiber->suspend(true);
+  std::abort();  // never resumed
+}
+
+/// Builds the fault for a block in which no thread can run but some have not exited.
+void report_deadlock() {
+  // Prefer a thread waiting at a warp collective: it names the lane it waits for.
+  for (Thread& t : g_launch.threads) {
+    if (t.status != Status::blocked || t.wait != Wait::warp) continue;
+    const Warp& w = g_launch.warps[t.warp];
+    for (const WarpEpisode& e : w.open) {
+      if (!(e.arrived >> t.lane & 1u)) continue;
+      const unsigned missing = e.mask & w.existing & ~w.exited & ~e.arrived;
+      if (missing == 0) continue;  // (complete; cannot happen while t is blocked on it)
+      const Thread& m = lane_thread(t, static_cast<unsigned>(__builtin_ctz(missing)));
+      set_fault(Fault::Kind::warp_collective, t,
+                format("%s(mask 0x%08x) at %s can never complete: lane %u (%s) %s", e.name,
+                       e.mask, where(e.site).c_str(), m.lane, thread_name(m).c_str(),
+                       doing(m).c_str()));
+      return;
+    }
+  }
+  for (Thread& t : g_launch.threads) {
+    if (t.status != Status::blocked) continue;
+    set_fault(Fault::Kind::barrier_divergence, t,
+              format("%s at %s can never complete (%u of %u threads reached it)", t.op,
+                     where(t.site).c_str(), g_launch.barrier.arrived,
+                     g_launch.threads_per_block));
+    return;
+  }
+}
+
+void run_block(std::vector<Fiber*>& fibers) {
+  Launch& L = g_launch;
+  L.live = L.threads_per_block;
+  L.exited = 0;
+  L.barrier = BlockBarrier{};
+  for (Warp& w : L.warps) {
+    w.exited = 0;
+    w.open.clear();
+  }
+  const bool race = race_mode();
+  for (unsigned i = 0; i < L.threads_per_block; ++i) {
+    Thread& t = L.threads[i];
+    t.status = Status::runnable;
+    t.wait = Wait::none;
+    t.sync = nullptr;
+    t.fiber = fibers[i];
+    t.fiber->restart(&thread_main, &t);
+    if (race) {
+      char name[64];
+      std::snprintf(name, sizeof name, "block (%u,%u,%u) thread (%u,%u,%u)",
+                    wb_sim_current.block.x, wb_sim_current.block.y, wb_sim_current.block.z,
+                    t.idx.x, t.idx.y, t.idx.z);
+      t.fiber->set_name(name);
+    }
+  }
+  if (race) __tsan_release(&g_block_start);
+  while (L.live > 0 && !L.faulted) {
+    bool ran = false;
+    for (Thread& t : L.threads) {
+      if (t.status != Status::runnable) continue;
+      ran = true;
+      L.running = &t;
+      wb_sim_current.thread = t.idx;
+      wb_sim_current.linear = t.linear;
+      wb_sim_current.warp = t.warp;
+      wb_sim_current.lane = t.lane;
+      wb_sim_current.active = 1;
+      t.fiber->resume();
+      wb_sim_current.active = 0;
+      L.running = nullptr;
+      if (L.faulted) break;
+    }
+    if (!ran && !L.faulted) report_deadlock();
+  }
+  if (race) __tsan_acquire(&g_block_end);
+  if (L.faulted) {
+    for (Thread& t : L.threads) {
+      if (t.status != Status::exited) t.fiber->abandon();
+    }
+    // Synchronizing objects of unfinished barriers are not freed: a fault ends the launch.
+  }
+}
+
+/// After a sanitizer report (say an AddressSanitizer out-of-bounds access in a kernel), name
+/// the CUDA thread that made it: the report itself knows only the fiber's stack.
+void on_sanitizer_death() {
+  if (wb_sim_current.active == 0) return;
+  std::fprintf(stderr, "wb::sim: the report above is from kernel %s, block %s, thread %s\n",
+               wb_sim_current.kernel, dim(wb_sim_current.block).c_str(),
+               dim(wb_sim_current.thread).c_str());
+}
+
+std::map<std::uintptr_t, std::size_t>& shared_limits() {
+  static std::map<std::uintptr_t, std::size_t> limits;
+  return limits;
+}
+
+std::string launch_prefix(const char* kernel) {
+  return format("wb::sim: kernel %s: launch failed: ", kernel);
+}
+
+void check_configuration(const char* kernel, KernelKey key, dim3 grid, dim3 block,
+                         std::size_t shared_bytes) {
+  const auto fail = [&](Fault::Kind kind, const std::string& why) {
+    throw Fault(kind, launch_prefix(kernel) + why);
+  };
+  const unsigned long long threads = 1ull * block.x * block.y * block.z;
+  if (block.x == 0 || block.y == 0 || block.z == 0 || block.x > kMaxBlockDimX ||
+      block.y > kMaxBlockDimY || block.z > kMaxBlockDimZ || threads > kMaxThreadsPerBlock) {
+    fail(Fault::Kind::launch_configuration,
+         format("invalid configuration argument: block %s has %llu threads (a block may have "
+                "1 to %u threads, at most (%u,%u,%u) per dimension)",
+                dim(block).c_str(), threads, kMaxThreadsPerBlock, kMaxBlockDimX, kMaxBlockDimY,
+                kMaxBlockDimZ));
+  }
+  if (grid.x == 0 || grid.y == 0 || grid.z == 0 || grid.x > kMaxGridDimX ||
+      grid.y > kMaxGridDimYZ || grid.z > kMaxGridDimYZ) {
+    fail(Fault::Kind::launch_configuration,
+         format("invalid configuration argument: grid %s is out of range (1 to (%u,%u,%u) "
+                "blocks per dimension)",
+                dim(grid).c_str(), kMaxGridDimX, kMaxGridDimYZ, kMaxGridDimYZ));
+  }
+  std::size_t limit = kDefaultMaxDynamicSharedBytes;
+  const auto it = shared_limits().find(reinterpret_cast<std::uintptr_t>(key));
+  if (it != shared_limits().end()) limit = it->second;
+  if (shared_bytes > limit) {
+    fail(Fault::Kind::shared_memory,
+         format("invalid argument: %zu bytes of dynamic shared memory for block %s exceed this "
+                "kernel's limit of %zu bytes (a kernel may opt in to up to %zu with "
+                "cudaFuncSetAttribute(MaxDynamicSharedMemorySize), in the simulator "
+                "wb::sim::set_max_dynamic_shared_bytes)",
+                shared_bytes, dim(block).c_str(), limit, kMaxDynamicSharedBytesOptIn));
+  }
+}
+
+}  // namespace
+
+// ---- Public entry points ------------------------------------------------------------------------
+
+std::string pretty_kernel_name(const char* pretty_function) {
+  std::string s = pretty_function;
+  // GCC: "... [with auto Kernel = ns::{anonymous}::k<256>]"; Clang: "... [Kernel = &ns::k]".
+  const std::size_t eq = s.find(" = ");
+  if (eq != std::string::npos) s = s.substr(eq + 3);
+  if (!s.empty() && s.back() == ']') s.pop_back();
+  const std::size_t semi = s.find(';');  // further template arguments, if any
+  if (semi != std::string::npos) s.erase(semi);
+  if (!s.empty() && s.front() == '&') s.erase(0, 1);
+  for (const char* anon : {"{anonymous}::", "(anonymous namespace)::"}) {
+    for (std::size_t p; (p = s.find(anon)) != std::string::npos;) s.erase(p, std::strlen(anon));
+  }
+  return s;
+}
+
+void set_max_dynamic_shared_bytes(KernelKey kernel, const char* name, std::size_t bytes) {
+  if (bytes > kMaxDynamicSharedBytesOptIn) {
+    throw Fault(Fault::Kind::invalid_argument,
+                format("wb::sim: kernel %s: invalid argument: cannot allow %zu bytes of dynamic "
+                       "shared memory, the device's opt-in maximum is %zu",
+                       name, bytes, kMaxDynamicSharedBytesOptIn));
+  }
+  std::lock_guard<std::mutex> lock(g_launch_mutex);
+  shared_limits()[reinterpret_cast<std::uintptr_t>(kernel)] = bytes;
+}
+
+void launch(const char* name, KernelKey key, dim3 grid, dim3 block, std::size_t shared_bytes,
+            void (*invoke)(void*), void* ctx) {
+  if (wb_sim_current.active != 0) {
+    throw Fault(Fault::Kind::invalid_argument,
+                launch_prefix(name) + "a kernel cannot launch kernels in the simulator");
+  }
+  std::lock_guard<std::mutex> lock(g_launch_mutex);
+  check_configuration(name, key, grid, block, shared_bytes);
+  static const bool death_callback_set = [] {
+    if (__sanitizer_set_death_callback != nullptr) {
+      __sanitizer_set_death_callback(&on_sanitizer_death);
+    }
+    return true;
+  }();
+  static_cast<void>(death_callback_set);
+
+  Launch& L = g_launch;
+  L.kernel = name;
+  L.grid = grid;
+  L.block = block;
+  L.shared_bytes = shared_bytes;
+  L.invoke = invoke;
+  L.ctx = ctx;
+  L.threads_per_block = block.x * block.y * block.z;
+  L.faulted = false;
+  L.fault_message.clear();
+  L.threads.assign(L.threads_per_block, Thread{});
+  for (unsigned z = 0, i = 0; z < block.z; ++z) {
+    for (unsigned y = 0; y < block.y; ++y) {
+      for (unsigned x = 0; x < block.x; ++x, ++i) {
+        Thread& t = L.threads[i];
+        t.idx = uint3{x, y, z};
+        t.linear = i;
+        t.warp = i / kWarpSize;
+        t.lane = i % kWarpSize;
+      }
+    }
+  }
+  const unsigned warps = (L.threads_per_block + kWarpSize - 1) / kWarpSize;
+  L.warps.assign(warps, Warp{});
+  for (unsigned w = 0; w < warps; ++w) {
+    const unsigned lanes = std::min<unsigned>(kWarpSize, L.threads_per_block - w * kWarpSize);
+    L.warps[w].existing = lanes == 32 ? kFullMask : (1u << lanes) - 1u;
+  }
+  void* shared = nullptr;
+  if (posix_memalign(&shared, 16, shared_bytes) != 0) {
+    throw Fault(Fault::Kind::shared_memory,
+                launch_prefix(name) + "cannot allocate the dynamic shared memory");
+  }
+  L.shared = static_cast<unsigned char*>(shared);
+  std::vector<Fiber*>& fibers = fiber_pool(L.threads_per_block);
+
+  wb_sim_current.kernel = name;
+  wb_sim_current.block_dim = block;
+  wb_sim_current.grid_dim = grid;
+  for (unsigned bz = 0; bz < grid.z && !L.faulted; ++bz) {
+    for (unsigned by = 0; by < grid.y && !L.faulted; ++by) {
+      for (unsigned bx = 0; bx < grid.x && !L.faulted; ++bx) {
+        wb_sim_current.block = uint3{bx, by, bz};
+        // Real shared memory starts with whatever the previous block left: make reads of
+        // unwritten bytes visible (NaN as float) instead of a convenient zero.
+        if (shared_bytes > 0) std::memset(L.shared, 0xff, shared_bytes);
+        run_block(fibers);
+      }
+    }
+  }
+  std::free(L.shared);
+  L.shared = nullptr;
+  wb_sim_current.active = 0;
+  if (L.faulted) {
+    L.faulted = false;
+    throw Fault(L.fault_kind, L.fault_message);
+  }
+}
+
+int block_barrier(BarrierOp op, int predicate, Site site) {
+  Thread& t = self();
+  BlockBarrier& b = g_launch.barrier;
+  t.site = site;
+  if (const Thread* gone = g_launch.exited > 0 ? first_exited() : nullptr) {
+    set_fault(Fault::Kind::barrier_divergence, t,
+              format("%s at %s can never complete: %s has already exited without reaching it "
+                     "(every thread of a block must reach each __syncthreads())",
+                     barrier_name(op), where(site).c_str(), thread_name(*gone).c_str()));
+    stop_faulted(t);
+  }
+  const bool same_site = b.site.line == site.line &&
+                         (b.site.file == site.file || std::strcmp(b.site.file, site.file) == 0);
+  if (b.open && (!same_site || b.op != op)) {
+    set_fault(Fault::Kind::barrier_divergence, t,
+              format("reaches %s at %s while %u threads (first %s) wait at %s at %s: divergent "
+                     "barrier, every thread of a block must reach the same __syncthreads()",
+                     barrier_name(op), where(site).c_str(), b.arrived,
+                     thread_name(*b.first).c_str(), barrier_name(b.op), where(b.site).c_str()));
+    stop_faulted(t);
+  }
+  if (!b.open) {
+    b = BlockBarrier{true, op, site, 0u, op == BarrierOp::all ? 1 : 0, &t, new_sync(true)};
+  }
+  ++b.arrived;
+  switch (op) {
+    case BarrierOp::sync: break;
+    case BarrierOp::count: b.reduction += predicate != 0; break;
+    case BarrierOp::all: b.reduction &= predicate != 0; break;
+    case BarrierOp::any: b.reduction |= predicate != 0; break;
+  }
+  arrive_sync(b.sync);
+  t.wait = Wait::block_barrier;
+  t.op = barrier_name(op);
+  if (b.arrived < g_launch.threads_per_block) {
+    t.status = Status::blocked;
+    park(t);
+    return static_cast<int>(t.out);
+  }
+  // The last thread to arrive releases everyone.
+  for (Thread& u : g_launch.threads) {
+    u.out = static_cast<std::uint64_t>(b.reduction);
+    u.sync = b.sync;
+    u.wait = Wait::none;
+    if (&u != &t) u.status = Status::runnable;
+  }
+  b.open = false;
+  if (t.sync != nullptr) {
+    __tsan_acquire(t.sync);
+    if (--t.sync->pending == 0) delete t.sync;
+    t.sync = nullptr;
+  }
+  return static_cast<int>(t.out);
+}
+
+void warp_barrier(unsigned mask, Site site) {
+  warp_collective(WarpOp::syncwarp, "__syncwarp", mask, site);
+}
+
+std::uint64_t warp_shuffle(ShuffleMode mode, unsigned mask, std::uint64_t bits, int lane_or_delta,
+                           int width, const char* name, Site site) {
+  Thread& t = self();
+  if (width < 1 || width > kWarpSize || (width & (width - 1)) != 0) {
+    t.site = site;
+    set_fault(Fault::Kind::warp_collective, t,
+              format("%s at %s has width %d, which is not a power of 2 from 1 to 32", name,
+                     where(site).c_str(), width));
+    stop_faulted(t);
+  }
+  t.in = bits;
+  t.arg = lane_or_delta;
+  t.width = width;
+  WarpOp op = WarpOp::shfl_idx;
+  switch (mode) {
+    case ShuffleMode::idx: op = WarpOp::shfl_idx; break;
+    case ShuffleMode::up: op = WarpOp::shfl_up; break;
+    case ShuffleMode::down: op = WarpOp::shfl_down; break;
+    case ShuffleMode::bfly: op = WarpOp::shfl_bfly; break;
+  }
+  warp_collective(op, name, mask, site);
+  return t.out;
+}
+
+unsigned warp_vote(VoteOp op, unsigned mask, int predicate, Site site) {
+  Thread& t = self();
+  t.in = predicate != 0;
+  switch (op) {
+    case VoteOp::ballot: warp_collective(WarpOp::ballot, "__ballot_sync", mask, site); break;
+    case VoteOp::any: warp_collective(WarpOp::any, "__any_sync", mask, site); break;
+    case VoteOp::all: warp_collective(WarpOp::all, "__all_sync", mask, site); break;
+  }
+  return static_cast<unsigned>(t.out);
+}
+
+}  // namespace detail
+
+const WbSimCurrent* current() { return wb_sim_current.active != 0 ? &wb_sim_current : nullptr; }
+
+unsigned char* dynamic_shared_bytes() {
+  if (wb_sim_current.active == 0) {
+    throw Fault(Fault::Kind::invalid_argument,
+                "wb::sim: dynamic shared memory exists only inside a running kernel");
+  }
+  return detail::g_launch.shared;
+}
+
+}  // namespace wb::sim
