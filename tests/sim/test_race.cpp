@@ -23,24 +23,6 @@ __global__ void reverse_with_barrier_kernel(const float* x, float* y) {
   y[blockIdx.x * kThreads + t] = tile[kThreads - 1 - t];
 }
 
-// Planted: the same kernel without the barrier between the write and the other thread's read.
-__global__ void reverse_missing_barrier_kernel(const float* x, float* y) {
-  __shared__ float tile[kThreads];
-  const int t = threadIdx.x;
-  tile[t] = x[blockIdx.x * kThreads + t];  // planted race: write
-  y[blockIdx.x * kThreads + t] = tile[kThreads - 1 - t];  // planted race: read
-}
-
-// Planted: a warp exchange through shared memory ordered by a shuffle instead of __syncwarp.
-// A shuffle exchanges registers; it does not order memory, so this is a race in CUDA.
-__global__ void warp_exchange_missing_syncwarp_kernel(int* out) {
-  __shared__ int slot[32];
-  const int lane = threadIdx.x;
-  slot[lane] = lane;
-  const int token = __shfl_xor_sync(0xffffffffu, lane, 1);  // not a barrier
-  out[lane] = slot[31 - lane] + token;
-}
-
 // A block-wide sum: warp shuffles, then one value per warp through shared memory.
 __global__ void block_sum_kernel(const float* x, float* sums) {
   __shared__ float per_warp[kThreads / 32];
@@ -85,6 +67,28 @@ TEST_CASE("correct kernels raise no race report" * doctest::test_suite("race_cle
 // The planted races exist only in the race twin: without ThreadSanitizer they would run
 // unnoticed, which is exactly what race mode is for.
 #if defined(WB_SIM_RACE_MODE)
+namespace {
+
+// Planted: the same kernel without the barrier between the write and the other thread's read.
+__global__ void reverse_missing_barrier_kernel(const float* x, float* y) {
+  __shared__ float tile[kThreads];
+  const int t = threadIdx.x;
+  tile[t] = x[blockIdx.x * kThreads + t];  // planted race: write
+  y[blockIdx.x * kThreads + t] = tile[kThreads - 1 - t];  // planted race: read
+}
+
+// Planted: a warp exchange through shared memory ordered by a shuffle instead of __syncwarp.
+// A shuffle exchanges registers; it does not order memory, so this is a race in CUDA.
+__global__ void warp_exchange_missing_syncwarp_kernel(int* out) {
+  __shared__ int slot[32];
+  const int lane = threadIdx.x;
+  slot[lane] = lane;
+  const int token = __shfl_xor_sync(0xffffffffu, lane, 1);  // not a barrier
+  out[lane] = slot[31 - lane] + token;
+}
+
+}  // namespace
+
 TEST_CASE("a missing syncthreads between a shared write and another thread's read is a race" *
           doctest::test_suite("race_planted_block")) {
   const std::vector<float> x = arange(kThreads);
