@@ -1,5 +1,6 @@
 // Chapter 02's one new idea as a function shared by the CPU step and the kernels:
 // the online update of the running max m and the rescaled denominator d'.
+// See online_softmax.md for the recurrence (eqs. 1 and 4) and its proof.
 #pragma once
 
 #include <cmath>
@@ -17,7 +18,8 @@ struct MD {
 };
 
 // [online_update]
-/// d'_i = d'_{i-1} e^{m_{i-1} - m_i} + e^{x_i - m_i},  m_i = max(m_{i-1}, x_i).
+/// m_i = max(m_{i-1}, x_i)                              eq. (1)
+/// d'_i = d'_{i-1} e^{m_{i-1} - m_i} + e^{x_i - m_i}     eq. (4)
 /// exp_shift keeps a prefix of -inf entries at (-inf, 0) instead of e^{-inf - (-inf)} = NaN.
 __host__ __device__ inline MD online_update(MD prev, float x) {
   const float m = fmaxf(prev.m, x);

@@ -1,0 +1,186 @@
+// Chapter 02: online softmax. The recurrence's invariant on every prefix, the CPU step
+// against chapter 01's under the tolerance policy, then the kernel against the CPU step.
+#include <cmath>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "chapters/01_safe_softmax/softmax.hpp"
+#include "chapters/02_online_softmax/online_softmax.hpp"
+#include "chapters/02_online_softmax/online_update.hpp"
+#include "common/buffer.hpp"
+#include "common/inputs.hpp"
+#include "common/reference.hpp"
+#include "tests/support.hpp"
+
+using namespace wb;
+using namespace wb::ch02;
+
+namespace {
+
+constexpr std::uint64_t kSeed = 2024;
+constexpr float kInf = std::numeric_limits<float>::infinity();
+
+// Shapes that are multiples of nothing, and the edges (the same list as chapter 01).
+struct Shape {
+  int rows, cols;
+};
+const std::vector<Shape> kShapes = {{1, 1},   {3, 2},   {2, 31},    {5, 32},    {7, 33},
+                                    {4, 127}, {3, 257}, {11, 1000}, {1823, 781}};
+
+// Relative error bound of d'_N from the float recurrence (1), (4) over n entries, with an exp
+// whose relative error is at most `exp_err`. Follow the term e^{x_j - m_N} through the
+// recurrence: it is born as e^{x_j - m_j}, whose argument x_j - m_j rounds once (an absolute
+// error u (m_j - x_j) in the exponent, a relative one in the term), then exp (exp_err) and
+// the add (u); each later step k multiplies it by e^{m_{k-1} - m_k} (argument rounding
+// u (m_k - m_{k-1}), exp_err, the product u) and adds (u). The argument errors telescope to
+// u (m_N - x_j), which matters only while the term is not below float's range,
+// m_N - x_j <= 104 (e^-104 < FLT_TRUE_MIN). So at most (104 + n (exp_err/u + 2)) u.
+double online_d_bound(int n, double exp_err) {
+  return 104 * kFloatEps + n * (exp_err + 2 * kFloatEps);
+}
+
+// glibc's expf is within 1 ulp (a relative 2u); CUDA's expf within 2 ulp (4u).
+constexpr double kHostExpErr = 2 * kFloatEps;
+constexpr double kCudaExpErr = 4 * kFloatEps;
+
+// The CPU step against chapter 01's, both against fp64: y_i = e^{x_i - m} (1/d) runs the same
+// float operations in both chapters, so the two differ only through d. Chapter 01's d is a
+// double sum of float exps (104 u + 2 u + 1 u for the rounding to float); chapter 02's d' is
+// within online_d_bound(cols); plus 2 u for the two reciprocals' roundings.
+double online_cpu_floor(int cols) {
+  return online_d_bound(cols, kHostExpErr) + (104 + 2 + 1) * kFloatEps + 2 * kFloatEps;
+}
+
+// The kernel against the CPU step: it runs the same recurrence on the same operands in the
+// same order, so it differs from the CPU only where CUDA's expf differs from glibc's (at most
+// 2 + 1 ulp, 6 u, per exp) and where nvcc fuses d' e + e into one fma (one rounding fewer,
+// u). Each term passes at most cols exps and cols fused steps in d', and one exp in y_i:
+// |kernel - cpu| <= (7 cols + 6) u relative; + 6 u for the reciprocal and the product.
+// On sim the operations are the host's own, and the difference is 0.
+double online_kernel_floor(int cols) {
+  return (7.0 * cols + 12) * kFloatEps;
+}
+
+// fp64 sum_{j<=i} e^{x_j - m} for a float m (the invariant eq. 3 at m = m_i).
+double exact_d(const std::vector<float>& x, int i, float m) {
+  if (m == -kInf) return 0.0;
+  double d = 0.0;
+  for (int j = 0; j <= i; ++j) d += std::exp(static_cast<double>(x[j]) - m);
+  return d;
+}
+
+}  // namespace
+
+TEST_SUITE("cpu") {
+  TEST_CASE("the online recurrence keeps its invariant on every prefix of every input kind") {
+    // Eq. (3): after i steps, m = max_{j<=i} x_j exactly (fmaxf does not round) and
+    // d' = sum_{j<=i} e^{x_j - m_i}: the induction hypothesis of the page's proof, checked at
+    // every i, not only at the end.
+    const int cols = 300;
+    for (InputKind kind : all_input_kinds()) {
+      const std::string input = to_string(kind);
+      CAPTURE(input);
+      const std::vector<float> x = make_input(kind, 1, cols, kSeed);
+      MD md{-kInf, 0.f};
+      float m_exact = -kInf;
+      for (int i = 0; i < cols; ++i) {
+        CAPTURE(i);
+        md = online_update(md, x[i]);
+        m_exact = std::fmax(m_exact, x[i]);
+        REQUIRE(md.m == m_exact);
+        const double d = exact_d(x, i, m_exact);
+        REQUIRE(std::isfinite(md.d));
+        if (d == 0.0)
+          REQUIRE(md.d == 0.f);  // a -inf prefix: (-inf, 0), never NaN
+        else
+          REQUIRE(std::fabs(md.d - d) <= online_d_bound(i + 1, kHostExpErr) * d);
+      }
+    }
+  }
+
+  TEST_CASE("a prefix of -inf entries stays at the identity and never makes NaN") {
+    const std::vector<float> x = {-kInf, -kInf, 2.f, -kInf, 2.f};
+    MD md{-kInf, 0.f};
+    md = online_update(md, x[0]);
+    CHECK(md.m == -kInf);
+    CHECK(md.d == 0.f);
+    md = online_update(md, x[1]);
+    CHECK(md.m == -kInf);
+    CHECK(md.d == 0.f);
+    md = online_update(md, x[2]);
+    CHECK(md.m == 2.f);
+    CHECK(md.d == 1.f);  // 0 e^{-inf} + e^0, exactly
+    md = online_update(md, x[3]);
+    CHECK(md.d == 1.f);  // 1 e^0 + e^{-inf}, exactly
+    md = online_update(md, x[4]);
+    CHECK(md.d == 2.f);
+    const std::vector<float> masked(7, -kInf);
+    const std::vector<float> y = softmax_online(masked, 1, 7);
+    for (float v : y) CHECK(v == 0.f);  // chapter 01's convention for a fully -inf row
+  }
+
+  TEST_CASE("online softmax is within twice the safe softmax error plus the recurrence floor") {
+    for (const Shape& s : kShapes) {
+      for (InputKind kind : all_input_kinds()) {
+        CAPTURE(s.rows);
+        CAPTURE(s.cols);
+        const std::string input = to_string(kind);
+        CAPTURE(input);
+        const std::vector<float> x = make_input(kind, s.rows, s.cols, kSeed);
+        const std::vector<double> ref = ref::softmax(x, s.rows, s.cols);
+        const ErrorReport previous = compare(ch01::softmax_safe(x, s.rows, s.cols), ref);
+        const ErrorReport online = compare(softmax_online(x, s.rows, s.cols), ref);
+        // The tolerance policy: at most twice chapter 01's error, plus the floor above.
+        WB_CHECK_WITHIN_REL(online, chain_bound(previous.max_rel, online_cpu_floor(s.cols)));
+      }
+    }
+  }
+
+  TEST_CASE("online softmax is exactly shift invariant when the shift is exact") {
+    // As in chapter 01: x on a grid of 1/64, |x| < 8, shifted by c = +-1000 or 0.5: every
+    // m_i shifts by c exactly, so every x_j - m_i and m_{i-1} - m_i is the same float, and
+    // the recurrence sees identical operands. Exact equality.
+    const int rows = 13, cols = 333;
+    std::vector<float> x = make_input(InputKind::randn, rows, cols, kSeed);
+    for (float& v : x) v = std::round(std::fmax(std::fmin(v, 7.f), -7.f) * 64.f) / 64.f;
+    for (float c : {1000.f, -1000.f, 0.5f}) {
+      CAPTURE(c);
+      std::vector<float> shifted = x;
+      for (float& v : shifted) v += c;
+      CHECK(softmax_online(x, rows, cols) == softmax_online(shifted, rows, cols));
+    }
+  }
+}
+
+namespace {
+
+template <Backend B>
+void every_kernel_equals_the_cpu_step() {
+  for (const NamedKernel& k : kernel_ladder<B>()) {
+    for (const Shape& s : kShapes) {
+      for (InputKind kind : all_input_kinds()) {
+        const std::string kernel_name = k.name;
+        CAPTURE(kernel_name);
+        CAPTURE(s.rows);
+        CAPTURE(s.cols);
+        const std::string input = to_string(kind);
+        CAPTURE(input);
+        const std::vector<float> x = make_input(kind, s.rows, s.cols, kSeed);
+        const std::vector<double> ref = ref::softmax(x, s.rows, s.cols);
+        const ErrorReport cpu = compare(softmax_online(x, s.rows, s.cols), ref);
+        DeviceBuffer<float> dx(B, x);
+        DeviceBuffer<float> dy(B, x.size());
+        k.launch(dx.data(), dy.data(), s.rows, s.cols);
+        const ErrorReport kernel = compare(dy.download(), ref);
+        // The tolerance policy: at most twice the CPU step's error, plus the floor above.
+        WB_CHECK_WITHIN_REL(kernel, chain_bound(cpu.max_rel, online_kernel_floor(s.cols)));
+      }
+    }
+  }
+}
+
+}  // namespace
+
+WB_KERNEL_TEST_CASE("every kernel equals the CPU online softmax on adversarial shapes and inputs",
+                    every_kernel_equals_the_cpu_step)
