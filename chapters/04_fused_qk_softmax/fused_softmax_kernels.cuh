@@ -1,0 +1,147 @@
+// Chapter 04 kernel: fused QK^T-softmax, the score matrix never stored.
+//
+// Computes: P = softmax(scale Q K^T) row-wise and each row's final (m, d), eqs. (4)-(6) of
+//           fused_qk_softmax.md, for Q: (bh, lq, d), K: (bh, lk, d).
+// Changed since the previous chapter: the softmax input is no longer read from memory; each
+//           block computes its scores from a Q tile held in shared memory and K tiles
+//           streamed through shared memory, and merges the row statistics across K tiles
+//           with chapter 03's md_merge.
+// Launch shape: grid (ceil(lq / 8), bh); block (32, 8): warp y owns query row
+//           8 blockIdx.x + y, lane x owns key x of the current K tile of 32 keys.
+//           Dynamic shared memory: (8 d + 32 (d + 1)) floats, at most 20.5 KiB.
+// Limits: lq, lk >= 1, any value; 1 <= d <= 128; bh <= 65535.
+// Memory traffic: Q read once, K read twice (two sweeps) per Q tile, P written once.
+// Test: ctest --test-dir build -R 04_fused_qk_softmax --output-on-failure
+#pragma once
+
+#include "common/kernel.cuh"
+
+#include <stdexcept>
+#include <string>
+
+#include "chapters/04_fused_qk_softmax/fused_softmax.hpp"
+
+namespace wb::ch04 {
+namespace {  // kernels have internal linkage: one copy per backend's translation unit
+
+constexpr int kWarp = 32;
+constexpr unsigned kFullMask = 0xffffffffu;
+constexpr int kRowsPerBlock = 8;   // query rows of a block's Q tile: one warp each
+constexpr int kKeysPerTile = 32;   // keys of a K tile: one lane each
+constexpr int kThreads = kRowsPerBlock * kWarp;
+constexpr int kMaxGridY = 65535;
+static_assert(kKeysPerTile == kWarp, "lane x scores key x of the tile");
+
+/// Shared memory of a launch: the Q tile (kRowsPerBlock, d) and the K tile
+/// (kKeysPerTile, d + 1). The pad column makes lane j's reads of row j fall in 32 different
+/// banks whatever d is.
+inline std::size_t shared_bytes(int d) {
+  return sizeof(float) * (std::size_t(kRowsPerBlock) * d + std::size_t(kKeysPerTile) * (d + 1));
+}
+
+/// Copies rows [first, first + count) of src (row length d) into dst with row stride
+/// `stride`, the block's threads striding over the elements; rows at or past `limit` become 0.
+__device__ void load_rows(const float* __restrict__ src, int first, int count, int limit, int d,
+                          int stride, float* __restrict__ dst) {
+  const int tid = threadIdx.y * kWarp + threadIdx.x;
+  for (int e = tid; e < count * d; e += kThreads) {
+    const int r = e / d, t = e % d;
+    dst[r * stride + t] = first + r < limit ? src[std::size_t(first + r) * d + t] : 0.f;
+  }
+}
+
+/// Eq. (1) for one (query, key) pair from the shared tiles.
+__device__ float score(const float* __restrict__ q_row, const float* __restrict__ k_row, int d,
+                       float scale) {
+  float dot = 0.f;
+  for (int t = 0; t < d; ++t) dot = fmaf(q_row[t], k_row[t], dot);
+  return scale * dot;
+}
+
+/// Eq. (5) across the 32 lanes as a butterfly: after log2(32) = 5 steps every lane holds the
+/// merge of all 32 lanes' (m, d). Valid for any split because merge is associative and
+/// commutative (chapter 03).
+__device__ MD warp_merge(MD md) {
+  for (int lane_mask = kWarp / 2; lane_mask > 0; lane_mask /= 2) {
+    const MD other{__shfl_xor_sync(kFullMask, md.m, lane_mask),
+                   __shfl_xor_sync(kFullMask, md.d, lane_mask)};
+    md = ch03::md_merge(md, other);
+  }
+  return md;
+}
+
+// q: (bh, lq, d); k: (bh, lk, d); p: (bh, lq, lk); stats: (bh, lq); scale: the softmax scale.
+// Block (blockIdx.x, blockIdx.y) owns query rows [8 blockIdx.x, 8 blockIdx.x + 8) of head
+// blockIdx.y.
+__global__ void __launch_bounds__(kThreads)
+    fused_softmax_qk_kernel(const float* __restrict__ q, const float* __restrict__ k,
+                            float* __restrict__ p, MD* __restrict__ stats, AttentionShape shape,
+                            float scale) {
+  const int lq = shape.lq, lk = shape.lk, d = shape.d;
+  const int b = blockIdx.y;
+  const int i0 = blockIdx.x * kRowsPerBlock;
+  const int i = i0 + threadIdx.y;  // this warp's query row; rows past lq compute but never write
+  const int lane = threadIdx.x;
+  const float* qb = q + std::size_t(b) * lq * d;
+  const float* kb = k + std::size_t(b) * lk * d;
+  float* q_tile = dynamic_shared<float>();          // (kRowsPerBlock, d)
+  float* k_tile = q_tile + kRowsPerBlock * d;       // (kKeysPerTile, d + 1)
+  const float* q_row = q_tile + threadIdx.y * d;
+  const float* k_row = k_tile + lane * (d + 1);
+
+  load_rows(qb, i0, kRowsPerBlock, lq, d, d, q_tile);
+
+  // Sweep 1: the row statistics, one K tile at a time.
+  MD md = ch03::md_identity();
+  for (int j0 = 0; j0 < lk; j0 += kKeysPerTile) {
+    __syncthreads();  // the previous K tile has been read by every warp (and Q is loaded)
+    load_rows(kb, j0, kKeysPerTile, lk, d, d + 1, k_tile);
+    __syncthreads();  // the K tile is complete
+    const int j = j0 + lane;
+    const float s = score(q_row, k_row, d, scale);  // eq. (1)
+    // [tile_stats]
+    // One key's statistics are (s, 1): chapter 02's update of the empty prefix. A lane past
+    // lk holds the identity. The warp merges them into the tile's (m~, d~), eq. (4), and the
+    // row's running (m, d) absorbs the tile, eq. (5).
+    const MD key = j < lk ? ch02::online_update(ch03::md_identity(), s) : ch03::md_identity();
+    const MD tile = warp_merge(key);
+    md = ch03::md_merge(md, tile);
+    // [tile_stats]
+  }
+
+  // Sweep 2: recompute the scores, normalize with the final (m, d), eq. (6).
+  const float shift = ch01::exp_shift(md.m);
+  const float inv_d = ch01::inverse_or_zero(md.d);
+  float* p_row = p + (std::size_t(b) * lq + i) * lk;
+  for (int j0 = 0; j0 < lk; j0 += kKeysPerTile) {
+    __syncthreads();
+    load_rows(kb, j0, kKeysPerTile, lk, d, d + 1, k_tile);
+    __syncthreads();
+    const int j = j0 + lane;
+    const float s = score(q_row, k_row, d, scale);
+    if (i < lq && j < lk) p_row[j] = expf(s - shift) * inv_d;
+  }
+  if (i < lq && lane == 0) stats[std::size_t(b) * lq + i] = md;
+}
+
+}  // namespace
+
+// ==========================================================================================
+// Launcher
+// ==========================================================================================
+
+template <>
+void Kernels<kThisBackend>::fused_softmax_qk(const float* q, const float* k, float* p, MD* stats,
+                                             AttentionShape shape, float scale) {
+  if (shape.d < 1 || shape.d > kMaxHeadDim)
+    throw std::invalid_argument("fused_softmax_qk: head dimension d = " + std::to_string(shape.d) +
+                                " is outside [1, " + std::to_string(kMaxHeadDim) + "]");
+  if (shape.bh < 1 || shape.bh > kMaxGridY || shape.lq < 1 || shape.lk < 1)
+    throw std::invalid_argument("fused_softmax_qk: needs lq, lk >= 1 and 1 <= bh <= 65535, got " +
+                                to_string(shape));
+  launch<fused_softmax_qk_kernel>(dim3(ceil_div(shape.lq, kRowsPerBlock), shape.bh),
+                                  dim3(kWarp, kRowsPerBlock), shared_bytes(shape.d), q, k, p,
+                                  stats, shape, scale);
+}
+
+}  // namespace wb::ch04

@@ -1,0 +1,181 @@
+// Chapter 04 program: fused QK^T-softmax. Run it after building; `--help` lists the options.
+#include <cmath>
+#include <cstdint>
+#include <iostream>
+#include <string>
+#include <vector>
+
+#include "chapters/04_fused_qk_softmax/attention_naive.hpp"
+#include "chapters/04_fused_qk_softmax/fused_softmax.hpp"
+#include "common/attention_inputs.hpp"
+#include "common/buffer.hpp"
+#include "common/cli.hpp"
+#include "common/compare.hpp"
+#include "common/reference_attention.hpp"
+#include "common/table.hpp"
+#include "common/timer.hpp"
+
+namespace {
+
+using namespace wb;
+using namespace wb::ch04;
+
+// The CPU step's tiles in the report: the kernel's 8 query rows by 32 keys.
+constexpr int kReportBr = 8;
+constexpr int kReportBc = 32;
+
+void print_intro() {
+  std::cout
+      << "Chapter 04: fused QK^T-softmax\n"
+         "  Attention's softmax runs over the scores S = scale Q K^T, an lq x lk matrix per\n"
+         "  head: 64 MiB in float at lq = lk = 4096. Written to memory and read back three\n"
+         "  times (chapter 01) or twice (chapter 02), S dominates the traffic. Fusing computes\n"
+         "  S tile by tile from Q and K and never stores it; but a tile only knows its own\n"
+         "  keys, so each tile yields its statistics (m~, d~) and chapter 03's merge folds them\n"
+         "  into the row's running (m, d), in any tiling. A second sweep recomputes the scores\n"
+         "  and writes P = e^(s - m) / d.\n\n";
+}
+
+// One query row, ten keys in tiles of four: the tile statistics and the running merge.
+void print_trace() {
+  const std::vector<float> x = {1.f, 3.f, -2.f, 2.5f, 0.5f, 4.f, 1.f, -1.f, 6.f, 0.f};
+  const AttentionShape shape{1, 1, static_cast<int>(x.size()), 2};
+  constexpr int kTraceTile = 4;
+  constexpr float kTraceScale = 1.f;  // so that the scores are the x above
+  const std::vector<float> q = {1.f, 0.5f};
+  std::vector<float> k;
+  for (float xj : x) k.insert(k.end(), {xj, 0.f});  // s_j = q . k_j = x_j
+  std::cout << "Trace: one query, keys in tiles of " << kTraceTile
+            << ", scores s = [1, 3, -2, 2.5, 0.5, 4, 1, -1, 6, 0]\n";
+  Table t({"tile", "scores", "m~ (tile)", "d~ (tile)", "m: before -> after",
+           "rescale e^(m_before - m)", "d after merge"});
+  MD md = ch03::md_identity();
+  std::vector<float> s(kTraceTile);
+  for (int j0 = 0; j0 < shape.lk; j0 += kTraceTile) {
+    const int cols = std::min(kTraceTile, shape.lk - j0);
+    score_tile(q.data(), k.data() + j0 * shape.d, 1, cols, shape.d, kTraceScale, s.data());
+    MD tile = ch03::md_identity();
+    std::string scores;
+    for (int c = 0; c < cols; ++c) {
+      tile = ch02::online_update(tile, s[c]);  // eq. (4)
+      scores += (c ? ", " : "") + fixed(s[c], 1);
+    }
+    const MD before = md;
+    md = ch03::md_merge(md, tile);  // eq. (5)
+    const float rescale = before.m == -INFINITY ? 0.f : std::exp(before.m - md.m);
+    t.add_row({std::to_string(j0 / kTraceTile), scores, fixed(tile.m, 1), fixed(tile.d),
+               fixed(before.m, 1) + " -> " + fixed(md.m, 1), fixed(rescale), fixed(md.d)});
+  }
+  t.print(std::cout);
+  const FusedSoftmax fused = softmax_qk_fused({q, k, k}, shape, kTraceScale, 1, kTraceTile);
+  const NaiveAttention naive = attention_naive({q, k, k}, shape, kTraceScale);
+  std::cout << "  P (fused, eq. 6):";
+  for (float p : fused.p) std::cout << ' ' << fixed(p, 4);
+  std::cout << "\n  max |fused P - naive P| = " << sci(compare(fused.p, naive.p).max_abs)
+            << ": the same softmax, the 1 x 10 scores never stored.\n\n";
+}
+
+struct Run {
+  std::string name;
+  std::vector<float> p;
+  double ms;
+};
+
+Run run_kernel(Backend backend, const AttentionInputs& in, AttentionShape shape, float scale) {
+  DeviceBuffer<float> q(backend, in.q), k(backend, in.k), p(backend, shape.p_elems());
+  DeviceBuffer<MD> stats(backend, shape.rows());
+  auto work = [&] {
+    if (backend == Backend::cuda)
+      Kernels<Backend::cuda>::fused_softmax_qk(q.data(), k.data(), p.data(), stats.data(), shape,
+                                               scale);
+    else
+      Kernels<Backend::sim>::fused_softmax_qk(q.data(), k.data(), p.data(), stats.data(), shape,
+                                              scale);
+  };
+  double ms = 0.0;
+  if (backend == Backend::cuda) {
+    ms = time_cuda(work, 2, 10).median_ms;
+  } else {
+    CpuTimer timer;
+    work();
+    ms = timer.elapsed_ms();
+  }
+  return {std::string(to_string(backend)) + " fused kernel", p.download(), ms};
+}
+
+void report(Backend backend, AttentionShape shape, std::uint64_t seed) {
+  const float scale = default_scale(shape.d);
+  for (ScoreKind kind : {ScoreKind::randn, ScoreKind::large_offset}) {
+    const AttentionInputs in = make_attention_inputs(kind, shape, scale, seed);
+    const ref::Attention r = ref::attention(in, shape, scale, false);
+    std::vector<Run> runs;
+    CpuTimer naive_timer;
+    runs.push_back({"cpu naive (Eigen, S stored)", attention_naive(in, shape, scale).p, 0.0});
+    runs.back().ms = naive_timer.elapsed_ms();
+    CpuTimer fused_timer;
+    runs.push_back({"cpu fused 8 x 32 tiles", softmax_qk_fused(in, shape, scale, kReportBr, kReportBc).p, 0.0});
+    runs.back().ms = fused_timer.elapsed_ms();
+    if (backend != Backend::cpu) runs.push_back(run_kernel(backend, in, shape, scale));
+    std::cout << "P against the fp64 reference on (" << to_string(shape) << ") "
+              << to_string(kind) << ", seed " << seed << ":\n";
+    Table t({"implementation", "max rel err vs fp64", "max abs err vs naive", "non-finite",
+             "time ms"});
+    for (const Run& run : runs) {
+      const ErrorReport e = compare(run.p, r.p);
+      t.add_row({run.name, sci(e.max_rel), sci(compare(run.p, runs[0].p).max_abs),
+                 std::to_string(e.nonfinite_mismatches), fixed(run.ms, 3)});
+    }
+    t.print(std::cout);
+    std::cout << "  stated floor for these inputs (common/reference_attention.hpp): "
+              << sci(ref::softmax_floor(r.score_error, shape.lk)) << "\n\n";
+  }
+  std::cout << "  Scores held at once, per head: naive " << std::size_t(shape.lq) * shape.lk
+            << " floats (the whole S), fused " << kReportBr * kReportBc
+            << " (one tile). Chapter 06 measures the difference.\n";
+  if (backend == Backend::sim)
+    std::cout << "  sim times are the simulator running every GPU thread on this CPU: they\n"
+                 "  check the kernel, they do not predict GPU speed.\n";
+  std::cout << '\n';
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::string backend_name = cuda_available() ? "cuda" : "sim";
+  int bh = 0, lq = 0, lk = 0, d = 64;
+  std::uint64_t seed = 1;
+  bool trace_only = false;
+  Cli cli("ch04", "Chapter 04: fused QK^T-softmax, on the CPU and as a CUDA kernel.");
+  cli.option("--bh", &bh, "batch x heads (default 8 on cuda, 1 otherwise)")
+      .option("--lq", &lq, "query rows (default 1024 on cuda, 256 otherwise)")
+      .option("--lk", &lk, "key rows (default 1024)")
+      .option("--d", &d, "head dimension (default 64)", kMaxHeadDim)
+      .option("--seed", &seed, "input seed (default 1)")
+      .option("--backend", &backend_name, {"cpu", "sim", "cuda"},
+              "where the kernel runs (default cuda with a GPU, else sim)")
+      .flag("--trace", &trace_only, "print the worked trace only");
+  if (const int code = cli.parse(argc, argv); code >= 0) return code;
+  Backend backend{};
+  if (std::string why; !parse_backend(backend_name, &backend, &why)) return cli.error(why);
+  const bool gpu = backend == Backend::cuda;
+  const AttentionShape shape{bh > 0 ? bh : (gpu ? 8 : 1), lq > 0 ? lq : (gpu ? 1024 : 256),
+                             lk > 0 ? lk : 1024, d};
+  constexpr std::size_t kMaxProbabilities = std::size_t{1} << 26;  // P in fp64: 512 MiB
+  if (shape.p_elems() > kMaxProbabilities)
+    return cli.error("--bh x --lq x --lk = " + std::to_string(shape.p_elems()) +
+                     " probabilities exceeds this program's limit of 2^26 (the fp64 reference "
+                     "keeps them all)");
+
+  print_intro();
+  print_trace();
+  if (trace_only) return 0;
+  try {
+    report(backend, shape, seed);
+  } catch (const std::exception& e) {
+    return cli.error(e.what());
+  }
+  std::cout << "Next: chapter 05, FlashAttention-1 (chapters/05_fa1_subsum, docs page\n"
+               "\"Chapter 05: FlashAttention-1, the SubSum recurrence\"): the output O = P V\n"
+               "carried through the same tiles, so that P is never stored either.\n";
+  return 0;
+}
