@@ -19,55 +19,23 @@
 #include <stdexcept>
 #include <string>
 
+#include "chapters/04_fused_qk_softmax/attention_tiles.cuh"
 #include "chapters/04_fused_qk_softmax/fused_softmax.hpp"
 
 namespace wb::ch04 {
 namespace {  // kernels have internal linkage: one copy per backend's translation unit
 
-constexpr int kWarp = 32;
-constexpr unsigned kFullMask = 0xffffffffu;
 constexpr int kRowsPerBlock = 8;   // query rows of a block's Q tile: one warp each
 constexpr int kKeysPerTile = 32;   // keys of a K tile: one lane each
-constexpr int kThreads = kRowsPerBlock * kWarp;
+constexpr int kThreads = kRowsPerBlock * kWarpLanes;
 constexpr int kMaxGridY = 65535;
-static_assert(kKeysPerTile == kWarp, "lane x scores key x of the tile");
+static_assert(kKeysPerTile == kWarpLanes, "lane x scores key x of the tile");
 
 /// Shared memory of a launch: the Q tile (kRowsPerBlock, d) and the K tile
 /// (kKeysPerTile, d + 1). The pad column makes lane j's reads of row j fall in 32 different
 /// banks whatever d is.
 inline std::size_t shared_bytes(int d) {
   return sizeof(float) * (std::size_t(kRowsPerBlock) * d + std::size_t(kKeysPerTile) * (d + 1));
-}
-
-/// Copies rows [first, first + count) of src (row length d) into dst with row stride
-/// `stride`, the block's threads striding over the elements; rows at or past `limit` become 0.
-__device__ void load_rows(const float* __restrict__ src, int first, int count, int limit, int d,
-                          int stride, float* __restrict__ dst) {
-  const int tid = threadIdx.y * kWarp + threadIdx.x;
-  for (int e = tid; e < count * d; e += kThreads) {
-    const int r = e / d, t = e % d;
-    dst[r * stride + t] = first + r < limit ? src[std::size_t(first + r) * d + t] : 0.f;
-  }
-}
-
-/// Eq. (1) for one (query, key) pair from the shared tiles.
-__device__ float score(const float* __restrict__ q_row, const float* __restrict__ k_row, int d,
-                       float scale) {
-  float dot = 0.f;
-  for (int t = 0; t < d; ++t) dot = fmaf(q_row[t], k_row[t], dot);
-  return scale * dot;
-}
-
-/// Eq. (5) across the 32 lanes as a butterfly: after log2(32) = 5 steps every lane holds the
-/// merge of all 32 lanes' (m, d). Valid for any split because merge is associative and
-/// commutative (chapter 03).
-__device__ MD warp_merge(MD md) {
-  for (int lane_mask = kWarp / 2; lane_mask > 0; lane_mask /= 2) {
-    const MD other{__shfl_xor_sync(kFullMask, md.m, lane_mask),
-                   __shfl_xor_sync(kFullMask, md.d, lane_mask)};
-    md = ch03::md_merge(md, other);
-  }
-  return md;
 }
 
 // q: (bh, lq, d); k: (bh, lk, d); p: (bh, lq, lk); stats: (bh, lq); scale: the softmax scale.
@@ -140,7 +108,7 @@ void Kernels<kThisBackend>::fused_softmax_qk(const float* q, const float* k, flo
     throw std::invalid_argument("fused_softmax_qk: needs lq, lk >= 1 and 1 <= bh <= 65535, got " +
                                 to_string(shape));
   launch<fused_softmax_qk_kernel>(dim3(ceil_div(shape.lq, kRowsPerBlock), shape.bh),
-                                  dim3(kWarp, kRowsPerBlock), shared_bytes(shape.d), q, k, p,
+                                  dim3(kWarpLanes, kRowsPerBlock), shared_bytes(shape.d), q, k, p,
                                   stats, shape, scale);
 }
 
