@@ -503,14 +503,18 @@ void run_block(std::vector<Fiber*>& fibers) {
   }
 }
 
+}  // namespace
+
 /// After a sanitizer report (say an AddressSanitizer out-of-bounds access in a kernel), name
 /// the CUDA thread that made it: the report itself knows only the fiber's stack.
 void on_sanitizer_death() {
   if (wb_sim_current.active == 0) return;
-  std::fprintf(stderr, "wb::sim: the report above is from kernel %s, block %s, thread %s\n",
+  std::fprintf(stderr, "wb::sim: sanitizer report from kernel %s, block %s, thread %s\n",
                wb_sim_current.kernel, dim(wb_sim_current.block).c_str(),
                dim(wb_sim_current.thread).c_str());
 }
+
+namespace {
 
 std::map<std::uintptr_t, std::size_t>& shared_limits() {
   static std::map<std::uintptr_t, std::size_t> limits;
@@ -755,6 +759,14 @@ unsigned warp_vote(VoteOp op, unsigned mask, int predicate, Site site) {
 }
 
 }  // namespace detail
+
+}  // namespace wb::sim
+
+/// UndefinedBehaviorSanitizer's report hook (a weak symbol in its runtime that this definition
+/// replaces): UBSan calls no death callback, so name the CUDA thread here.
+extern "C" void __ubsan_on_report() { wb::sim::detail::on_sanitizer_death(); }
+
+namespace wb::sim {
 
 const WbSimCurrent* current() { return wb_sim_current.active != 0 ? &wb_sim_current : nullptr; }
 
