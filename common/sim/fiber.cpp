@@ -144,9 +144,10 @@ namespace wb::sim::detail {
 namespace {
 
 // The scheduler's side of every switch. Launches are serialized (runtime.cpp), so one set.
-void* g_scheduler_sp = nullptr;
 #if WB_SIM_UCONTEXT
 ucontext_t g_scheduler_context;
+#else
+void* g_scheduler_sp = nullptr;
 #endif
 void* g_scheduler_tsan = nullptr;
 void* g_scheduler_fake_stack = nullptr;
