@@ -40,16 +40,18 @@ __global__ void __launch_bounds__(kThreadPerRowBlock)
 
   // Pass 1: one read of each x_i updates both statistics.
   MD md{-INFINITY, 0.f};  // m_0 = -inf, d'_0 = 0
+  // [online_thread_per_row]
   // [online_recurrence]
   for (int c = 0; c < cols; ++c) md = online_update(md, xr[c]);  // eqs. (1) and (4)
   // [online_recurrence]
+  // [online_normalize]
 
   // Pass 2: d'_N = d_N, eq. (5), so this is chapter 01's normalization, eq. (6).
   const float shift = ch01::exp_shift(md.m);
   const float inv_d = ch01::inverse_or_zero(md.d);
   for (int c = 0; c < cols; ++c) yr[c] = expf(xr[c] - shift) * inv_d;
 }
-// [online_thread_per_row]
+// [online_normalize]
 
 }  // namespace
 
