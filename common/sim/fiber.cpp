@@ -192,9 +192,15 @@ std::size_t fiber_stack_bytes() {
   return bytes;
 }
 
-Fiber::Fiber(std::size_t stack_bytes) {
+Fiber::Fiber(std::size_t stack_bytes, std::size_t index) {
   const std::size_t page = page_bytes();
-  stack_bytes_ = (stack_bytes + page - 1) / page * page;
+  // Stacks are equal-sized mappings, so without an offset every fiber's hot top frames would
+  // sit at the same address modulo the stack size and compete for the same cache sets; a
+  // block's barrier touches all of them in turn. Each fiber starts lower by its own multiple
+  // of a cache line (up to 64 KiB, added to the mapping so the usable stack keeps its size).
+  constexpr std::size_t kLine = 64, kColors = 1024;
+  const std::size_t color = (index * 17 % kColors) * kLine;
+  stack_bytes_ = (stack_bytes + kColors * kLine + page - 1) / page * page;
   mapping_bytes_ = stack_bytes_ + page;  // + one guard page below the stack
   void* m = mmap(nullptr, mapping_bytes_, PROT_READ | PROT_WRITE,
                  MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
@@ -202,6 +208,7 @@ Fiber::Fiber(std::size_t stack_bytes) {
   mapping_ = static_cast<char*>(m);
   if (mprotect(mapping_, page, PROT_NONE) != 0) die("cannot protect a fiber stack's guard page");
   stack_lo_ = mapping_ + page;
+  top_ = stack_lo_ + stack_bytes_ - color;
 #if WB_SIM_UCONTEXT
   context_ = new ucontext_t;
 #endif
@@ -228,8 +235,8 @@ void Fiber::restart(void (*entry)(void*), void* arg) {
   if (finished_frames_ != nullptr && __asan_unpoison_memory_region != nullptr) {
     // The frames that were live when the last run finished (this fiber's entry functions)
     // never returned, so AddressSanitizer still has their redzones poisoned: clear them.
-    char* top = stack_lo_ + stack_bytes_;
-    __asan_unpoison_memory_region(finished_frames_, static_cast<std::size_t>(top - finished_frames_));
+    __asan_unpoison_memory_region(finished_frames_,
+                                  static_cast<std::size_t>(top_ - finished_frames_));
   }
   finished_frames_ = nullptr;
   if (abandoned_) {
@@ -251,14 +258,13 @@ void Fiber::restart(void (*entry)(void*), void* arg) {
   auto* uc = static_cast<ucontext_t*>(context_);
   if (getcontext(uc) != 0) die("getcontext failed");
   uc->uc_stack.ss_sp = stack_lo_;
-  uc->uc_stack.ss_size = stack_bytes_;
+  uc->uc_stack.ss_size = static_cast<std::size_t>(top_ - stack_lo_);
   uc->uc_link = nullptr;
   auto bits = reinterpret_cast<std::uintptr_t>(this);
   makecontext(uc, reinterpret_cast<void (*)()>(ucontext_entry), 2,
               static_cast<unsigned>(bits >> 32), static_cast<unsigned>(bits & 0xffffffffu));
 #else
-  char* top = stack_lo_ + stack_bytes_;  // page aligned, so 16-byte aligned
-  auto* frame = reinterpret_cast<void**>(top - kFrameBytes);
+  auto* frame = reinterpret_cast<void**>(top_ - kFrameBytes);  // top_ is 64-byte aligned
   for (int i = 0; i < kFrameWords; ++i) frame[i] = nullptr;
   frame[kArgSlot] = this;
   frame[kFnSlot] = reinterpret_cast<void*>(&trampoline_target);
@@ -320,7 +326,9 @@ void fiber_start(Fiber* fiber) {
 std::vector<Fiber*>& fiber_pool(std::size_t at_least) {
   // Never destroyed: fibers may still be referenced by sanitizer runtimes at exit.
   static auto* pool = new std::vector<Fiber*>;
-  while (pool->size() < at_least) pool->push_back(new Fiber(fiber_stack_bytes()));
+  while (pool->size() < at_least) {
+    pool->push_back(new Fiber(fiber_stack_bytes(), pool->size()));
+  }
   return *pool;
 }
 

@@ -18,7 +18,8 @@ namespace wb::sim::detail {
 /// top of its stack for each CUDA thread it runs.
 class Fiber {
  public:
-  explicit Fiber(std::size_t stack_bytes);
+  /// `index` (the fiber's place in the pool) staggers where its stack starts, see fiber.cpp.
+  Fiber(std::size_t stack_bytes, std::size_t index);
   ~Fiber();
   Fiber(const Fiber&) = delete;
   Fiber& operator=(const Fiber&) = delete;
@@ -47,6 +48,7 @@ class Fiber {
   std::size_t mapping_bytes_ = 0;
   char* stack_lo_ = nullptr;  // lowest usable byte, just above the guard page
   std::size_t stack_bytes_ = 0;
+  char* top_ = nullptr;  // where a run starts: below the stack's end by a per-fiber offset
   void* tsan_ = nullptr;
   void* asan_fake_stack_ = nullptr;
   bool abandoned_ = false;
