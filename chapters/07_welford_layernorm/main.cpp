@@ -1,0 +1,267 @@
+// Chapter 07 program: Welford LayerNorm. Run it after building; `--help` lists the options.
+#include <cmath>
+#include <cstdint>
+#include <iostream>
+#include <string>
+#include <vector>
+
+#include "chapters/07_welford_layernorm/layernorm.hpp"
+#include "chapters/07_welford_layernorm/welford.hpp"
+#include "common/buffer.hpp"
+#include "common/cli.hpp"
+#include "common/compare.hpp"
+#include "common/inputs.hpp"
+#include "common/reference_layernorm.hpp"
+#include "common/shared_memory.hpp"
+#include "common/table.hpp"
+#include "common/timer.hpp"
+
+namespace {
+
+using namespace wb;
+using namespace wb::ch07;
+
+void print_intro() {
+  std::cout << "Chapter 07: Welford LayerNorm\n"
+               "  y = (x - mean) * rstd * gamma + beta, rstd = 1 / sqrt(var + eps), per row.\n"
+               "  The one-pass textbook variance E[x^2] - E[x]^2 subtracts two huge, nearly\n"
+               "  equal numbers when the data sit far from 0. Two passes (mean, then squared\n"
+               "  deviations) are accurate but read x twice; Welford's update keeps\n"
+               "  (mean, m2, count) in one pass, and Chan's combine joins two such states: a\n"
+               "  monoid again, like chapter 03's (m, d), so threads, warps and blocks can\n"
+               "  each fold a piece of the row and merge.\n\n";
+}
+
+std::string number(double v) {
+  return std::fabs(v) >= 1e5 || v == 0 ? sci(v, 6) : fixed(v, 6);
+}
+
+// The same randn row at offsets 0, 1e4 and 1e6: the naive variance's two terms, and every
+// step's variance next to fp64's.
+void print_cancellation_demo() {
+  constexpr int kCols = 1000;
+  constexpr std::uint64_t kDemoSeed = 7;
+  std::cout << "Catastrophic cancellation: one randn row of " << kCols
+            << " values (variance about 1) moved by an offset.\n";
+  Table t({"offset", "E[x^2] (float)", "E[x]^2 (float)", "naive var", "two-pass var", "Welford var",
+           "fp64 var"});
+  for (float offset : {0.f, 1e4f, 1e6f}) {
+    std::vector<float> x = randn(kCols, kDemoSeed);
+    for (float& v : x) v += offset;
+    const Moments m = naive_moments(x.data(), kCols);
+    const float naive_var = m.mean_sq - m.mean * m.mean;  // eq. (5), before any clamp
+    const ref::LayerNorm r = ref::layernorm(x, 1, kCols, 0.f);
+    const double ref_var = 1.0 / (r.rstd[0] * r.rstd[0]);
+    const RowStats two_pass = row_stats_two_pass(x.data(), kCols, 0.f);
+    const Welford w = welford_row(x.data(), kCols);
+    t.add_row({sci(offset, 0), number(m.mean_sq), number(m.mean * m.mean), number(naive_var),
+               number(1.0 / (static_cast<double>(two_pass.rstd) * two_pass.rstd)),
+               number(welford_variance(w)), number(ref_var)});
+  }
+  t.print(std::cout);
+  std::cout << "  At 1e4, E[x^2] ~ 1e8 is a float with spacing 8: the variance of 1 is below\n"
+               "  its rounding, and the difference is noise (possibly negative). At 1e6 the\n"
+               "  spacing is 2^17 = 131072. Two-pass and Welford subtract the mean from each\n"
+               "  value first, and keep the variance to a few digits even at 1e6, where the\n"
+               "  float inputs themselves carry only 1/16 of resolution.\n\n";
+}
+
+// Welford's update on a small row, then Chan's combine of its two halves.
+void print_trace() {
+  const std::vector<float> x = {2.f, 4.f, 4.f, 4.f, 5.f, 5.f, 7.f, 9.f};
+  const int n = static_cast<int>(x.size());
+  std::cout << "Trace of Welford's update on x = [2, 4, 4, 4, 5, 5, 7, 9]:\n";
+  Table t({"k", "x_k", "delta = x_k - mean_{k-1}", "mean_k", "m2_k", "var_k = m2_k / k"});
+  Welford s = welford_identity();
+  for (int k = 0; k < n; ++k) {
+    const float delta = x[static_cast<std::size_t>(k)] - s.mean;
+    s = welford_update(s, x[static_cast<std::size_t>(k)]);
+    t.add_row({std::to_string(k + 1), fixed(x[static_cast<std::size_t>(k)], 1), fixed(delta, 4),
+               fixed(s.mean, 4), fixed(s.m2, 4), fixed(welford_variance(s), 4)});
+  }
+  t.print(std::cout);
+  const Welford a = welford_row(x.data(), n / 2);
+  const Welford b = welford_row(x.data() + n / 2, n - n / 2);
+  const Welford ab = welford_combine(a, b);
+  std::cout << "\nChan's combine of the halves [2, 4, 4, 4] and [5, 5, 7, 9]:\n";
+  Table c({"state", "mean", "m2", "count"});
+  c.add_row({"a = Welford(first half)", fixed(a.mean, 4), fixed(a.m2, 4), fixed(a.count, 0)});
+  c.add_row({"b = Welford(second half)", fixed(b.mean, 4), fixed(b.m2, 4), fixed(b.count, 0)});
+  c.add_row({"combine(a, b)", fixed(ab.mean, 4), fixed(ab.m2, 4), fixed(ab.count, 0)});
+  c.add_row({"sequential, above", fixed(s.mean, 4), fixed(s.m2, 4), fixed(s.count, 0)});
+  const Welford with_id = welford_combine(welford_identity(), ab);
+  c.add_row({"combine(identity, a+b)", fixed(with_id.mean, 4), fixed(with_id.m2, 4),
+             fixed(with_id.count, 0)});
+  c.print(std::cout);
+  const float delta = b.mean - a.mean;
+  std::cout << "  delta = mean_b - mean_a = " << fixed(delta, 4)
+            << "; m2 = m2_a + m2_b + delta^2 n_a n_b / n = " << fixed(a.m2, 0) << " + "
+            << fixed(b.m2, 0) << " + " << fixed(delta * delta * a.count * b.count / ab.count, 0)
+            << " = " << fixed(ab.m2, 0) << "; var = " << fixed(welford_variance(ab), 4)
+            << ", rstd (eps = 1e-5) = " << fixed(rstd_of(welford_variance(ab), kDefaultEps), 6)
+            << "\n\n";
+}
+
+// Which strategy the dispatcher picks for each row length, with the device's limit.
+void print_dispatch(Backend backend) {
+  const std::size_t limit = backend == Backend::cuda
+                                ? Kernels<Backend::cuda>::max_dynamic_shared_bytes()
+                                : Kernels<Backend::sim>::max_dynamic_shared_bytes();
+  const int max_cached = max_cached_cols(limit);
+  const int default_cached = max_cached_cols(kDefaultDynamicSharedBytes);
+  std::cout << "The dispatcher on " << to_string(backend) << ": " << limit
+            << " bytes of shared memory per block (opt-in), so block_cached holds up to "
+            << max_cached << " columns.\n";
+  Table t({"cols", "strategy", "launch", "float4 (aligned x, cols % 4 == 0)"});
+  for (int cols : {1, 2, 17, 32, 33, 1000, 1024, 1025, 4096, default_cached, default_cached + 1,
+                   32768, max_cached, max_cached + 1}) {
+    const Strategy s = choose_strategy(cols, limit);
+    std::string how;
+    bool vec = cols % kVec == 0;
+    if (s == Strategy::warp_per_row) {
+      const WarpShape w = warp_shape(cols);
+      how = std::to_string(w.group_width) + " lanes x " + std::to_string(w.cols_per_lane) +
+            " registers per row, " + std::to_string(w.rows_per_block()) + " rows per block";
+      vec = vec && w.cols_per_lane % kVec == 0;
+    } else if (s == Strategy::block_cached) {
+      const std::size_t bytes = cached_shared_bytes(cols);
+      how = "256 threads per row, " + std::to_string(bytes) + " B shared" +
+            (bytes > kDefaultDynamicSharedBytes ? " (opt-in)" : "");
+    } else {
+      how = "256 threads per row, x read twice";
+    }
+    t.add_row({std::to_string(cols), to_string(s), how, vec ? "yes" : "no"});
+  }
+  t.print(std::cout);
+  std::cout << '\n';
+}
+
+struct Run {
+  std::string name;
+  LayerNormOutput out;
+  double ms;
+};
+
+// Times a launcher: CUDA events on a GPU (L2 flushed, median of 10), the wall clock for one
+// simulated run (simulator time says nothing about GPU speed).
+template <Backend B>
+Run run_kernel(const NamedKernel& k, const std::vector<float>& x, const Affine& affine, int rows,
+               int cols) {
+  DeviceBuffer<float> dx(B, x);
+  DeviceBuffer<float> dgamma(B, affine.gamma);
+  DeviceBuffer<float> dbeta(B, affine.beta);
+  DeviceBuffer<float> dy(B, x.size());
+  DeviceBuffer<float> dmean(B, static_cast<std::size_t>(rows));
+  DeviceBuffer<float> drstd(B, static_cast<std::size_t>(rows));
+  const LayerNormArgs a{dx.data(),    dgamma.data(), dbeta.data(), dy.data(),  dmean.data(),
+                        drstd.data(), rows,          cols,         kDefaultEps};
+  auto work = [&] { k.launch(a); };
+  double ms = 0.0;
+  if (B == Backend::cuda) {
+    ms = time_cuda(work, 2, 10).median_ms;
+  } else {
+    CpuTimer timer;
+    work();
+    ms = timer.elapsed_ms();
+  }
+  return {std::string(to_string(B)) + " " + k.name,
+          {dy.download(), dmean.download(), drstd.download()},
+          ms};
+}
+
+template <Backend B>
+void add_kernel_runs(std::vector<Run>* runs, const std::vector<float>& x, const Affine& affine,
+                     int rows, int cols) {
+  for (const NamedKernel& k : kernel_ladder<B>()) {
+    if (cols > k.max_cols) continue;
+    runs->push_back(run_kernel<B>(k, x, affine, rows, cols));
+  }
+}
+
+void report_shape(Backend backend, int rows, int cols, std::uint64_t seed) {
+  const Affine affine{randn(static_cast<std::size_t>(cols), seed, 1.f, 0.5f),
+                      randn(static_cast<std::size_t>(cols), seed + 1, 0.f, 0.5f)};
+  for (InputKind kind : {InputKind::randn, InputKind::large_offset}) {
+    const std::vector<float> x = make_input(kind, rows, cols, seed);
+    const ref::LayerNorm ref =
+        ref::layernorm(x, rows, cols, kDefaultEps, affine.gamma, affine.beta);
+    std::vector<Run> runs;
+    auto cpu = [&](const char* name, auto step) {
+      CpuTimer timer;
+      LayerNormOutput out = step();
+      runs.push_back({name, std::move(out), timer.elapsed_ms()});
+    };
+    cpu("cpu naive", [&] { return layernorm_naive(x, rows, cols, kDefaultEps, affine); });
+    cpu("cpu two-pass", [&] { return layernorm_two_pass(x, rows, cols, kDefaultEps, affine); });
+    cpu("cpu Welford", [&] { return layernorm_welford(x, rows, cols, kDefaultEps, affine); });
+    cpu("cpu blocked Welford (32)",
+        [&] { return layernorm_blocked_welford(x, rows, cols, 32, kDefaultEps, affine); });
+    if (backend == Backend::sim) add_kernel_runs<Backend::sim>(&runs, x, affine, rows, cols);
+    if (backend == Backend::cuda) add_kernel_runs<Backend::cuda>(&runs, x, affine, rows, cols);
+
+    std::cout << "Error vs the fp64 reference on (" << rows << ", " << cols << ") "
+              << to_string(kind) << ", gamma ~ 1 + 0.5 randn, beta ~ 0.5 randn, seed " << seed
+              << ":\n";
+    // Bytes moved: x read once and y written once, gamma and beta once, mean and rstd.
+    const double bytes = sizeof(float) * (2.0 * x.size() + 2.0 * cols + 2.0 * rows);
+    Table t({"implementation", "y max abs err", "rstd max rel err", "mean max abs err",
+             "non-finite", "time ms", "GB/s"});
+    for (const Run& run : runs) {
+      const ErrorReport ey = compare(run.out.y, ref.y);
+      const ErrorReport er = compare(run.out.rstd, ref.rstd);
+      const ErrorReport em = compare(run.out.mean, ref.mean);
+      const bool gpu = run.name.rfind("cuda", 0) == 0;
+      t.add_row({run.name, sci(ey.max_abs), sci(er.max_rel), sci(em.max_abs),
+                 std::to_string(ey.nonfinite_mismatches + er.nonfinite_mismatches),
+                 fixed(run.ms, 3), gpu ? fixed(bytes / run.ms * 1e-6, 1) : "-"});
+    }
+    t.print(std::cout);
+    std::cout << '\n';
+  }
+  std::cout << "  Every kernel stays within a small multiple of the CPU Welford step's error\n"
+               "  (they fold 4 to 32 values per thread and combine along a tree, which rounds\n"
+               "  less than one long chain). At +1e4 the naive step's variance collapses: its\n"
+               "  rstd is off by orders of magnitude.\n";
+  if (backend == Backend::sim)
+    std::cout << "  sim times are the simulator running every GPU thread on this CPU: they\n"
+                 "  check the kernels, they do not predict GPU speed. GB/s is shown on a GPU.\n";
+  std::cout << '\n';
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  int rows = 512;
+  int cols = 1000;
+  std::uint64_t seed = 1;
+  std::string backend_name = cuda_available() ? "cuda" : "sim";
+  bool trace_only = false;
+  Cli cli("ch07", "Chapter 07: Welford LayerNorm, on the CPU and as three CUDA strategies.");
+  cli.option("--rows", &rows, "rows of x (default 512)")
+      .option("--cols", &cols, "columns of x, the normalized length (default 1000)", kMaxCols)
+      .option("--seed", &seed, "input seed (default 1)")
+      .option("--backend", &backend_name, {"cpu", "sim", "cuda"},
+              "where the kernels run (default cuda with a GPU, else sim)")
+      .flag("--trace", &trace_only, "print the cancellation demonstration and the trace only");
+  if (const int code = cli.parse(argc, argv); code >= 0) return code;
+  constexpr std::size_t kMaxElements = std::size_t{1} << 28;  // 1 GiB per float matrix
+  if (static_cast<std::size_t>(rows) * static_cast<std::size_t>(cols) > kMaxElements)
+    return cli.error("--rows x --cols = " + std::to_string(std::size_t(rows) * cols) +
+                     " elements exceeds this program's limit of 2^28 (1 GiB per matrix)");
+  Backend backend{};
+  if (std::string why; !parse_backend(backend_name, &backend, &why)) return cli.error(why);
+
+  print_intro();
+  print_cancellation_demo();
+  print_trace();
+  if (trace_only) return 0;
+  try {
+    print_dispatch(backend == Backend::cuda ? Backend::cuda : Backend::sim);
+    report_shape(backend, rows, cols, seed);
+  } catch (const std::exception& e) {
+    return cli.error(e.what());
+  }
+  std::cout << "This is the workbook's last chapter. The chapter map on the docs main page (and\n"
+               "README.md) leads back to every step, from chapter 01's safe softmax on.\n";
+  return 0;
+}
