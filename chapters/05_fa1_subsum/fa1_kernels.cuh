@@ -1,0 +1,131 @@
+// Chapter 05 kernel: FlashAttention-1, Algorithm 1 of the FA1 paper.
+//
+// Computes: O = softmax(scale Q K^T) V for Q: (bh, lq, d), K, V: (bh, lk, d), and each row's
+//           final (m, l), through the normalized SubSum recurrence in its block form,
+//           eqs. (5)-(6) of fa1_subsum.md. Neither S nor P is stored.
+// Changed since the previous chapter: the kernel no longer outputs P; it multiplies each
+//           tile's P~ by the V tile at once and folds the result into O, rescaling the O
+//           gathered so far whenever the running max moves. Loop order as in FA1: K/V tiles
+//           outer (held in shared memory), Q tiles inner; O and (m, l) live in global memory
+//           and are read and written once per (K/V tile, Q tile) pair.
+// Launch shape: grid (bh); block (32, 8): one block per head loops over every tile pair.
+//           Warp y owns query row y of the current Q tile of 8 rows; in the score phase lane
+//           x owns key x of the K/V tile of 32, in the output phase columns x, x + 32, ...
+//           Dynamic shared memory: (32 (d + 1) + 32 d + 8 d + 8 x 32) floats, at most 37 KiB.
+// Limits: lq, lk >= 1, any value; 1 <= d <= 128; bh <= 2^31 - 1. One block per head: a GPU
+//           with more SMs than heads idles (chapter 06 parallelizes over Q tiles too).
+// Test: ctest --test-dir build -R 05_fa1_subsum --output-on-failure
+#pragma once
+
+#include "common/kernel.cuh"
+
+#include <stdexcept>
+#include <string>
+
+#include "chapters/04_fused_qk_softmax/attention_tiles.cuh"
+#include "chapters/05_fa1_subsum/fa1.hpp"
+
+namespace wb::ch05 {
+namespace {  // kernels have internal linkage: one copy per backend's translation unit
+
+using ch04::kAllLanes;
+using ch04::kWarpLanes;
+
+constexpr int kRowsPerTile = 8;   // Br: query rows of a Q tile, one warp each
+constexpr int kKeysPerTile = 32;  // Bc: keys of a K/V tile, one lane each in the score phase
+constexpr int kThreads = kRowsPerTile * kWarpLanes;
+constexpr int kColumnsPerLane = ch04::kMaxHeadDim / kWarpLanes;  // output columns of a lane
+static_assert(kKeysPerTile == kWarpLanes, "lane x scores key x of the tile");
+static_assert(ch04::kMaxHeadDim % kWarpLanes == 0, "whole columns per lane");
+
+/// Shared memory of a launch: K tile (32, d + 1) (the pad spreads lane j's row over the
+/// banks), V tile (32, d), Q tile (8, d), P~ tile (8, 32).
+inline std::size_t shared_bytes(int d) {
+  return sizeof(float) * (std::size_t(kKeysPerTile) * (d + 1) + std::size_t(kKeysPerTile) * d +
+                          std::size_t(kRowsPerTile) * d + std::size_t(kRowsPerTile) * kKeysPerTile);
+}
+
+// q: (bh, lq, d); k, v: (bh, lk, d); o: (bh, lq, d), the running normalized output;
+// stats: (bh, lq), the running (m, l); scale: the softmax scale. Block b owns head b.
+__global__ void __launch_bounds__(kThreads)
+    fa1_kernel(const float* __restrict__ q, const float* __restrict__ k,
+               const float* __restrict__ v, float* __restrict__ o, MD* __restrict__ stats,
+               AttentionShape shape, float scale) {
+  const int lq = shape.lq, lk = shape.lk, d = shape.d;
+  const int b = blockIdx.x;
+  const int lane = threadIdx.x;
+  const int tid = threadIdx.y * kWarpLanes + lane;
+  const float* qb = q + std::size_t(b) * lq * d;
+  const float* kb = k + std::size_t(b) * lk * d;
+  const float* vb = v + std::size_t(b) * lk * d;
+  float* ob = o + std::size_t(b) * lq * d;
+  MD* stats_b = stats + std::size_t(b) * lq;
+  float* k_tile = dynamic_shared<float>();                 // (kKeysPerTile, d + 1)
+  float* v_tile = k_tile + kKeysPerTile * (d + 1);         // (kKeysPerTile, d)
+  float* q_tile = v_tile + kKeysPerTile * d;               // (kRowsPerTile, d)
+  float* p_tile = q_tile + kRowsPerTile * d;               // (kRowsPerTile, kKeysPerTile)
+  float* p_row = p_tile + threadIdx.y * kKeysPerTile;      // this warp's row of P~
+  const float* q_row = q_tile + threadIdx.y * d;
+
+  // Line 2: O = 0, (m, l) = (-inf, 0) in global memory.
+  for (int e = tid; e < lq * d; e += kThreads) ob[e] = 0.f;
+  for (int r = tid; r < lq; r += kThreads) stats_b[r] = ch03::md_identity();
+
+  for (int j0 = 0; j0 < lk; j0 += kKeysPerTile) {  // line 5: K_j, V_j into shared memory
+    __syncthreads();  // the previous K/V tile is no longer read (and line 2 is done)
+    ch04::load_rows(kb, j0, kKeysPerTile, lk, d, d + 1, k_tile);
+    ch04::load_rows(vb, j0, kKeysPerTile, lk, d, d, v_tile);
+    for (int i0 = 0; i0 < lq; i0 += kRowsPerTile) {  // line 7: Q_i, O_i, l_i, m_i
+      __syncthreads();  // K/V tile complete; the previous Q tile is no longer read
+      ch04::load_rows(qb, i0, kRowsPerTile, lq, d, d, q_tile);
+      __syncthreads();  // the Q tile is complete
+      const int i = i0 + threadIdx.y;  // this warp's query row
+      const int j = j0 + lane;         // this lane's key
+      const float s = ch04::score(q_row, k_tile + lane * (d + 1), d, scale);  // line 9
+      // Line 10: the tile's (m~, l~) by chapter 03's merge over the warp, and P~ = e^{S - m~}.
+      const MD key = j < lk ? ch02::online_update(ch03::md_identity(), s) : ch03::md_identity();
+      const MD tile = ch04::warp_merge(key);
+      p_row[lane] = j < lk ? expf(s - ch01::exp_shift(tile.m)) : 0.f;
+      __syncwarp();  // the warp's P~ row is complete before any lane reads it
+      if (i < lq) {
+        float* o_row = ob + std::size_t(i) * d;
+        // [subsum_rescale]
+        const MD old = stats_b[i];                  // (m_i, l_i) from global memory
+        const MD next = ch03::md_merge(old, tile);  // line 11: (m_new, l_new)
+        const float inv_l = ch01::inverse_or_zero(next.d);
+        const float keep = old.d * rescale(old.m, next.m) * inv_l;  // l_i e^{m_i - m_new} / l_new
+        const float add = rescale(tile.m, next.m) * inv_l;          // e^{m~ - m_new} / l_new
+        for (int t = 0; t < kColumnsPerLane; ++t) {
+          const int c = lane + t * kWarpLanes;
+          if (c >= d) break;
+          float pv = 0.f;  // (P~ V)_c over the tile's keys
+          for (int jj = 0; jj < kKeysPerTile; ++jj) pv = fmaf(p_row[jj], v_tile[jj * d + c], pv);
+          o_row[c] = keep * o_row[c] + add * pv;  // line 12, eq. (6)
+        }
+        // [subsum_rescale]
+        __syncwarp();  // every lane has read (m_i, l_i) before lane 0 replaces it
+        if (lane == 0) stats_b[i] = next;  // line 13
+      }
+    }
+  }
+}
+
+}  // namespace
+
+// ==========================================================================================
+// Launcher
+// ==========================================================================================
+
+template <>
+void Kernels<kThisBackend>::fa1(const float* q, const float* k, const float* v, float* o,
+                                MD* stats, AttentionShape shape, float scale) {
+  if (shape.d < 1 || shape.d > ch04::kMaxHeadDim)
+    throw std::invalid_argument("fa1: head dimension d = " + std::to_string(shape.d) +
+                                " is outside [1, " + std::to_string(ch04::kMaxHeadDim) + "]");
+  if (shape.bh < 1 || shape.lq < 1 || shape.lk < 1)
+    throw std::invalid_argument("fa1: needs bh, lq, lk >= 1, got " + to_string(shape));
+  launch<fa1_kernel>(dim3(shape.bh), dim3(kWarpLanes, kRowsPerTile), shared_bytes(shape.d), q, k,
+                     v, o, stats, shape, scale);
+}
+
+}  // namespace wb::ch05

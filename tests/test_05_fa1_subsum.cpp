@@ -1,0 +1,232 @@
+// Chapter 05: FlashAttention-1. The element-wise SubSum recurrence and the tiled FA1 against
+// chapter 04's P V under the 2x policy, the block form's merge law, a planted mistake that
+// the bounds catch, then the kernel against the tiled CPU step.
+#include <cmath>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "chapters/04_fused_qk_softmax/fused_softmax.hpp"
+#include "chapters/05_fa1_subsum/fa1.hpp"
+#include "common/attention_inputs.hpp"
+#include "common/buffer.hpp"
+#include "common/reference_attention.hpp"
+#include "tests/support.hpp"
+
+using namespace wb;
+using namespace wb::ch05;
+
+namespace {
+
+constexpr std::uint64_t kSeed = 505;
+
+// The edges of the issue (lq or lk of 1, 17, 127, 1000; d of 1, 16, 59, 64, 96, 128), sizes
+// that no tile divides, bh > 1 so that a head offset bug shows.
+const std::vector<AttentionShape> kCpuShapes = {
+    {1, 1, 1, 1},    {2, 17, 127, 59}, {1, 127, 17, 16}, {1, 33, 1000, 64},
+    {1, 5, 300, 96}, {2, 31, 129, 128}, {1, 1000, 1, 1}, {1, 1, 1000, 16}};
+
+struct Tiles {
+  int br, bc;
+};
+const std::vector<Tiles> kTiles = {{1, 1}, {3, 7}, {8, 32}, {64, 64}, {5, 2000}};
+
+// Simulator shapes: the same edges at moderate sizes, one lk = 1000 on a small d.
+const std::vector<AttentionShape> kKernelShapes = {
+    {1, 1, 1, 1},     {2, 17, 127, 59}, {1, 127, 17, 16}, {1, 9, 1000, 16},
+    {1, 40, 300, 64}, {1, 33, 65, 128}, {2, 8, 33, 96},   {1, 300, 31, 1}};
+
+/// Chapter 04's step followed by O = P V: the fused P times V, accumulated in float.
+std::vector<float> previous_step(const AttentionInputs& in, AttentionShape shape, float scale) {
+  const ch04::FusedSoftmax fused = ch04::softmax_qk_fused(in, shape, scale, 8, 32);
+  std::vector<float> o(shape.q_elems(), 0.f);
+  for (std::size_t row = 0; row < shape.rows(); ++row) {
+    const std::size_t b = row / shape.lq;
+    for (int j = 0; j < shape.lk; ++j) {
+      const float p = fused.p[row * shape.lk + j];
+      const float* v_j = in.v.data() + (b * shape.lk + j) * shape.d;
+      for (int c = 0; c < shape.d; ++c) o[row * shape.d + c] += p * v_j[c];
+    }
+  }
+  return o;
+}
+
+struct Stats {
+  std::vector<float> m, l;
+};
+Stats split(const std::vector<MD>& md) {
+  Stats s;
+  for (const MD& x : md) {
+    s.m.push_back(x.m);
+    s.l.push_back(x.d);
+  }
+  return s;
+}
+
+/// The element-wise recurrence with a planted mistake: the old output is not rescaled by
+/// e^{m_{j-1} - m_j} when the running max moves (keep = d'_{j-1} / d'_j).
+std::vector<float> elementwise_without_rescale(const AttentionInputs& in, AttentionShape shape,
+                                               float scale) {
+  std::vector<float> o(shape.q_elems(), 0.f);
+  for (std::size_t row = 0; row < shape.rows(); ++row) {
+    const std::size_t b = row / shape.lq;
+    MD md = ch03::md_identity();
+    for (int j = 0; j < shape.lk; ++j) {
+      const float* k_j = in.k.data() + (b * shape.lk + j) * shape.d;
+      const float* v_j = in.v.data() + (b * shape.lk + j) * shape.d;
+      float x = 0.f;
+      ch04::score_tile(in.q.data() + row * shape.d, k_j, 1, 1, shape.d, scale, &x);
+      const MD next = ch02::online_update(md, x);
+      const float keep = md.d / next.d;  // the mistake: e^{m_{j-1} - m_j} dropped
+      const float add = std::exp(x - next.m) / next.d;
+      for (int c = 0; c < shape.d; ++c)
+        o[row * shape.d + c] = o[row * shape.d + c] * keep + add * v_j[c];
+      md = next;
+    }
+  }
+  return o;
+}
+
+}  // namespace
+
+TEST_SUITE("cpu") {
+  TEST_CASE("the SubSum recurrence and tiled FA1 equal chapter 04 P V under the 2x policy") {
+    for (const AttentionShape& shape : kCpuShapes) {
+      for (ScoreKind kind : all_score_kinds()) {
+        const std::string where = to_string(shape) + ", " + to_string(kind);
+        CAPTURE(where);
+        const float scale = default_scale(shape.d);
+        const AttentionInputs in = make_attention_inputs(kind, shape, scale, kSeed);
+        const ref::Attention r = ref::attention(in, shape, scale, false, /*want_p=*/false);
+        // O can cancel to ~0 (the ones kind averages randn values), so its error is measured
+        // in units of sum_j p_j |v_j| (compare_weighted); output_floor bounds the rounding of
+        // the probabilities and of up to lk steps of the recurrence in those units.
+        const double floor = ref::output_floor(r.score_error, shape.lk);
+        const ErrorReport prev = ref::compare_weighted(previous_step(in, shape, scale), r.o, r.o_weight);
+        WB_CHECK_WITHIN(prev, floor);
+        const ErrorReport elem =
+            ref::compare_weighted(attention_elementwise(in, shape, scale), r.o, r.o_weight);
+        WB_CHECK_WITHIN(elem, chain_bound(prev.max_abs, floor));
+        for (const Tiles& t : kTiles) {
+          CAPTURE(t.br);
+          CAPTURE(t.bc);
+          const Fa1Result fa1 = attention_fa1(in, shape, scale, t.br, t.bc);
+          WB_CHECK_WITHIN(ref::compare_weighted(fa1.o, r.o, r.o_weight),
+                          chain_bound(prev.max_abs, floor));
+          // The final (m, l) in "HBM": m is a max of scores each within score_error, l a sum
+          // of the terms of the softmax denominator.
+          const Stats s = split(fa1.stats);
+          WB_CHECK_WITHIN(compare(s.m, r.m), r.score_error);
+          WB_CHECK_WITHIN_REL(compare(s.l, r.d), ref::softmax_floor(r.score_error, shape.lk));
+        }
+      }
+    }
+  }
+
+  TEST_CASE("two normalized partial outputs merge into the output of all keys") {
+    // Eq. (5): attention over keys [0, split) and over [split, lk), each normalized with its
+    // own (m, d), merged, equals attention over all keys.
+    const AttentionShape shape{1, 23, 211, 59};
+    const float scale = default_scale(shape.d);
+    for (ScoreKind kind : all_score_kinds()) {
+      for (int split_at : {1, 100, 210}) {
+        const std::string where = std::string(to_string(kind)) + ", split " + std::to_string(split_at);
+        CAPTURE(where);
+        const AttentionInputs in = make_attention_inputs(kind, shape, scale, kSeed);
+        const ref::Attention r = ref::attention(in, shape, scale, false, false);
+        const std::size_t cut = std::size_t(split_at) * shape.d;
+        const AttentionShape shape_a{1, shape.lq, split_at, shape.d};
+        const AttentionShape shape_b{1, shape.lq, shape.lk - split_at, shape.d};
+        const AttentionInputs in_a{in.q, {in.k.begin(), in.k.begin() + cut},
+                                   {in.v.begin(), in.v.begin() + cut}};
+        const AttentionInputs in_b{in.q, {in.k.begin() + cut, in.k.end()},
+                                   {in.v.begin() + cut, in.v.end()}};
+        const Fa1Result a = attention_fa1(in_a, shape_a, scale, 4, 16);
+        const Fa1Result b = attention_fa1(in_b, shape_b, scale, 4, 16);
+        std::vector<float> o(shape.q_elems());
+        for (int i = 0; i < shape.lq; ++i) {
+          const MD md = ch03::md_merge(a.stats[i], b.stats[i]);
+          const float wa = a.stats[i].d * rescale(a.stats[i].m, md.m) / md.d;  // eq. (5)
+          const float wb = b.stats[i].d * rescale(b.stats[i].m, md.m) / md.d;
+          for (int c = 0; c < shape.d; ++c)
+            o[i * shape.d + c] = wa * a.o[i * shape.d + c] + wb * b.o[i * shape.d + c];
+        }
+        // Each part is within output_floor of its exact partial output (in units of its own
+        // weights); the merge adds 6 roundings (two factors of 3), inside the 6 u per step
+        // that output_floor already allows for lk steps.
+        WB_CHECK_WITHIN(ref::compare_weighted(o, r.o, r.o_weight),
+                        ref::output_floor(r.score_error, shape.lk));
+      }
+    }
+  }
+
+  TEST_CASE("a recurrence that forgets to rescale the old output fails the bound") {
+    // The planted mistake of the exercise's hint: keep = d'_{j-1} / d'_j without
+    // e^{m_{j-1} - m_j}. Whenever the running max moves the old output keeps too much
+    // weight, by a factor e^{m_j - m_{j-1}} - 1 that the floor (~1e-4) cannot hide.
+    const AttentionShape shape{1, 17, 127, 16};
+    const float scale = default_scale(shape.d);
+    for (ScoreKind kind : {ScoreKind::randn, ScoreKind::outliers, ScoreKind::arange}) {
+      const std::string input = to_string(kind);
+      CAPTURE(input);
+      const AttentionInputs in = make_attention_inputs(kind, shape, scale, kSeed);
+      const ref::Attention r = ref::attention(in, shape, scale, false, false);
+      const double floor = ref::output_floor(r.score_error, shape.lk);
+      const ErrorReport good =
+          ref::compare_weighted(attention_elementwise(in, shape, scale), r.o, r.o_weight);
+      const ErrorReport planted =
+          ref::compare_weighted(elementwise_without_rescale(in, shape, scale), r.o, r.o_weight);
+      WB_CHECK_WITHIN(good, floor);
+      CHECK_MESSAGE(!planted.within(chain_bound(good.max_abs, floor)), "the planted mistake passed: ",
+                    planted.describe());
+    }
+  }
+}
+
+namespace {
+
+template <Backend B>
+void kernel_equals_the_tiled_cpu_step() {
+  for (const AttentionShape& shape : kKernelShapes) {
+    for (ScoreKind kind : all_score_kinds()) {
+      const std::string where = to_string(shape) + ", " + to_string(kind);
+      CAPTURE(where);
+      const float scale = default_scale(shape.d);
+      const AttentionInputs in = make_attention_inputs(kind, shape, scale, kSeed);
+      const ref::Attention r = ref::attention(in, shape, scale, false, false);
+      const double floor = ref::output_floor(r.score_error, shape.lk);
+      const Fa1Result cpu = attention_fa1(in, shape, scale, 8, 32);
+      const ErrorReport cpu_o = ref::compare_weighted(cpu.o, r.o, r.o_weight);
+      const ErrorReport cpu_l = compare(split(cpu.stats).l, r.d);
+
+      DeviceBuffer<float> q(B, in.q), k(B, in.k), v(B, in.v), o(B, shape.q_elems());
+      DeviceBuffer<MD> stats(B, shape.rows());
+      Kernels<B>::fa1(q.data(), k.data(), v.data(), o.data(), stats.data(), shape, scale);
+      const Stats s = split(stats.download());
+      // The policy: twice the CPU step's error plus the floor (the kernel merges the tile's
+      // statistics in a butterfly and sums P~ V with fmaf; CUDA's expf has 2 ulp).
+      WB_CHECK_WITHIN(ref::compare_weighted(o.download(), r.o, r.o_weight),
+                      chain_bound(cpu_o.max_abs, floor));
+      WB_CHECK_WITHIN_REL(compare(s.l, r.d),
+                          chain_bound(cpu_l.max_rel, ref::softmax_floor(r.score_error, shape.lk)));
+      WB_CHECK_WITHIN(compare(s.m, r.m), r.score_error);
+    }
+  }
+}
+
+template <Backend B>
+void kernel_rejects_a_head_dimension_above_128() {
+  const AttentionShape shape{1, 2, 2, ch04::kMaxHeadDim + 1};
+  DeviceBuffer<float> q(B, shape.q_elems()), k(B, shape.kv_elems()), v(B, shape.kv_elems()),
+      o(B, shape.q_elems());
+  DeviceBuffer<MD> stats(B, shape.rows());
+  CHECK_THROWS_AS(Kernels<B>::fa1(q.data(), k.data(), v.data(), o.data(), stats.data(), shape, 1.f),
+                  std::invalid_argument);
+}
+
+}  // namespace
+
+WB_KERNEL_TEST_CASE("the FA1 kernel equals the tiled FA1 CPU step on adversarial shapes and inputs",
+                    kernel_equals_the_tiled_cpu_step)
+WB_KERNEL_TEST_CASE("the FA1 kernel rejects a head dimension above 128",
+                    kernel_rejects_a_head_dimension_above_128)
