@@ -58,7 +58,6 @@ TEST_CASE("correct kernels raise no race report" * doctest::test_suite("race_cle
     for (int t = 0; t < kThreads; ++t) {
       REQUIRE(y[b * kThreads + t] == x[b * kThreads + kThreads - 1 - t]);
     }
-    // Integers below 2^24 in float: exact.
     // Row b holds b * kThreads + t: its sum is an integer below 2^24, exact in float.
     CHECK(sums[b] == static_cast<float>(b * kThreads * kThreads + kThreads * (kThreads - 1) / 2));
   }
@@ -69,6 +68,7 @@ TEST_CASE("correct kernels raise no race report" * doctest::test_suite("race_cle
 #if defined(WB_SIM_RACE_MODE)
 namespace {
 
+//! [planted missing barrier]
 // Planted: the same kernel without the barrier between the write and the other thread's read.
 __global__ void reverse_missing_barrier_kernel(const float* x, float* y) {
   __shared__ float tile[kThreads];
@@ -76,6 +76,7 @@ __global__ void reverse_missing_barrier_kernel(const float* x, float* y) {
   tile[t] = x[blockIdx.x * kThreads + t];  // planted race: write
   y[blockIdx.x * kThreads + t] = tile[kThreads - 1 - t];  // planted race: read
 }
+//! [planted missing barrier]
 
 // Planted: a warp exchange through shared memory ordered by a shuffle instead of __syncwarp.
 // A shuffle exchanges registers; it does not order memory, so this is a race in CUDA.
