@@ -6,6 +6,17 @@
 #include "common/backend.hpp"
 #include "common/compare.hpp"
 
+#ifndef WB_SIM_RACE_MODE
+#define WB_SIM_RACE_MODE 0
+#endif
+
+namespace wb::test {
+/// True in the race-mode twin of a test binary (built with ThreadSanitizer over the
+/// simulator's fibers, see the simulator's page), where every memory access is checked and
+/// kernels run about ten times slower: kernel tests use their smaller shapes there.
+inline constexpr bool kRaceMode = WB_SIM_RACE_MODE != 0;
+}  // namespace wb::test
+
 /// CHECK that `report` is within `bound`, printing the worst element when it is not.
 #define WB_CHECK_WITHIN(report, bound)                                              \
   CHECK_MESSAGE((report).within(bound), "error ", (report).describe(), " exceeds ", \

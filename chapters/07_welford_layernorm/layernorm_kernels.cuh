@@ -55,6 +55,7 @@ template <int kGroupWidth>
 __device__ Welford group_all_reduce(Welford s) {
   static_assert(kGroupWidth >= 1 && kGroupWidth <= kLanes && (kGroupWidth & (kGroupWidth - 1)) == 0,
                 "a group is a power-of-2 slice of a warp");
+  // [exercise]
   const int lane = static_cast<int>(threadIdx.x) % kLanes;
   for (int lane_mask = kGroupWidth / 2; lane_mask > 0; lane_mask /= 2) {
     Welford other;
@@ -64,6 +65,7 @@ __device__ Welford group_all_reduce(Welford s) {
     const bool upper = (lane & lane_mask) != 0;
     s = upper ? welford_combine(other, s) : welford_combine(s, other);
   }
+  // [exercise]
   return s;
 }
 // [group_all_reduce]
