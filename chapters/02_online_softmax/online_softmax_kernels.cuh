@@ -42,7 +42,9 @@ __global__ void __launch_bounds__(kThreadPerRowBlock)
   MD md{-INFINITY, 0.f};  // m_0 = -inf, d'_0 = 0
   // [online_thread_per_row]
   // [online_recurrence]
+  // [exercise]
   for (int c = 0; c < cols; ++c) md = online_update(md, xr[c]);  // eqs. (1) and (4)
+  // [exercise]
   // [online_recurrence]
   // [online_normalize]
 

@@ -43,11 +43,13 @@ constexpr unsigned kFullMask = 0xffffffffu;
 // lanes' pairs, after log2(32) = 5 steps the merge of all 32. Lanes l and l ^ lane_mask
 // compute md_merge(a, b) and md_merge(b, a): the same bits (eq. 5), so all lanes agree.
 __device__ MD warp_all_merge(MD md) {
+  // [exercise]
   for (int lane_mask = kWarpSize / 2; lane_mask > 0; lane_mask /= 2) {
     const MD other = {__shfl_xor_sync(kFullMask, md.m, lane_mask),
                       __shfl_xor_sync(kFullMask, md.d, lane_mask)};
     md = md_merge(md, other);  // eq. (2)
   }
+  // [exercise]
   return md;
 }
 // [md_warp_merge]

@@ -8,7 +8,8 @@
 #   main.cpp        the chapter program, target chNN
 #   *.md            the chapter page, added to the docs
 #   tests/test_NN_name.cpp   the chapter's doctest file, registered with CTest as
-#                   NN_name/cpu, NN_name/sim (and its race-mode twin), NN_name/cuda
+#                   NN_name/cpu, NN_name/sim, NN_name/sim-race (race mode), NN_name/cuda,
+#                   and NN_name/exercise-stub-fails when the chapter has an exercise
 include_guard(GLOBAL)
 
 # A static library of kernels for one backend: one generated translation unit per header in
@@ -107,6 +108,12 @@ function(wb_add_chapter_tests chapter ch test_source)
   endforeach()
   add_test(NAME ${chapter}/cuda COMMAND ${exe} --test-suite=cuda --wb-require-gpu)
   set_tests_properties(${chapter}/cuda PROPERTIES LABELS cuda SKIP_RETURN_CODE 77)
+  # Race mode: the sim tests again, under ThreadSanitizer over the simulator's fibers, on the
+  # tests' smaller shapes (tests/support.hpp, kRaceMode). Any report fails the test.
+  wb_sim_race_variant(${exe} OUTPUT_VARIABLE race_exe)
+  if(race_exe)
+    wb_sim_add_race_test(NAME ${chapter}/sim-race COMMAND ${race_exe} --test-suite=sim)
+  endif()
 endfunction()
 
 # The chapter's exercise (exercises/hints.txt, and `// [exercise]` markers in one kernel file):
