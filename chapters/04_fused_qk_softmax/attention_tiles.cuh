@@ -1,5 +1,5 @@
 // Device helpers for the tiled attention kernels of chapters 04-06: cooperative tile loads,
-// one score from shared tiles, and chapter 03's merge across a warp. Inline functions only
+// one score from shared tiles, chapter 03's merge across a warp, warp max and sum. Inline functions only
 // (this file compiles to nothing by itself); each chapter's kernel file includes it.
 #pragma once
 
@@ -44,6 +44,20 @@ __device__ inline ch03::MD warp_merge(ch03::MD md) {
     md = ch03::md_merge(md, other);
   }
   return md;
+}
+
+/// max over the 32 lanes of a warp, in every lane (butterfly, 5 exchanges).
+__device__ inline float warp_max(float x) {
+  for (int lane_mask = kWarpLanes / 2; lane_mask > 0; lane_mask /= 2)
+    x = fmaxf(x, __shfl_xor_sync(kAllLanes, x, lane_mask));
+  return x;
+}
+
+/// Sum over the 32 lanes of a warp, in every lane (butterfly, 5 exchanges).
+__device__ inline float warp_sum(float x) {
+  for (int lane_mask = kWarpLanes / 2; lane_mask > 0; lane_mask /= 2)
+    x += __shfl_xor_sync(kAllLanes, x, lane_mask);
+  return x;
 }
 
 }  // namespace wb::ch04

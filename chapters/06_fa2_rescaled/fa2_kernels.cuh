@@ -1,0 +1,139 @@
+// Chapter 06 kernel: FlashAttention-2, the rescaled accumulator.
+//
+// Computes: O = softmax(scale Q K^T + causal mask) V and logsumexp = m + log l per row, for
+//           Q: (bh, lq, d), K, V: (bh, lk, d), eqs. (3)-(7) of fa2_rescaled.md. A fully
+//           masked row (lq > lk with the causal mask) gives O = 0 and logsumexp = -inf.
+// Changed since the previous chapter: the output stays unnormalized in registers, SS, and is
+//           divided by l once at the end; the loops are swapped (Q tile outer, one block per
+//           Q tile and head, K/V tiles inner), so O and (m, l) never go through global memory
+//           before they are final; the causal mask skips the K/V tiles above the diagonal.
+// Launch shape: grid (ceil(lq / 16), bh); block (32, 16). Warp y owns query row y of the
+//           block's Q tile of 16 rows (its m, l and SS in registers); in the score phase lane
+//           x owns key x of the K/V tile of 32, in the output phase columns x, x + 32, ...
+//           Dynamic shared memory: (32 (d + 1) + 32 d + 16 d + 16 x 32) floats, at most 42 KiB.
+// Limits: lq, lk >= 1, any value; 1 <= d <= 128; bh <= 65535 (grid.y).
+// Test: ctest --test-dir build -R 06_fa2_rescaled --output-on-failure
+#pragma once
+
+#include "common/kernel.cuh"
+
+#include <stdexcept>
+#include <string>
+
+#include "chapters/04_fused_qk_softmax/attention_tiles.cuh"
+#include "chapters/06_fa2_rescaled/fa2.hpp"
+
+namespace wb::ch06 {
+namespace {  // kernels have internal linkage: one copy per backend's translation unit
+
+using ch04::kWarpLanes;
+
+constexpr int kRowsPerTile = kKernelRows;  // Br: one warp per query row
+constexpr int kKeysPerTile = kKernelKeys;  // Bc: one lane per key in the score phase
+constexpr int kThreads = kRowsPerTile * kWarpLanes;
+constexpr int kColumnsPerLane = ch04::kMaxHeadDim / kWarpLanes;  // SS registers of a lane
+constexpr int kMaxGridY = 65535;
+static_assert(kKeysPerTile == kWarpLanes, "lane x scores key x of the tile");
+static_assert(ch04::kMaxHeadDim % kWarpLanes == 0, "whole columns per lane");
+
+/// Shared memory of a launch: K tile (32, d + 1) (the pad spreads lane j's row over the
+/// banks), V tile (32, d), Q tile (16, d), P~ tile (16, 32).
+inline std::size_t shared_bytes(int d) {
+  return sizeof(float) * (std::size_t(kKeysPerTile) * (d + 1) + std::size_t(kKeysPerTile) * d +
+                          std::size_t(kRowsPerTile) * d + std::size_t(kRowsPerTile) * kKeysPerTile);
+}
+
+// q: (bh, lq, d); k, v: (bh, lk, d); o: (bh, lq, d); lse: (bh, lq); scale: the softmax scale;
+// causal: apply eq. (6); tiles_visited: nullptr or (bh, gridDim.x), K/V tiles each block loaded.
+// Block (blockIdx.x, blockIdx.y) owns query rows [16 blockIdx.x, 16 blockIdx.x + 16) of head
+// blockIdx.y.
+__global__ void __launch_bounds__(kThreads)
+    fa2_kernel(const float* __restrict__ q, const float* __restrict__ k,
+               const float* __restrict__ v, float* __restrict__ o, float* __restrict__ lse,
+               AttentionShape shape, float scale, bool causal, int* __restrict__ tiles_visited) {
+  const int lq = shape.lq, lk = shape.lk, d = shape.d;
+  const int b = blockIdx.y;
+  const int i0 = blockIdx.x * kRowsPerTile;
+  const int i = i0 + threadIdx.y;  // this warp's query row; rows past lq compute, never write
+  const int lane = threadIdx.x;
+  const float* kb = k + std::size_t(b) * lk * d;
+  const float* vb = v + std::size_t(b) * lk * d;
+  float* k_tile = dynamic_shared<float>();             // (kKeysPerTile, d + 1)
+  float* v_tile = k_tile + kKeysPerTile * (d + 1);     // (kKeysPerTile, d)
+  float* q_tile = v_tile + kKeysPerTile * d;           // (kRowsPerTile, d)
+  float* p_tile = q_tile + kRowsPerTile * d;           // (kRowsPerTile, kKeysPerTile)
+  float* p_row = p_tile + threadIdx.y * kKeysPerTile;  // this warp's row of P~
+  const float* q_row = q_tile + threadIdx.y * d;
+
+  ch04::load_rows(q + std::size_t(b) * lq * d, i0, kRowsPerTile, lq, d, d, q_tile);
+
+  float m = -INFINITY;              // running max of the row
+  float l = 0.f;                    // running denominator, relative to m
+  float ss[kColumnsPerLane] = {};   // SS, columns lane + 32 t: the unnormalized output, eq. (1)
+  const int rows = min(kRowsPerTile, lq - i0);
+  const int tiles = kv_tiles_to_visit(i0, rows, lq, lk, kKeysPerTile, causal);  // eq. (7)
+  for (int jt = 0; jt < tiles; ++jt) {
+    const int j0 = jt * kKeysPerTile;
+    __syncthreads();  // the previous K/V tile is no longer read (and the Q tile is loaded)
+    ch04::load_rows(kb, j0, kKeysPerTile, lk, d, d + 1, k_tile);
+    ch04::load_rows(vb, j0, kKeysPerTile, lk, d, d, v_tile);
+    __syncthreads();  // the K/V tile is complete
+    const int j = j0 + lane;
+    float s = ch04::score(q_row, k_tile + lane * (d + 1), d, scale);
+    if (j >= lk || (causal && !ch04::causal_visible(i, j, lq, lk))) s = -INFINITY;  // eq. (6)
+    // [accumulator_rescale]
+    const float m_new = fmaxf(m, ch04::warp_max(s));  // eq. (3)
+    const float alpha = ch05::rescale(m, m_new);      // e^{m - m_new}, 0 on the first tile
+    const float p = expf(s - ch01::exp_shift(m_new));  // P~ relative to the new max
+    l = l * alpha + ch04::warp_sum(p);
+    p_row[lane] = p;
+    __syncwarp();  // the warp's P~ row is complete before any lane reads it
+    for (int t = 0; t < kColumnsPerLane; ++t) {
+      const int c = lane + t * kWarpLanes;
+      if (c >= d) break;
+      float pv = 0.f;  // (P~ V)_c over the tile's keys
+      for (int jj = 0; jj < kKeysPerTile; ++jj) pv = fmaf(p_row[jj], v_tile[jj * d + c], pv);
+      ss[t] = ss[t] * alpha + pv;  // SS e^{m - m_new} + P~ V
+    }
+    m = m_new;
+    // [accumulator_rescale]
+    __syncwarp();  // every lane has read P~ before the next tile overwrites it
+  }
+
+  if (i < lq) {
+    const std::size_t row = std::size_t(b) * lq + i;
+    // [final_division]
+    const float inv_l = ch01::inverse_or_zero(l);  // eq. (4): the only division
+    for (int t = 0; t < kColumnsPerLane; ++t) {
+      const int c = lane + t * kWarpLanes;
+      if (c < d) o[row * d + c] = ss[t] * inv_l;
+    }
+    if (lane == 0) lse[row] = logsumexp(m, l);  // eq. (5)
+    // [final_division]
+  }
+  if (tiles_visited != nullptr && threadIdx.x == 0 && threadIdx.y == 0)
+    tiles_visited[std::size_t(b) * gridDim.x + blockIdx.x] = tiles;
+}
+
+}  // namespace
+
+// ==========================================================================================
+// Launcher
+// ==========================================================================================
+
+template <>
+void Kernels<kThisBackend>::fa2(const float* q, const float* k, const float* v, float* o,
+                                float* lse, AttentionShape shape, float scale, bool causal,
+                                int* tiles_visited) {
+  if (shape.d < 1 || shape.d > ch04::kMaxHeadDim)
+    throw std::invalid_argument("fa2: head dimension d = " + std::to_string(shape.d) +
+                                " is outside [1, " + std::to_string(ch04::kMaxHeadDim) + "]");
+  if (shape.bh < 1 || shape.bh > kMaxGridY || shape.lq < 1 || shape.lk < 1)
+    throw std::invalid_argument("fa2: needs lq, lk >= 1 and 1 <= bh <= 65535, got " +
+                                to_string(shape));
+  launch<fa2_kernel>(dim3(ceil_div(shape.lq, kRowsPerTile), shape.bh),
+                     dim3(kWarpLanes, kRowsPerTile), shared_bytes(shape.d), q, k, v, o, lse,
+                     shape, scale, causal, tiles_visited);
+}
+
+}  // namespace wb::ch06

@@ -1,0 +1,338 @@
+// Chapter 06 program: FlashAttention-2, the rescaled accumulator. `--help` lists the options.
+//
+// It also measures the extra memory of the naive attention and of FA2 on the CPU: this file
+// replaces the global operator new and delete with counting versions (the peak of live heap
+// bytes during a call), and reads the peak resident set size of the process from
+// /proc/self/status after resetting it through /proc/self/clear_refs (Linux).
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstdlib>
+#include <fstream>
+#include <iostream>
+#include <new>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "chapters/04_fused_qk_softmax/attention_naive.hpp"
+#include "chapters/05_fa1_subsum/fa1.hpp"
+#include "chapters/06_fa2_rescaled/fa2.hpp"
+#include "common/attention_inputs.hpp"
+#include "common/buffer.hpp"
+#include "common/cli.hpp"
+#include "common/compare.hpp"
+#include "common/reference_attention.hpp"
+#include "common/table.hpp"
+#include "common/timer.hpp"
+
+// ------------------------------------------------------------------------------------------
+// A counting allocator: every operator new of this program records its size in a header.
+// ------------------------------------------------------------------------------------------
+
+namespace {
+std::size_t g_live_bytes = 0;  // heap bytes live now (single-threaded program)
+std::size_t g_peak_bytes = 0;  // the largest g_live_bytes since the last reset
+constexpr std::size_t kHeader = alignof(std::max_align_t);  // keeps the block's alignment
+
+// Not inlined: GCC would otherwise see the header arithmetic on a pointer it believes was
+// returned by a plain operator new and warn about an out-of-bounds access.
+[[gnu::noinline]] void* counted_alloc(std::size_t n) {
+  void* base = std::malloc(n + kHeader);
+  if (base == nullptr) return nullptr;
+  *static_cast<std::size_t*>(base) = n;
+  g_live_bytes += n;
+  g_peak_bytes = std::max(g_peak_bytes, g_live_bytes);
+  return static_cast<char*>(base) + kHeader;
+}
+[[gnu::noinline]] void counted_free(void* p) noexcept {
+  if (p == nullptr) return;
+  char* base = static_cast<char*>(p) - kHeader;
+  g_live_bytes -= *reinterpret_cast<std::size_t*>(base);
+  std::free(base);
+}
+}  // namespace
+
+void* operator new(std::size_t n) {
+  if (void* p = counted_alloc(n)) return p;
+  throw std::bad_alloc();
+}
+void* operator new[](std::size_t n) { return operator new(n); }
+void* operator new(std::size_t n, const std::nothrow_t&) noexcept { return counted_alloc(n); }
+void* operator new[](std::size_t n, const std::nothrow_t&) noexcept { return counted_alloc(n); }
+void operator delete(void* p) noexcept { counted_free(p); }
+void operator delete[](void* p) noexcept { counted_free(p); }
+void operator delete(void* p, std::size_t) noexcept { counted_free(p); }
+void operator delete[](void* p, std::size_t) noexcept { counted_free(p); }
+void operator delete(void* p, const std::nothrow_t&) noexcept { counted_free(p); }
+void operator delete[](void* p, const std::nothrow_t&) noexcept { counted_free(p); }
+
+namespace {
+
+using namespace wb;
+using namespace wb::ch06;
+
+constexpr double kMiB = 1024.0 * 1024.0;
+constexpr int kCpuTile = 64;  // the CPU FA2's Br = Bc in the measurements
+
+void print_intro() {
+  std::cout
+      << "Chapter 06: FlashAttention-2, the rescaled accumulator\n"
+         "  Chapter 05's output is normalized after every key: divided by d'_i, only to be\n"
+         "  multiplied by d'_i again at the next step. Multiply the recurrence through by\n"
+         "  d'_i: the unnormalized accumulator SS_i = SS_(i-1) e^(m_(i-1) - m_i) + e^(x_i - m_i) v_i\n"
+         "  needs one rescale per tile and ONE division, at the very end. Then swap the loops:\n"
+         "  with the Q tile outer, a block keeps its SS, m and l in registers from the first\n"
+         "  K/V tile to the last, and blocks are independent: one per (Q tile, head). It also\n"
+         "  returns logsumexp = m + log l (all the backward pass needs), applies the softmax\n"
+         "  scale, and with the causal mask never visits the tiles above the diagonal.\n\n";
+}
+
+// One query, six keys with two-component values, in tiles of two.
+void print_accumulator_trace() {
+  const std::vector<float> x = {1.f, 3.f, -2.f, 2.5f, 6.f, 0.f};
+  const std::vector<float> v = {1.f, 0.f, 0.f, 1.f, 2.f, 2.f, -1.f, 0.f, 0.f, -1.f, 4.f, 4.f};
+  constexpr int kTraceTile = 2;
+  std::cout << "Trace: one query, scores x = [1, 3, -2, 2.5, 6, 0], values v_j in R^2, tiles of "
+            << kTraceTile << " keys\n";
+  Table t({"tile", "scores", "m_new", "alpha = e^(m - m_new)", "rowsum P~", "l", "SS"});
+  float m = -INFINITY, l = 0.f, ss[2] = {0.f, 0.f};
+  for (std::size_t j0 = 0; j0 < x.size(); j0 += kTraceTile) {
+    float m_new = m;
+    for (int c = 0; c < kTraceTile; ++c) m_new = std::max(m_new, x[j0 + c]);
+    const float alpha = ch05::rescale(m, m_new);
+    float rowsum = 0.f;
+    for (int t2 = 0; t2 < 2; ++t2) ss[t2] *= alpha;
+    for (int c = 0; c < kTraceTile; ++c) {
+      const float p = std::exp(x[j0 + c] - m_new);
+      rowsum += p;
+      for (int t2 = 0; t2 < 2; ++t2) ss[t2] += p * v[2 * (j0 + c) + t2];
+    }
+    l = l * alpha + rowsum;
+    m = m_new;
+    t.add_row({std::to_string(j0 / kTraceTile), fixed(x[j0], 1) + ", " + fixed(x[j0 + 1], 1),
+               fixed(m, 1), fixed(alpha), fixed(rowsum), fixed(l),
+               "(" + fixed(ss[0]) + ", " + fixed(ss[1]) + ")"});
+  }
+  t.print(std::cout);
+  std::cout << "  O = SS / l = (" << fixed(ss[0] / l) << ", " << fixed(ss[1] / l)
+            << "), chapter 05's output; logsumexp = m + log l = " << fixed(m + std::log(l))
+            << "\n\n";
+}
+
+// Which (query, key) pairs a causal Q tile sees, masks, or skips with its whole K/V tile.
+void print_causal_map(int lq, int lk, int br, int bc) {
+  std::cout << "Causal mask, lq = " << lq << ", lk = " << lk << ", tiles of " << br << " x " << bc
+            << " (bottom-right aligned: query i sees key j iff j <= i "
+            << (lk >= lq ? "+ " : "- ") << std::abs(lk - lq) << "):\n"
+            << "  x seen, o masked inside a visited tile, . in a skipped tile\n";
+  for (int i = 0; i < lq; ++i) {
+    const int i0 = i / br * br;
+    const int tiles = kv_tiles_to_visit(i0, std::min(br, lq - i0), lq, lk, bc, true);
+    std::cout << "  q" << i << (i < 10 ? "  " : " ");
+    for (int j = 0; j < lk; ++j) {
+      if (j % bc == 0) std::cout << '|';
+      const bool visited = j / bc < tiles;
+      std::cout << (!visited ? '.' : ch04::causal_visible(i, j, lq, lk) ? 'x' : 'o');
+    }
+    const bool fully_masked = i + (lk - lq) < 0;  // not even key 0 is visible
+    std::cout << "|" << (fully_masked ? "  fully masked: O = 0, logsumexp = -inf" : "") << '\n';
+  }
+  std::cout << '\n';
+}
+
+void print_trace() {
+  print_accumulator_trace();
+  print_causal_map(6, 10, 2, 4);
+  print_causal_map(8, 5, 2, 2);
+}
+
+struct Run {
+  std::string name;
+  std::vector<float> o, lse;
+  double ms;
+};
+
+Run run_kernel(Backend backend, const AttentionInputs& in, AttentionShape shape, float scale,
+               bool causal) {
+  DeviceBuffer<float> q(backend, in.q), k(backend, in.k), v(backend, in.v),
+      o(backend, shape.q_elems()), lse(backend, shape.rows());
+  auto work = [&] {
+    if (backend == Backend::cuda)
+      Kernels<Backend::cuda>::fa2(q.data(), k.data(), v.data(), o.data(), lse.data(), shape,
+                                  scale, causal);
+    else
+      Kernels<Backend::sim>::fa2(q.data(), k.data(), v.data(), o.data(), lse.data(), shape, scale,
+                                 causal);
+  };
+  double ms = 0.0;
+  if (backend == Backend::cuda) {
+    ms = time_cuda(work, 2, 10).median_ms;
+  } else {
+    CpuTimer timer;
+    work();
+    ms = timer.elapsed_ms();
+  }
+  return {std::string(to_string(backend)) + " FA2 kernel", o.download(), lse.download(), ms};
+}
+
+void report_errors(Backend backend, AttentionShape shape, std::uint64_t seed) {
+  const float scale = default_scale(shape.d);
+  const AttentionInputs in = make_attention_inputs(ScoreKind::randn, shape, scale, seed);
+  for (bool causal : {false, true}) {
+    const ref::Attention r = ref::attention(in, shape, scale, causal, false);
+    std::vector<Run> runs;
+    CpuTimer prev_timer;
+    if (!causal)
+      runs.push_back({"cpu ch05 FA1 (previous)", ch05::attention_fa1(in, shape, scale, 8, 32).o,
+                      {}, 0.0});
+    else
+      runs.push_back({"cpu naive, -inf mask (previous)",
+                      ch04::attention_naive(in, shape, scale, true).o, {}, 0.0});
+    runs.back().ms = prev_timer.elapsed_ms();
+    CpuTimer fa2_timer;
+    const Fa2Result fa2 = attention_fa2(in, shape, {scale, causal, kCpuTile, kCpuTile});
+    runs.push_back({"cpu FA2, 64 x 64 tiles", fa2.o, fa2.lse, fa2_timer.elapsed_ms()});
+    if (backend != Backend::cpu) runs.push_back(run_kernel(backend, in, shape, scale, causal));
+    std::cout << (causal ? "Causal: " : "") << "O and logsumexp against fp64 on ("
+              << to_string(shape) << ") randn, seed " << seed << ":\n";
+    Table t({"implementation", "O err / sum p|v|", "O abs err vs previous", "logsumexp abs err",
+             "time ms", "TFLOP/s"});
+    for (const Run& run : runs) {
+      const ErrorReport e = ref::compare_weighted(run.o, r.o, r.o_weight);
+      const bool gpu = run.name.rfind("cuda", 0) == 0;
+      // 4 bh lq lk d: two matmuls of 2 flops per multiply-add; the mask halves the work.
+      const double flops = 4.0 * shape.bh * shape.lq * shape.lk * shape.d / (causal ? 2.0 : 1.0);
+      t.add_row({run.name, sci(e.max_abs) + (e.nonfinite_mismatches ? " (non-finite!)" : ""),
+                 sci(compare(run.o, runs[0].o).max_abs),
+                 run.lse.empty() ? "-" : sci(compare(run.lse, r.lse).max_abs), fixed(run.ms, 3),
+                 gpu ? fixed(flops / run.ms * 1e-9, 2) : "-"});
+    }
+    t.print(std::cout);
+    std::cout << "  stated floors: O " << sci(ref::output_floor(r.score_error, shape.lk))
+              << ", logsumexp " << sci(ref::lse_floor(r.score_error, shape.lk, r.max_abs_lse))
+              << "\n\n";
+  }
+  if (backend == Backend::sim)
+    std::cout << "  sim times are the simulator running every GPU thread on this CPU: they\n"
+                 "  check the kernel, they do not predict GPU speed.\n\n";
+}
+
+/// Peak resident set size since the last reset, in bytes, or -1 where Linux's
+/// /proc/self/clear_refs and VmHWM are not available.
+long long read_status_kib(const std::string& field) {
+  std::ifstream status("/proc/self/status");
+  std::string line;
+  while (std::getline(status, line)) {
+    if (line.rfind(field + ":", 0) == 0) {
+      std::istringstream fields(line.substr(field.size() + 1));
+      long long kib = -1;
+      fields >> kib;
+      return kib;
+    }
+  }
+  return -1;
+}
+bool reset_peak_rss() {
+  std::ofstream clear("/proc/self/clear_refs");
+  clear << "5";  // "5": reset the peak resident set size to the current one
+  clear.flush();
+  return static_cast<bool>(clear);
+}
+
+struct Measured {
+  double heap_peak_bytes;  ///< peak of live operator-new bytes above those live before
+  double rss_peak_bytes;   ///< peak RSS above the RSS before, or -1
+  double ms;
+};
+
+template <typename F>
+Measured measure(F work) {
+  const bool rss = reset_peak_rss();
+  const long long rss_before = read_status_kib("VmRSS");
+  const std::size_t live_before = g_live_bytes;
+  g_peak_bytes = g_live_bytes;
+  CpuTimer timer;
+  work();
+  const double ms = timer.elapsed_ms();
+  const long long hwm = read_status_kib("VmHWM");
+  return {double(g_peak_bytes - live_before),
+          rss && rss_before >= 0 && hwm >= 0 ? 1024.0 * double(hwm - rss_before) : -1.0, ms};
+}
+
+void report_memory(int length, std::uint64_t seed) {
+  constexpr int kHeadDim = 64;
+  const AttentionShape shape{1, length, length, kHeadDim};
+  const float scale = default_scale(shape.d);
+  const AttentionInputs in = make_attention_inputs(ScoreKind::randn, shape, scale, seed);
+  std::vector<float> o_naive(shape.q_elems()), o_fa2(shape.q_elems()), lse(shape.rows());
+  std::cout << "Extra memory and time on the CPU, one head, lq = lk = " << length
+            << ", d = " << kHeadDim << " (inputs and outputs allocated beforehand):\n";
+  const Measured naive = measure([&] {
+    ch04::attention_naive(in.q.data(), in.k.data(), in.v.data(), shape, scale, false, nullptr,
+                          o_naive.data());
+  });
+  const Measured fa2 = measure([&] {
+    attention_fa2(in.q.data(), in.k.data(), in.v.data(), shape,
+                  {scale, false, kCpuTile, kCpuTile}, o_fa2.data(), lse.data());
+  });
+  Table t({"implementation", "heap peak (operator new)", "peak RSS growth", "time ms"});
+  auto mib = [](double bytes) { return bytes < 0 ? std::string("n/a") : fixed(bytes / kMiB, 3) + " MiB"; };
+  t.add_row({"naive (Eigen, S stored)", mib(naive.heap_peak_bytes), mib(naive.rss_peak_bytes),
+             fixed(naive.ms, 1)});
+  t.add_row({"FA2, 64 x 64 tiles", mib(fa2.heap_peak_bytes), mib(fa2.rss_peak_bytes),
+             fixed(fa2.ms, 1)});
+  t.print(std::cout);
+  std::cout << "  The naive attention holds S: lq x lk floats = "
+            << fixed(double(shape.lq) * shape.lk * sizeof(float) / kMiB, 1)
+            << " MiB; FA2 holds one Q tile's SS, m, l and one K/V\n  tile. max |O_naive - O_FA2| = "
+            << sci(compare(o_fa2, o_naive).max_abs)
+            << ".\n  Heap peak: live bytes from this program's counting operator new; peak RSS:\n"
+               "  VmHWM after a reset through /proc/self/clear_refs, which also sees Eigen's own\n"
+               "  buffers (malloc) and counts pages, not bytes. The naive time is Eigen's\n"
+               "  vectorized GEMM; FA2's tiles are plain loops.\n\n";
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::string backend_name = cuda_available() ? "cuda" : "sim";
+  int bh = 0, lq = 0, lk = 0, d = 64, memory_length = 4096;
+  std::uint64_t seed = 1;
+  bool trace_only = false;
+  constexpr int kMaxMemoryLength = 16384;  // S at 16384^2 is 1 GiB
+  Cli cli("ch06", "Chapter 06: FlashAttention-2, on the CPU and as a CUDA kernel.");
+  cli.option("--bh", &bh, "batch x heads (default 16 on cuda, 2 otherwise)")
+      .option("--lq", &lq, "query rows (default 4096 on cuda, 256 otherwise)")
+      .option("--lk", &lk, "key rows (default 4096 on cuda, 1024 otherwise)")
+      .option("--d", &d, "head dimension (default 64)", ch04::kMaxHeadDim)
+      .option("--memory-length", &memory_length,
+              "lq = lk of the CPU memory and time comparison (default 4096)", kMaxMemoryLength)
+      .option("--seed", &seed, "input seed (default 1)")
+      .option("--backend", &backend_name, {"cpu", "sim", "cuda"},
+              "where the kernel runs (default cuda with a GPU, else sim)")
+      .flag("--trace", &trace_only, "print the worked trace only");
+  if (const int code = cli.parse(argc, argv); code >= 0) return code;
+  Backend backend{};
+  if (std::string why; !parse_backend(backend_name, &backend, &why)) return cli.error(why);
+  const bool gpu = backend == Backend::cuda;
+  const AttentionShape shape{bh > 0 ? bh : (gpu ? 16 : 2), lq > 0 ? lq : (gpu ? 4096 : 256),
+                             lk > 0 ? lk : (gpu ? 4096 : 1024), d};
+  constexpr std::size_t kMaxProbabilities = std::size_t{1} << 28;  // the baselines store P
+  if (shape.p_elems() > kMaxProbabilities)
+    return cli.error("--bh x --lq x --lk = " + std::to_string(shape.p_elems()) +
+                     " exceeds this program's limit of 2^28 (the naive baseline stores P)");
+
+  print_intro();
+  print_trace();
+  if (trace_only) return 0;
+  try {
+    report_errors(backend, shape, seed);
+    report_memory(memory_length, seed);
+  } catch (const std::exception& e) {
+    return cli.error(e.what());
+  }
+  std::cout << "Next: chapter 07, Welford LayerNorm (chapters/07_welford_layernorm, docs page\n"
+               "\"Chapter 07: Welford LayerNorm\"): the same monoid idea, for mean and variance.\n";
+  return 0;
+}

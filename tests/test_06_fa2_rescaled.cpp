@@ -1,0 +1,301 @@
+// Chapter 06: FlashAttention-2. The tiled FA2 against chapter 05's FA1 under the 2x policy,
+// logsumexp against fp64, causal against the naive attention with a -inf mask (lq != lk
+// included), the tiles the causal mask skips, a planted mistake the bounds catch, then the
+// kernel against the CPU step.
+#include <cmath>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "chapters/04_fused_qk_softmax/attention_naive.hpp"
+#include "chapters/05_fa1_subsum/fa1.hpp"
+#include "chapters/06_fa2_rescaled/fa2.hpp"
+#include "common/attention_inputs.hpp"
+#include "common/buffer.hpp"
+#include "common/reference_attention.hpp"
+#include "tests/support.hpp"
+
+using namespace wb;
+using namespace wb::ch06;
+
+namespace {
+
+constexpr std::uint64_t kSeed = 606;
+
+// The edges of the issue (lq or lk of 1, 17, 127, 1000; d of 1, 16, 59, 64, 96, 128), sizes
+// no tile divides, lq > lk (fully masked rows under the causal mask) and lq < lk.
+const std::vector<AttentionShape> kCpuShapes = {
+    {1, 1, 1, 1},    {2, 17, 127, 59}, {1, 127, 17, 16}, {1, 33, 1000, 64},
+    {1, 5, 300, 96}, {2, 31, 129, 128}, {1, 1000, 1, 1}, {1, 1000, 17, 16}};
+
+struct Tiles {
+  int br, bc;
+};
+const std::vector<Tiles> kTiles = {{1, 1}, {3, 7}, {16, 32}, {64, 64}, {5, 2000}};
+
+// Simulator shapes: moderate, the same edges, one lk = 1000 on a small d.
+const std::vector<AttentionShape> kKernelShapes = {
+    {1, 1, 1, 1},     {2, 17, 127, 59}, {1, 127, 17, 16}, {1, 9, 1000, 16},
+    {1, 40, 300, 64}, {1, 33, 65, 128}, {2, 8, 33, 96},   {1, 300, 31, 1}};
+
+/// The K/V tiles that hold at least one (query, key) pair the mask lets through, counted by
+/// brute force over every pair: the tiles an honest causal kernel must visit, and no more.
+long tiles_touching_the_diagonal(AttentionShape shape, int br, int bc) {
+  long tiles = 0;
+  for (int i0 = 0; i0 < shape.lq; i0 += br)
+    for (int j0 = 0; j0 < shape.lk; j0 += bc) {
+      bool any = false;
+      for (int i = i0; i < std::min(i0 + br, shape.lq) && !any; ++i)
+        for (int j = j0; j < std::min(j0 + bc, shape.lk) && !any; ++j)
+          any = j <= i + (shape.lk - shape.lq);  // the mask, restated as in the page's eq. (6)
+      tiles += any;
+    }
+  return tiles * shape.bh;
+}
+
+/// Checks the workbook's convention on every fully masked row: O = 0 exactly, lse = -inf.
+void check_masked_rows(const ref::Attention& r, AttentionShape shape, const std::vector<float>& o,
+                       const std::vector<float>& lse) {
+  for (std::size_t row = 0; row < shape.rows(); ++row) {
+    if (r.m[row] != -INFINITY) continue;
+    CAPTURE(row);
+    CHECK(lse[row] == -INFINITY);
+    for (int c = 0; c < shape.d; ++c) CHECK(o[row * shape.d + c] == 0.f);
+  }
+}
+
+/// FA2 with a planted mistake: the accumulator is not rescaled when the running max moves
+/// (SS = SS + P~ V instead of SS e^{m - m_new} + P~ V); l is still right.
+std::vector<float> fa2_without_accumulator_rescale(const AttentionInputs& in, AttentionShape shape,
+                                                   float scale, int bc) {
+  std::vector<float> o(shape.q_elems());
+  std::vector<float> ss(shape.d), s(bc);
+  for (std::size_t row = 0; row < shape.rows(); ++row) {
+    const std::size_t b = row / shape.lq;
+    float m = -INFINITY, l = 0.f;
+    std::fill(ss.begin(), ss.end(), 0.f);
+    for (int j0 = 0; j0 < shape.lk; j0 += bc) {
+      const int cols = std::min(bc, shape.lk - j0);
+      const float* k_j = in.k.data() + (b * shape.lk + j0) * shape.d;
+      const float* v_j = in.v.data() + (b * shape.lk + j0) * shape.d;
+      ch04::score_tile(in.q.data() + row * shape.d, k_j, 1, cols, shape.d, scale, s.data());
+      float m_new = m;
+      for (int c = 0; c < cols; ++c) m_new = std::max(m_new, s[c]);
+      const float alpha = ch05::rescale(m, m_new);
+      float rowsum = 0.f;
+      for (int c = 0; c < cols; ++c) rowsum += (s[c] = std::exp(s[c] - m_new));
+      l = l * alpha + rowsum;
+      for (int c = 0; c < cols; ++c)
+        for (int t = 0; t < shape.d; ++t) ss[t] += s[c] * v_j[c * shape.d + t];  // the mistake
+      m = m_new;
+    }
+    for (int t = 0; t < shape.d; ++t) o[row * shape.d + t] = ss[t] / l;
+  }
+  return o;
+}
+
+}  // namespace
+
+TEST_SUITE("cpu") {
+  TEST_CASE("tiled FA2 equals FA1 under the 2x policy and its logsumexp is within its bound") {
+    for (const AttentionShape& shape : kCpuShapes) {
+      for (ScoreKind kind : all_score_kinds()) {
+        const std::string where = to_string(shape) + ", " + to_string(kind);
+        CAPTURE(where);
+        const float scale = default_scale(shape.d);
+        const AttentionInputs in = make_attention_inputs(kind, shape, scale, kSeed);
+        const ref::Attention r = ref::attention(in, shape, scale, false, /*want_p=*/false);
+        // O's error in units of sum_j p_j |v_j| (it may cancel to ~0), bounded by output_floor;
+        // logsumexp's absolute error by lse_floor (common/reference_attention.hpp).
+        const double floor = ref::output_floor(r.score_error, shape.lk);
+        const double lse_bound = ref::lse_floor(r.score_error, shape.lk, r.max_abs_lse);
+        const ErrorReport fa1 = ref::compare_weighted(ch05::attention_fa1(in, shape, scale, 8, 32).o,
+                                                      r.o, r.o_weight);
+        for (const Tiles& t : kTiles) {
+          CAPTURE(t.br);
+          CAPTURE(t.bc);
+          const Fa2Result fa2 = attention_fa2(in, shape, {scale, false, t.br, t.bc});
+          WB_CHECK_WITHIN(ref::compare_weighted(fa2.o, r.o, r.o_weight),
+                          chain_bound(fa1.max_abs, floor));
+          WB_CHECK_WITHIN(compare(fa2.lse, r.lse), lse_bound);
+        }
+      }
+    }
+  }
+
+  TEST_CASE("causal FA2 equals the naive attention with a -inf mask when lq and lk differ") {
+    // Bottom-right alignment: query i sees key j iff j <= i + (lk - lq). With lq > lk the first
+    // lq - lk rows see nothing: O = 0 and logsumexp = -inf there.
+    const std::vector<AttentionShape> shapes = {
+        {2, 17, 17, 16}, {1, 127, 17, 59}, {1, 17, 127, 64}, {1, 1000, 31, 1},
+        {1, 1, 1000, 16}, {2, 64, 64, 128}, {1, 45, 1, 96}};
+    for (const AttentionShape& shape : shapes) {
+      for (ScoreKind kind : all_score_kinds()) {
+        const std::string where = to_string(shape) + ", " + to_string(kind);
+        CAPTURE(where);
+        const float scale = default_scale(shape.d);
+        const AttentionInputs in = make_attention_inputs(kind, shape, scale, kSeed);
+        const ref::Attention r = ref::attention(in, shape, scale, /*causal=*/true, false);
+        const double floor = ref::output_floor(r.score_error, shape.lk);
+        const ErrorReport naive = ref::compare_weighted(
+            ch04::attention_naive(in, shape, scale, /*causal=*/true).o, r.o, r.o_weight);
+        WB_CHECK_WITHIN(naive, floor);
+        for (const Tiles& t : kTiles) {
+          CAPTURE(t.br);
+          CAPTURE(t.bc);
+          const Fa2Result fa2 = attention_fa2(in, shape, {scale, true, t.br, t.bc});
+          WB_CHECK_WITHIN(ref::compare_weighted(fa2.o, r.o, r.o_weight),
+                          chain_bound(naive.max_abs, floor));
+          WB_CHECK_WITHIN(compare(fa2.lse, r.lse),
+                          ref::lse_floor(r.score_error, shape.lk, r.max_abs_lse));
+          check_masked_rows(r, shape, fa2.o, fa2.lse);
+        }
+      }
+    }
+  }
+
+  TEST_CASE("causal FA2 visits exactly the tiles that touch the diagonal") {
+    for (AttentionShape shape : {AttentionShape{1, 256, 256, 8}, AttentionShape{2, 100, 37, 8},
+                                 AttentionShape{1, 37, 100, 8}, AttentionShape{1, 5, 1, 8}}) {
+      for (const Tiles& t : kTiles) {
+        const std::string where = to_string(shape) + ", tiles " + std::to_string(t.br) + " x " +
+                                  std::to_string(t.bc);
+        CAPTURE(where);
+        const AttentionInputs in = make_attention_inputs(ScoreKind::randn, shape, 1.f, kSeed);
+        const long all = attention_fa2(in, shape, {1.f, false, t.br, t.bc}).tiles_visited;
+        const long causal = attention_fa2(in, shape, {1.f, true, t.br, t.bc}).tiles_visited;
+        CHECK(all == shape.bh * long((shape.lq + t.br - 1) / t.br) * ((shape.lk + t.bc - 1) / t.bc));
+        CHECK(causal == tiles_touching_the_diagonal(shape, t.br, t.bc));
+      }
+    }
+    // On a square problem with 64 x 64 tiles, 8 x 8 tiles: the diagonal and below, 36 of 64.
+    const AttentionShape square{1, 512, 512, 8};
+    const AttentionInputs in = make_attention_inputs(ScoreKind::randn, square, 1.f, kSeed);
+    CHECK(attention_fa2(in, square, {1.f, true, 64, 64}).tiles_visited == 36);
+  }
+
+  TEST_CASE("a softmax scale other than the default is applied once") {
+    const AttentionShape shape{1, 31, 97, 64};
+    for (float scale : {0.03f, 1.f, 2.5f}) {
+      CAPTURE(scale);
+      const AttentionInputs in = make_attention_inputs(ScoreKind::randn, shape, scale, kSeed);
+      const ref::Attention r = ref::attention(in, shape, scale, false, false);
+      const Fa2Result fa2 = attention_fa2(in, shape, {scale, false, 16, 32});
+      WB_CHECK_WITHIN(ref::compare_weighted(fa2.o, r.o, r.o_weight),
+                      ref::output_floor(r.score_error, shape.lk));
+      WB_CHECK_WITHIN(compare(fa2.lse, r.lse),
+                      ref::lse_floor(r.score_error, shape.lk, r.max_abs_lse));
+    }
+  }
+
+  TEST_CASE("an accumulator that is not rescaled fails the bound") {
+    // The planted mistake of the exercise's hint: SS += P~ V without SS *= e^{m - m_new}. The
+    // old terms keep the weight of an older, smaller max: off by e^{m_new - m} - 1 >> floor.
+    const AttentionShape shape{1, 17, 127, 16};
+    const float scale = default_scale(shape.d);
+    for (ScoreKind kind : {ScoreKind::randn, ScoreKind::outliers, ScoreKind::arange}) {
+      const std::string input = to_string(kind);
+      CAPTURE(input);
+      const AttentionInputs in = make_attention_inputs(kind, shape, scale, kSeed);
+      const ref::Attention r = ref::attention(in, shape, scale, false, false);
+      const double floor = ref::output_floor(r.score_error, shape.lk);
+      const ErrorReport good = ref::compare_weighted(
+          attention_fa2(in, shape, {scale, false, 1, 16}).o, r.o, r.o_weight);
+      const ErrorReport planted = ref::compare_weighted(
+          fa2_without_accumulator_rescale(in, shape, scale, 16), r.o, r.o_weight);
+      WB_CHECK_WITHIN(good, floor);
+      CHECK_MESSAGE(!planted.within(chain_bound(good.max_abs, floor)),
+                    "the planted mistake passed: ", planted.describe());
+    }
+  }
+}
+
+namespace {
+
+struct KernelRun {
+  std::vector<float> o, lse;
+  std::vector<int> tiles;
+};
+
+template <Backend B>
+KernelRun run_kernel(const AttentionInputs& in, AttentionShape shape, float scale, bool causal) {
+  DeviceBuffer<float> q(B, in.q), k(B, in.k), v(B, in.v), o(B, shape.q_elems()),
+      lse(B, shape.rows());
+  const int q_tiles = (shape.lq + kKernelRows - 1) / kKernelRows;
+  DeviceBuffer<int> tiles(B, std::size_t(shape.bh) * q_tiles);
+  Kernels<B>::fa2(q.data(), k.data(), v.data(), o.data(), lse.data(), shape, scale, causal,
+                  tiles.data());
+  return {o.download(), lse.download(), tiles.download()};
+}
+
+template <Backend B>
+void kernel_equals_the_cpu_step() {
+  for (bool causal : {false, true}) {
+    for (const AttentionShape& shape : kKernelShapes) {
+      for (ScoreKind kind : all_score_kinds()) {
+        const std::string where = to_string(shape) + ", " + to_string(kind) +
+                                  (causal ? ", causal" : "");
+        CAPTURE(where);
+        const float scale = default_scale(shape.d);
+        const AttentionInputs in = make_attention_inputs(kind, shape, scale, kSeed);
+        const ref::Attention r = ref::attention(in, shape, scale, causal, false);
+        const Fa2Result cpu = attention_fa2(in, shape, {scale, causal, kKernelRows, kKernelKeys});
+        const ErrorReport cpu_o = ref::compare_weighted(cpu.o, r.o, r.o_weight);
+        const ErrorReport cpu_lse = compare(cpu.lse, r.lse);
+        const KernelRun gpu = run_kernel<B>(in, shape, scale, causal);
+        // The policy: twice the CPU step's error plus the floor (the kernel sums in butterflies
+        // and with fmaf, CUDA's expf and logf differ from glibc's by an ulp or two).
+        WB_CHECK_WITHIN(ref::compare_weighted(gpu.o, r.o, r.o_weight),
+                        chain_bound(cpu_o.max_abs, ref::output_floor(r.score_error, shape.lk)));
+        WB_CHECK_WITHIN(compare(gpu.lse, r.lse),
+                        chain_bound(cpu_lse.max_abs,
+                                    ref::lse_floor(r.score_error, shape.lk, r.max_abs_lse)));
+        check_masked_rows(r, shape, gpu.o, gpu.lse);
+        long visited = 0;
+        for (int n : gpu.tiles) visited += n;
+        // The same tiles as the CPU step with the kernel's tile sizes: under the mask, exactly
+        // those that touch the diagonal; the others are never loaded.
+        CHECK(visited == cpu.tiles_visited);
+        if (causal) CHECK(visited == tiles_touching_the_diagonal(shape, kKernelRows, kKernelKeys));
+      }
+    }
+  }
+}
+
+template <Backend B>
+void kernel_skips_the_tiles_above_the_diagonal() {
+  // 320 x 320 in 16 x 32 tiles: block x visits tiles up to the one holding key 16 x + 15,
+  // i.e. x / 2 + 1 of the 10; 20 blocks visit 110 tiles, where the unmasked kernel visits 200.
+  const AttentionShape shape{1, 320, 320, 8};
+  const AttentionInputs in = make_attention_inputs(ScoreKind::randn, shape, 1.f, kSeed);
+  const KernelRun all = run_kernel<B>(in, shape, 1.f, false);
+  const KernelRun causal = run_kernel<B>(in, shape, 1.f, true);
+  long n_all = 0, n_causal = 0;
+  for (int n : all.tiles) n_all += n;
+  for (std::size_t x = 0; x < causal.tiles.size(); ++x) {
+    CAPTURE(x);
+    CHECK(causal.tiles[x] == int(x) / 2 + 1);
+    n_causal += causal.tiles[x];
+  }
+  CHECK(n_all == 200);
+  CHECK(n_causal == 110);
+}
+
+template <Backend B>
+void kernel_rejects_a_head_dimension_above_128() {
+  const AttentionShape shape{1, 2, 2, ch04::kMaxHeadDim + 1};
+  DeviceBuffer<float> q(B, shape.q_elems()), k(B, shape.kv_elems()), v(B, shape.kv_elems()),
+      o(B, shape.q_elems()), lse(B, shape.rows());
+  CHECK_THROWS_AS(Kernels<B>::fa2(q.data(), k.data(), v.data(), o.data(), lse.data(), shape, 1.f,
+                                  false),
+                  std::invalid_argument);
+}
+
+}  // namespace
+
+WB_KERNEL_TEST_CASE("the FA2 kernel equals the tiled FA2 CPU step with and without the mask",
+                    kernel_equals_the_cpu_step)
+WB_KERNEL_TEST_CASE("the causal FA2 kernel skips the tiles above the diagonal",
+                    kernel_skips_the_tiles_above_the_diagonal)
+WB_KERNEL_TEST_CASE("the FA2 kernel rejects a head dimension above 128",
+                    kernel_rejects_a_head_dimension_above_128)
