@@ -9,7 +9,7 @@ namespace wb {
 namespace {
 
 constexpr float kOutlierFactor = 20.f;
-constexpr std::uint64_t kOutlierKeyEvery = 16;   // about 1 key row in 16 becomes an outlier
+constexpr std::uint64_t kOutlierKeyEvery = 16;    // about 1 key row in 16 becomes an outlier
 constexpr std::uint64_t kOutlierValueEvery = 64;  // about 1 V entry in 64
 constexpr float kScoreOffset = 1e4f;
 
@@ -32,11 +32,16 @@ const std::vector<ScoreKind>& all_score_kinds() {
 
 const char* to_string(ScoreKind kind) {
   switch (kind) {
-    case ScoreKind::randn: return "randn";
-    case ScoreKind::outliers: return "outliers x20";
-    case ScoreKind::large_offset: return "scores 1e4 + randn";
-    case ScoreKind::ones: return "ones (uniform P)";
-    case ScoreKind::arange: return "arange (s_ij = j)";
+    case ScoreKind::randn:
+      return "randn";
+    case ScoreKind::outliers:
+      return "outliers x20";
+    case ScoreKind::large_offset:
+      return "scores 1e4 + randn";
+    case ScoreKind::ones:
+      return "ones (uniform P)";
+    case ScoreKind::arange:
+      return "arange (s_ij = j)";
   }
   return "?";
 }
@@ -55,10 +60,12 @@ AttentionInputs make_attention_inputs(ScoreKind kind, AttentionShape shape, floa
   const std::size_t q_rows = shape.rows();
   const std::size_t k_rows = std::size_t(shape.bh) * shape.lk;
   switch (kind) {
-    case ScoreKind::randn: break;
+    case ScoreKind::randn:
+      break;
     case ScoreKind::outliers: {
       for (std::size_t r = 0; r < k_rows; ++r) {
-        const bool forced = r % shape.lk == mix(kind_seed + r / shape.lk) % shape.lk;  // one per head
+        const bool forced =
+            r % shape.lk == mix(kind_seed + r / shape.lk) % shape.lk;  // one per head
         if (forced || mix(kind_seed ^ r) % kOutlierKeyEvery == 0)
           for (int c = 0; c < d; ++c) in.k[r * d + c] *= kOutlierFactor;
       }

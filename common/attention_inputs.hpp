@@ -32,11 +32,13 @@ struct AttentionShape {
 
 /// The softmax scale every chapter defaults to: 1 / sqrt(d), so that scores of unit-variance
 /// q and k have unit variance.
-inline float default_scale(int d) { return 1.f / std::sqrt(static_cast<float>(d)); }
+inline float default_scale(int d) {
+  return 1.f / std::sqrt(static_cast<float>(d));
+}
 
 enum class ScoreKind {
-  randn,         ///< Q, K, V standard normal: scores of unit variance
-  outliers,      ///< randn, about 1 key row in 16 (at least one per head) x20, V entries 1 in 64 x20
+  randn,     ///< Q, K, V standard normal: scores of unit variance
+  outliers,  ///< randn, about 1 key row in 16 (at least one per head) x20, V entries 1 in 64 x20
   large_offset,  ///< randn, but q[0] = k[0] = sqrt(1e4 / scale): every score is 1e4 + randn
   ones,          ///< Q = K = 1: every score equal, a uniform P; V randn, so O cancels to ~0
   arange,        ///< q = e_0, k_j = (j / scale) e_0: s_ij = j, a steep ramp onto the last keys

@@ -12,10 +12,14 @@ namespace {
 constexpr double kInf = std::numeric_limits<double>::infinity();
 
 // gamma_n = n u / (1 - n u): the bound on the relative error of n successive roundings.
-double gamma(int n) { return n * kFloatEps / (1.0 - n * kFloatEps); }
+double gamma(int n) {
+  return n * kFloatEps / (1.0 - n * kFloatEps);
+}
 
 // The workbook's causal alignment, bottom-right (see the header), restated on purpose.
-bool visible(int i, int j, int lq, int lk) { return j <= i + (lk - lq); }
+bool visible(int i, int j, int lq, int lk) {
+  return j <= i + (lk - lq);
+}
 
 }  // namespace
 

@@ -18,18 +18,18 @@
 namespace wb::ref {
 
 struct Attention {
-  std::vector<double> p;         ///< (bh, lq, lk); empty unless asked for
-  std::vector<double> o;         ///< (bh, lq, d)
+  std::vector<double> p;  ///< (bh, lq, lk); empty unless asked for
+  std::vector<double> o;  ///< (bh, lq, d)
   /// (bh, lq, d): sum_j p_ij |v_jc|, the size of the terms whose rounding makes O's error.
   /// O itself can cancel to ~0, so O's error is measured in units of this (compare_weighted).
   std::vector<double> o_weight;
-  std::vector<double> m;         ///< (bh, lq): max_j s_ij, -inf for a fully masked row
-  std::vector<double> d;         ///< (bh, lq): sum_j e^{s_ij - m_i}, 0 for a fully masked row
-  std::vector<double> lse;       ///< (bh, lq): m_i + log d_i, -inf for a fully masked row
+  std::vector<double> m;    ///< (bh, lq): max_j s_ij, -inf for a fully masked row
+  std::vector<double> d;    ///< (bh, lq): sum_j e^{s_ij - m_i}, 0 for a fully masked row
+  std::vector<double> lse;  ///< (bh, lq): m_i + log d_i, -inf for a fully masked row
   /// Bound on |float score - exact score| for any summation order of the float dot product
   /// and the scale: gamma_{d+2} max_ij scale sum_t |q_it| |k_jt| (Higham, eq. 3.5).
   double score_error = 0.0;
-  double max_abs_lse = 0.0;      ///< max |lse_i| over the rows that are not fully masked
+  double max_abs_lse = 0.0;  ///< max |lse_i| over the rows that are not fully masked
 };
 
 /// The fp64 attention of float inputs. `want_p` keeps the (bh, lq, lk) probabilities.

@@ -22,8 +22,8 @@ constexpr std::uint64_t kSeed = 404;
 // Lq and Lk of 1, 17, 127, 1000 and other sizes that are multiples of no tile; every head
 // dimension the issue names (1, 16, 59, 64, 96, 128); bh > 1 so that a head offset bug shows.
 const std::vector<AttentionShape> kCpuShapes = {
-    {1, 1, 1, 1},    {2, 17, 127, 59}, {1, 127, 17, 16}, {1, 33, 1000, 64},
-    {1, 5, 300, 96}, {2, 31, 129, 128}, {1, 1000, 1, 1}, {1, 1, 1000, 16}};
+    {1, 1, 1, 1},    {2, 17, 127, 59},  {1, 127, 17, 16}, {1, 33, 1000, 64},
+    {1, 5, 300, 96}, {2, 31, 129, 128}, {1, 1000, 1, 1},  {1, 1, 1000, 16}};
 
 // Q row blocks x K tiles: one by one (every row and key its own tile), sizes that divide none
 // of the shapes, the kernel's 8 x 32, and tiles larger than the whole problem.
@@ -35,8 +35,8 @@ const std::vector<Tiles> kTiles = {{1, 1}, {3, 7}, {8, 32}, {64, 64}, {5, 2000}}
 // The kernel runs on the simulator, one fiber per GPU thread: shapes stay moderate (the same
 // edges: 1, 17, 127, 1000, every named d), one with lk = 1000 on a small d.
 const std::vector<AttentionShape> kKernelShapes = {
-    {1, 1, 1, 1},   {2, 17, 127, 59}, {1, 127, 17, 16}, {1, 9, 1000, 16},
-    {1, 40, 300, 64}, {1, 33, 65, 128}, {2, 8, 33, 96}, {1, 3, 31, 1}};
+    {1, 1, 1, 1},     {2, 17, 127, 59}, {1, 127, 17, 16}, {1, 9, 1000, 16},
+    {1, 40, 300, 64}, {1, 33, 65, 128}, {2, 8, 33, 96},   {1, 3, 31, 1}};
 
 struct Stats {
   std::vector<float> m, d;
@@ -153,9 +153,9 @@ void kernel_rejects_a_head_dimension_above_128() {
   const AttentionShape shape{1, 2, 2, kMaxHeadDim + 1};
   DeviceBuffer<float> q(B, shape.q_elems()), k(B, shape.kv_elems()), p(B, shape.p_elems());
   DeviceBuffer<MD> stats(B, shape.rows());
-  CHECK_THROWS_AS(Kernels<B>::fused_softmax_qk(q.data(), k.data(), p.data(), stats.data(), shape,
-                                               1.f),
-                  std::invalid_argument);
+  CHECK_THROWS_AS(
+      Kernels<B>::fused_softmax_qk(q.data(), k.data(), p.data(), stats.data(), shape, 1.f),
+      std::invalid_argument);
 }
 
 }  // namespace

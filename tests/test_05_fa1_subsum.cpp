@@ -23,8 +23,8 @@ constexpr std::uint64_t kSeed = 505;
 // The edges of the issue (lq or lk of 1, 17, 127, 1000; d of 1, 16, 59, 64, 96, 128), sizes
 // that no tile divides, bh > 1 so that a head offset bug shows.
 const std::vector<AttentionShape> kCpuShapes = {
-    {1, 1, 1, 1},    {2, 17, 127, 59}, {1, 127, 17, 16}, {1, 33, 1000, 64},
-    {1, 5, 300, 96}, {2, 31, 129, 128}, {1, 1000, 1, 1}, {1, 1, 1000, 16}};
+    {1, 1, 1, 1},    {2, 17, 127, 59},  {1, 127, 17, 16}, {1, 33, 1000, 64},
+    {1, 5, 300, 96}, {2, 31, 129, 128}, {1, 1000, 1, 1},  {1, 1, 1000, 16}};
 
 struct Tiles {
   int br, bc;
@@ -102,7 +102,8 @@ TEST_SUITE("cpu") {
         // in units of sum_j p_j |v_j| (compare_weighted); output_floor bounds the rounding of
         // the probabilities and of up to lk steps of the recurrence in those units.
         const double floor = ref::output_floor(r.score_error, shape.lk);
-        const ErrorReport prev = ref::compare_weighted(previous_step(in, shape, scale), r.o, r.o_weight);
+        const ErrorReport prev =
+            ref::compare_weighted(previous_step(in, shape, scale), r.o, r.o_weight);
         WB_CHECK_WITHIN(prev, floor);
         const ErrorReport elem =
             ref::compare_weighted(attention_elementwise(in, shape, scale), r.o, r.o_weight);
@@ -130,17 +131,18 @@ TEST_SUITE("cpu") {
     const float scale = default_scale(shape.d);
     for (ScoreKind kind : all_score_kinds()) {
       for (int split_at : {1, 100, 210}) {
-        const std::string where = std::string(to_string(kind)) + ", split " + std::to_string(split_at);
+        const std::string where =
+            std::string(to_string(kind)) + ", split " + std::to_string(split_at);
         CAPTURE(where);
         const AttentionInputs in = make_attention_inputs(kind, shape, scale, kSeed);
         const ref::Attention r = ref::attention(in, shape, scale, false, false);
         const std::size_t cut = std::size_t(split_at) * shape.d;
         const AttentionShape shape_a{1, shape.lq, split_at, shape.d};
         const AttentionShape shape_b{1, shape.lq, shape.lk - split_at, shape.d};
-        const AttentionInputs in_a{in.q, {in.k.begin(), in.k.begin() + cut},
-                                   {in.v.begin(), in.v.begin() + cut}};
-        const AttentionInputs in_b{in.q, {in.k.begin() + cut, in.k.end()},
-                                   {in.v.begin() + cut, in.v.end()}};
+        const AttentionInputs in_a{
+            in.q, {in.k.begin(), in.k.begin() + cut}, {in.v.begin(), in.v.begin() + cut}};
+        const AttentionInputs in_b{
+            in.q, {in.k.begin() + cut, in.k.end()}, {in.v.begin() + cut, in.v.end()}};
         const Fa1Result a = attention_fa1(in_a, shape_a, scale, 4, 16);
         const Fa1Result b = attention_fa1(in_b, shape_b, scale, 4, 16);
         std::vector<float> o(shape.q_elems());
@@ -177,8 +179,8 @@ TEST_SUITE("cpu") {
       const ErrorReport planted =
           ref::compare_weighted(elementwise_without_rescale(in, shape, scale), r.o, r.o_weight);
       WB_CHECK_WITHIN(good, floor);
-      CHECK_MESSAGE(!planted.within(chain_bound(good.max_abs, floor)), "the planted mistake passed: ",
-                    planted.describe());
+      CHECK_MESSAGE(!planted.within(chain_bound(good.max_abs, floor)),
+                    "the planted mistake passed: ", planted.describe());
     }
   }
 }

@@ -25,8 +25,8 @@ constexpr std::uint64_t kSeed = 606;
 // The edges of the issue (lq or lk of 1, 17, 127, 1000; d of 1, 16, 59, 64, 96, 128), sizes
 // no tile divides, lq > lk (fully masked rows under the causal mask) and lq < lk.
 const std::vector<AttentionShape> kCpuShapes = {
-    {1, 1, 1, 1},    {2, 17, 127, 59}, {1, 127, 17, 16}, {1, 33, 1000, 64},
-    {1, 5, 300, 96}, {2, 31, 129, 128}, {1, 1000, 1, 1}, {1, 1000, 17, 16}};
+    {1, 1, 1, 1},    {2, 17, 127, 59},  {1, 127, 17, 16}, {1, 33, 1000, 64},
+    {1, 5, 300, 96}, {2, 31, 129, 128}, {1, 1000, 1, 1},  {1, 1000, 17, 16}};
 
 struct Tiles {
   int br, bc;
@@ -109,8 +109,8 @@ TEST_SUITE("cpu") {
         // logsumexp's absolute error by lse_floor (common/reference_attention.hpp).
         const double floor = ref::output_floor(r.score_error, shape.lk);
         const double lse_bound = ref::lse_floor(r.score_error, shape.lk, r.max_abs_lse);
-        const ErrorReport fa1 = ref::compare_weighted(ch05::attention_fa1(in, shape, scale, 8, 32).o,
-                                                      r.o, r.o_weight);
+        const ErrorReport fa1 =
+            ref::compare_weighted(ch05::attention_fa1(in, shape, scale, 8, 32).o, r.o, r.o_weight);
         for (const Tiles& t : kTiles) {
           CAPTURE(t.br);
           CAPTURE(t.bc);
@@ -127,7 +127,7 @@ TEST_SUITE("cpu") {
     // Bottom-right alignment: query i sees key j iff j <= i + (lk - lq). With lq > lk the first
     // lq - lk rows see nothing: O = 0 and logsumexp = -inf there.
     const std::vector<AttentionShape> shapes = {
-        {2, 17, 17, 16}, {1, 127, 17, 59}, {1, 17, 127, 64}, {1, 1000, 31, 1},
+        {2, 17, 17, 16},  {1, 127, 17, 59}, {1, 17, 127, 64}, {1, 1000, 31, 1},
         {1, 1, 1000, 16}, {2, 64, 64, 128}, {1, 45, 1, 96}};
     for (const AttentionShape& shape : shapes) {
       for (ScoreKind kind : all_score_kinds()) {
@@ -158,13 +158,14 @@ TEST_SUITE("cpu") {
     for (AttentionShape shape : {AttentionShape{1, 256, 256, 8}, AttentionShape{2, 100, 37, 8},
                                  AttentionShape{1, 37, 100, 8}, AttentionShape{1, 5, 1, 8}}) {
       for (const Tiles& t : kTiles) {
-        const std::string where = to_string(shape) + ", tiles " + std::to_string(t.br) + " x " +
-                                  std::to_string(t.bc);
+        const std::string where =
+            to_string(shape) + ", tiles " + std::to_string(t.br) + " x " + std::to_string(t.bc);
         CAPTURE(where);
         const AttentionInputs in = make_attention_inputs(ScoreKind::randn, shape, 1.f, kSeed);
         const long all = attention_fa2(in, shape, {1.f, false, t.br, t.bc}).tiles_visited;
         const long causal = attention_fa2(in, shape, {1.f, true, t.br, t.bc}).tiles_visited;
-        CHECK(all == shape.bh * long((shape.lq + t.br - 1) / t.br) * ((shape.lk + t.bc - 1) / t.bc));
+        CHECK(all ==
+              shape.bh * long((shape.lq + t.br - 1) / t.br) * ((shape.lk + t.bc - 1) / t.bc));
         CHECK(causal == tiles_touching_the_diagonal(shape, t.br, t.bc));
       }
     }
@@ -199,8 +200,8 @@ TEST_SUITE("cpu") {
       const AttentionInputs in = make_attention_inputs(kind, shape, scale, kSeed);
       const ref::Attention r = ref::attention(in, shape, scale, false, false);
       const double floor = ref::output_floor(r.score_error, shape.lk);
-      const ErrorReport good = ref::compare_weighted(
-          attention_fa2(in, shape, {scale, false, 1, 16}).o, r.o, r.o_weight);
+      const ErrorReport good =
+          ref::compare_weighted(attention_fa2(in, shape, {scale, false, 1, 16}).o, r.o, r.o_weight);
       const ErrorReport planted = ref::compare_weighted(
           fa2_without_accumulator_rescale(in, shape, scale, 16), r.o, r.o_weight);
       WB_CHECK_WITHIN(good, floor);
@@ -233,8 +234,8 @@ void kernel_equals_the_cpu_step() {
   for (bool causal : {false, true}) {
     for (const AttentionShape& shape : kKernelShapes) {
       for (ScoreKind kind : all_score_kinds()) {
-        const std::string where = to_string(shape) + ", " + to_string(kind) +
-                                  (causal ? ", causal" : "");
+        const std::string where =
+            to_string(shape) + ", " + to_string(kind) + (causal ? ", causal" : "");
         CAPTURE(where);
         const float scale = default_scale(shape.d);
         const AttentionInputs in = make_attention_inputs(kind, shape, scale, kSeed);
@@ -247,9 +248,9 @@ void kernel_equals_the_cpu_step() {
         // and with fmaf, CUDA's expf and logf differ from glibc's by an ulp or two).
         WB_CHECK_WITHIN(ref::compare_weighted(gpu.o, r.o, r.o_weight),
                         chain_bound(cpu_o.max_abs, ref::output_floor(r.score_error, shape.lk)));
-        WB_CHECK_WITHIN(compare(gpu.lse, r.lse),
-                        chain_bound(cpu_lse.max_abs,
-                                    ref::lse_floor(r.score_error, shape.lk, r.max_abs_lse)));
+        WB_CHECK_WITHIN(
+            compare(gpu.lse, r.lse),
+            chain_bound(cpu_lse.max_abs, ref::lse_floor(r.score_error, shape.lk, r.max_abs_lse)));
         check_masked_rows(r, shape, gpu.o, gpu.lse);
         long visited = 0;
         for (int n : gpu.tiles) visited += n;
@@ -286,9 +287,9 @@ void kernel_rejects_a_head_dimension_above_128() {
   const AttentionShape shape{1, 2, 2, ch04::kMaxHeadDim + 1};
   DeviceBuffer<float> q(B, shape.q_elems()), k(B, shape.kv_elems()), v(B, shape.kv_elems()),
       o(B, shape.q_elems()), lse(B, shape.rows());
-  CHECK_THROWS_AS(Kernels<B>::fa2(q.data(), k.data(), v.data(), o.data(), lse.data(), shape, 1.f,
-                                  false),
-                  std::invalid_argument);
+  CHECK_THROWS_AS(
+      Kernels<B>::fa2(q.data(), k.data(), v.data(), o.data(), lse.data(), shape, 1.f, false),
+      std::invalid_argument);
 }
 
 }  // namespace

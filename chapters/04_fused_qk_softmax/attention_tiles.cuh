@@ -1,6 +1,6 @@
 // Device helpers for the tiled attention kernels of chapters 04-06: cooperative tile loads,
-// one score from shared tiles, chapter 03's merge across a warp, warp max and sum. Inline functions only
-// (this file compiles to nothing by itself); each chapter's kernel file includes it.
+// one score from shared tiles, chapter 03's merge across a warp, warp max and sum. Inline functions
+// only (this file compiles to nothing by itself); each chapter's kernel file includes it.
 #pragma once
 
 #include "common/kernel.cuh"

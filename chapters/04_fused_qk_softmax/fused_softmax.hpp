@@ -111,8 +111,7 @@ struct FusedSoftmax {
 inline FusedSoftmax softmax_qk_fused(const AttentionInputs& in, AttentionShape shape, float scale,
                                      int br, int bc) {
   FusedSoftmax out{std::vector<float>(shape.p_elems()), std::vector<MD>(shape.rows())};
-  softmax_qk_fused(in.q.data(), in.k.data(), shape, scale, br, bc, out.p.data(),
-                   out.stats.data());
+  softmax_qk_fused(in.q.data(), in.k.data(), shape, scale, br, bc, out.p.data(), out.stats.data());
   return out;
 }
 

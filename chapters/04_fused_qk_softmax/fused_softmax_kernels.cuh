@@ -25,8 +25,8 @@
 namespace wb::ch04 {
 namespace {  // kernels have internal linkage: one copy per backend's translation unit
 
-constexpr int kRowsPerBlock = 8;   // query rows of a block's Q tile: one warp each
-constexpr int kKeysPerTile = 32;   // keys of a K tile: one lane each
+constexpr int kRowsPerBlock = 8;  // query rows of a block's Q tile: one warp each
+constexpr int kKeysPerTile = 32;  // keys of a K tile: one lane each
 constexpr int kThreads = kRowsPerBlock * kWarpLanes;
 constexpr int kMaxGridY = 65535;
 static_assert(kKeysPerTile == kWarpLanes, "lane x scores key x of the tile");
@@ -52,8 +52,8 @@ __global__ void __launch_bounds__(kThreads)
   const int lane = threadIdx.x;
   const float* qb = q + std::size_t(b) * lq * d;
   const float* kb = k + std::size_t(b) * lk * d;
-  float* q_tile = dynamic_shared<float>();          // (kRowsPerBlock, d)
-  float* k_tile = q_tile + kRowsPerBlock * d;       // (kKeysPerTile, d + 1)
+  float* q_tile = dynamic_shared<float>();     // (kRowsPerBlock, d)
+  float* k_tile = q_tile + kRowsPerBlock * d;  // (kKeysPerTile, d + 1)
   const float* q_row = q_tile + threadIdx.y * d;
   const float* k_row = k_tile + lane * (d + 1);
 

@@ -113,13 +113,14 @@ void report(Backend backend, AttentionShape shape, std::uint64_t seed) {
     runs.push_back({"cpu naive (Eigen, S stored)", attention_naive(in, shape, scale).p, 0.0});
     runs.back().ms = naive_timer.elapsed_ms();
     CpuTimer fused_timer;
-    runs.push_back({"cpu fused 8 x 32 tiles", softmax_qk_fused(in, shape, scale, kReportBr, kReportBc).p, 0.0});
+    runs.push_back({"cpu fused 8 x 32 tiles",
+                    softmax_qk_fused(in, shape, scale, kReportBr, kReportBc).p, 0.0});
     runs.back().ms = fused_timer.elapsed_ms();
     if (backend != Backend::cpu) runs.push_back(run_kernel(backend, in, shape, scale));
-    std::cout << "P against the fp64 reference on (" << to_string(shape) << ") "
-              << to_string(kind) << ", seed " << seed << ":\n";
-    Table t({"implementation", "max rel err vs fp64", "max abs err vs naive", "non-finite",
-             "time ms"});
+    std::cout << "P against the fp64 reference on (" << to_string(shape) << ") " << to_string(kind)
+              << ", seed " << seed << ":\n";
+    Table t(
+        {"implementation", "max rel err vs fp64", "max abs err vs naive", "non-finite", "time ms"});
     for (const Run& run : runs) {
       const ErrorReport e = compare(run.p, r.p);
       t.add_row({run.name, sci(e.max_rel), sci(compare(run.p, runs[0].p).max_abs),

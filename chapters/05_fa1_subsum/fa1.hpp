@@ -61,7 +61,7 @@ inline void attention_elementwise(const float* q, const float* k, const float* v
       // [subsum_elementwise]
       const MD next = ch02::online_update(md, x);  // eq. (2): (m_j, d'_j), chapter 02
       const float inv_d = ch01::inverse_or_zero(next.d);
-      const float keep = md.d * rescale(md.m, next.m) * inv_d;     // d'_{j-1} e^{m_{j-1}-m_j} / d'_j
+      const float keep = md.d * rescale(md.m, next.m) * inv_d;  // d'_{j-1} e^{m_{j-1}-m_j} / d'_j
       const float add = expf(x - ch01::exp_shift(next.m)) * inv_d;  // e^{x_j - m_j} / d'_j
       for (int c = 0; c < d; ++c) o_row[c] = o_row[c] * keep + add * v_j[c];  // eq. (4)
       md = next;
@@ -90,10 +90,10 @@ inline std::vector<float> attention_elementwise(const AttentionInputs& in, Atten
 inline void attention_fa1(const float* q, const float* k, const float* v, AttentionShape shape,
                           float scale, int br, int bc, float* o, MD* stats) {
   const int lq = shape.lq, lk = shape.lk, d = shape.d;
-  std::fill(o, o + shape.q_elems(), 0.f);                     // line 2: O = 0
+  std::fill(o, o + shape.q_elems(), 0.f);                       // line 2: O = 0
   std::fill(stats, stats + shape.rows(), ch03::md_identity());  // line 2: l = 0, m = -inf
-  std::vector<float> s_tile(std::size_t(br) * bc);  // "SRAM": S_ij, then P~_ij
-  std::vector<float> pv(d);                         // one row of P~_ij V_j
+  std::vector<float> s_tile(std::size_t(br) * bc);              // "SRAM": S_ij, then P~_ij
+  std::vector<float> pv(d);                                     // one row of P~_ij V_j
   for (int b = 0; b < shape.bh; ++b) {
     for (int j0 = 0; j0 < lk; j0 += bc) {  // line 5: outer loop over K_j, V_j
       const int cols = std::min(bc, lk - j0);
@@ -121,7 +121,7 @@ inline void attention_fa1(const float* q, const float* k, const float* v, Attent
           const float add = rescale(tile.m, next.m) * inv_l;          // e^{m~ - m_new} / l_new
           float* o_row = o + (row0 + r) * d;
           for (int t = 0; t < d; ++t) o_row[t] = keep * o_row[t] + add * pv[t];  // line 12, eq. (6)
-          stats[row0 + r] = next;                                               // line 13
+          stats[row0 + r] = next;                                                // line 13
           // [subsum_block]
         }
       }
@@ -135,8 +135,8 @@ struct Fa1Result {
   std::vector<MD> stats;  ///< (bh, lq): the final (m, l)
 };
 
-inline Fa1Result attention_fa1(const AttentionInputs& in, AttentionShape shape, float scale,
-                               int br, int bc) {
+inline Fa1Result attention_fa1(const AttentionInputs& in, AttentionShape shape, float scale, int br,
+                               int bc) {
   Fa1Result out{std::vector<float>(shape.q_elems()), std::vector<MD>(shape.rows())};
   attention_fa1(in.q.data(), in.k.data(), in.v.data(), shape, scale, br, bc, out.o.data(),
                 out.stats.data());

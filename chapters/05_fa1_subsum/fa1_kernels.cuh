@@ -60,11 +60,11 @@ __global__ void __launch_bounds__(kThreads)
   const float* vb = v + std::size_t(b) * lk * d;
   float* ob = o + std::size_t(b) * lq * d;
   MD* stats_b = stats + std::size_t(b) * lq;
-  float* k_tile = dynamic_shared<float>();                 // (kKeysPerTile, d + 1)
-  float* v_tile = k_tile + kKeysPerTile * (d + 1);         // (kKeysPerTile, d)
-  float* q_tile = v_tile + kKeysPerTile * d;               // (kRowsPerTile, d)
-  float* p_tile = q_tile + kRowsPerTile * d;               // (kRowsPerTile, kKeysPerTile)
-  float* p_row = p_tile + threadIdx.y * kKeysPerTile;      // this warp's row of P~
+  float* k_tile = dynamic_shared<float>();             // (kKeysPerTile, d + 1)
+  float* v_tile = k_tile + kKeysPerTile * (d + 1);     // (kKeysPerTile, d)
+  float* q_tile = v_tile + kKeysPerTile * d;           // (kRowsPerTile, d)
+  float* p_tile = q_tile + kRowsPerTile * d;           // (kRowsPerTile, kKeysPerTile)
+  float* p_row = p_tile + threadIdx.y * kKeysPerTile;  // this warp's row of P~
   const float* q_row = q_tile + threadIdx.y * d;
 
   // Line 2: O = 0, (m, l) = (-inf, 0) in global memory.
@@ -78,7 +78,7 @@ __global__ void __launch_bounds__(kThreads)
     for (int i0 = 0; i0 < lq; i0 += kRowsPerTile) {  // line 7: Q_i, O_i, l_i, m_i
       __syncthreads();  // K/V tile complete; the previous Q tile is no longer read
       ch04::load_rows(qb, i0, kRowsPerTile, lq, d, d, q_tile);
-      __syncthreads();  // the Q tile is complete
+      __syncthreads();                 // the Q tile is complete
       const int i = i0 + threadIdx.y;  // this warp's query row
       const int j = j0 + lane;         // this lane's key
       const float s = ch04::score(q_row, k_tile + lane * (d + 1), d, scale);  // line 9
@@ -117,15 +117,15 @@ __global__ void __launch_bounds__(kThreads)
 // ==========================================================================================
 
 template <>
-void Kernels<kThisBackend>::fa1(const float* q, const float* k, const float* v, float* o,
-                                MD* stats, AttentionShape shape, float scale) {
+void Kernels<kThisBackend>::fa1(const float* q, const float* k, const float* v, float* o, MD* stats,
+                                AttentionShape shape, float scale) {
   if (shape.d < 1 || shape.d > ch04::kMaxHeadDim)
     throw std::invalid_argument("fa1: head dimension d = " + std::to_string(shape.d) +
                                 " is outside [1, " + std::to_string(ch04::kMaxHeadDim) + "]");
   if (shape.bh < 1 || shape.lq < 1 || shape.lk < 1)
     throw std::invalid_argument("fa1: needs bh, lq, lk >= 1, got " + to_string(shape));
-  launch<fa1_kernel>(dim3(shape.bh), dim3(kWarpLanes, kRowsPerTile), shared_bytes(shape.d), q, k,
-                     v, o, stats, shape, scale);
+  launch<fa1_kernel>(dim3(shape.bh), dim3(kWarpLanes, kRowsPerTile), shared_bytes(shape.d), q, k, v,
+                     o, stats, shape, scale);
 }
 
 }  // namespace wb::ch05

@@ -25,7 +25,9 @@ using namespace wb::ch05;
 constexpr int kReportBr = 8;
 constexpr int kReportBc = 32;
 
-int kv_tiles(int lk) { return (lk + kReportBc - 1) / kReportBc; }
+int kv_tiles(int lk) {
+  return (lk + kReportBc - 1) / kReportBc;
+}
 
 void print_intro() {
   std::cout
@@ -112,17 +114,16 @@ void report(Backend backend, AttentionShape shape, std::uint64_t seed) {
     const AttentionInputs in = make_attention_inputs(kind, shape, scale, seed);
     const ref::Attention r = ref::attention(in, shape, scale, false, false);
     std::vector<Run> runs;
-    runs.push_back(time_cpu_run("cpu ch04 naive P V (previous)", [&] {
-      return ch04::attention_naive(in, shape, scale).o;
-    }));
+    runs.push_back(time_cpu_run("cpu ch04 naive P V (previous)",
+                                [&] { return ch04::attention_naive(in, shape, scale).o; }));
     runs.push_back(time_cpu_run("cpu element-wise, eq. (4)",
                                 [&] { return attention_elementwise(in, shape, scale); }));
     runs.push_back(time_cpu_run("cpu FA1 Algorithm 1, 8 x 32", [&] {
       return attention_fa1(in, shape, scale, kReportBr, kReportBc).o;
     }));
     if (backend != Backend::cpu) runs.push_back(run_kernel(backend, in, shape, scale));
-    std::cout << "O against the fp64 reference on (" << to_string(shape) << ") "
-              << to_string(kind) << ", seed " << seed << ":\n";
+    std::cout << "O against the fp64 reference on (" << to_string(shape) << ") " << to_string(kind)
+              << ", seed " << seed << ":\n";
     Table t({"implementation", "max err / sum p|v| vs fp64", "max abs err vs previous",
              "non-finite", "time ms"});
     for (const Run& run : runs) {

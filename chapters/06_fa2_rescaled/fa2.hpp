@@ -74,8 +74,8 @@ inline long attention_fa2(const float* q, const float* k, const float* v, Attent
                           Fa2Options opt, float* o, float* lse) {
   const int lq = shape.lq, lk = shape.lk, d = shape.d, br = opt.br, bc = opt.bc;
   std::vector<float> ss(std::size_t(br) * d), m(br), l(br);  // per Q tile, eqs. (1), (3)
-  std::vector<float> k_t(std::size_t(d) * bc);  // the K tile transposed, (d, bc)
-  std::vector<float> s(bc);                     // one row of S~, then of P~
+  std::vector<float> k_t(std::size_t(d) * bc);               // the K tile transposed, (d, bc)
+  std::vector<float> s(bc);                                  // one row of S~, then of P~
   long visited = 0;
   for (int b = 0; b < shape.bh; ++b) {
     for (int i0 = 0; i0 < lq; i0 += br) {  // outer loop: Q tiles
@@ -105,7 +105,7 @@ inline long attention_fa2(const float* q, const float* k, const float* v, Attent
           }
           float* ss_r = ss.data() + std::size_t(r) * d;
           // [accumulator_rescale]
-          const float m_new = std::max(m[r], m_tile);  // eq. (3)
+          const float m_new = std::max(m[r], m_tile);      // eq. (3)
           const float alpha = ch05::rescale(m[r], m_new);  // e^{m - m_new}, 0 on the first tile
           const float shift = ch01::exp_shift(m_new);
           float rowsum = 0.f;
@@ -139,8 +139,8 @@ struct Fa2Result {
 
 inline Fa2Result attention_fa2(const AttentionInputs& in, AttentionShape shape, Fa2Options opt) {
   Fa2Result out{std::vector<float>(shape.q_elems()), std::vector<float>(shape.rows()), 0};
-  out.tiles_visited =
-      attention_fa2(in.q.data(), in.k.data(), in.v.data(), shape, opt, out.o.data(), out.lse.data());
+  out.tiles_visited = attention_fa2(in.q.data(), in.k.data(), in.v.data(), shape, opt, out.o.data(),
+                                    out.lse.data());
   return out;
 }
 

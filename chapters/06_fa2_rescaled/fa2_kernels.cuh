@@ -67,9 +67,9 @@ __global__ void __launch_bounds__(kThreads)
 
   ch04::load_rows(q + std::size_t(b) * lq * d, i0, kRowsPerTile, lq, d, d, q_tile);
 
-  float m = -INFINITY;              // running max of the row
-  float l = 0.f;                    // running denominator, relative to m
-  float ss[kColumnsPerLane] = {};   // SS, columns lane + 32 t: the unnormalized output, eq. (1)
+  float m = -INFINITY;             // running max of the row
+  float l = 0.f;                   // running denominator, relative to m
+  float ss[kColumnsPerLane] = {};  // SS, columns lane + 32 t: the unnormalized output, eq. (1)
   const int rows = min(kRowsPerTile, lq - i0);
   const int tiles = kv_tiles_to_visit(i0, rows, lq, lk, kKeysPerTile, causal);  // eq. (7)
   for (int jt = 0; jt < tiles; ++jt) {
@@ -82,8 +82,8 @@ __global__ void __launch_bounds__(kThreads)
     float s = ch04::score(q_row, k_tile + lane * (d + 1), d, scale);
     if (j >= lk || (causal && !ch04::causal_visible(i, j, lq, lk))) s = -INFINITY;  // eq. (6)
     // [accumulator_rescale]
-    const float m_new = fmaxf(m, ch04::warp_max(s));  // eq. (3)
-    const float alpha = ch05::rescale(m, m_new);      // e^{m - m_new}, 0 on the first tile
+    const float m_new = fmaxf(m, ch04::warp_max(s));   // eq. (3)
+    const float alpha = ch05::rescale(m, m_new);       // e^{m - m_new}, 0 on the first tile
     const float p = expf(s - ch01::exp_shift(m_new));  // P~ relative to the new max
     l = l * alpha + ch04::warp_sum(p);
     p_row[lane] = p;
@@ -132,8 +132,8 @@ void Kernels<kThisBackend>::fa2(const float* q, const float* k, const float* v, 
     throw std::invalid_argument("fa2: needs lq, lk >= 1 and 1 <= bh <= 65535, got " +
                                 to_string(shape));
   launch<fa2_kernel>(dim3(ceil_div(shape.lq, kRowsPerTile), shape.bh),
-                     dim3(kWarpLanes, kRowsPerTile), shared_bytes(shape.d), q, k, v, o, lse,
-                     shape, scale, causal, tiles_visited);
+                     dim3(kWarpLanes, kRowsPerTile), shared_bytes(shape.d), q, k, v, o, lse, shape,
+                     scale, causal, tiles_visited);
 }
 
 }  // namespace wb::ch06

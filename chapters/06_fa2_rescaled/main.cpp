@@ -57,15 +57,33 @@ void* operator new(std::size_t n) {
   if (void* p = counted_alloc(n)) return p;
   throw std::bad_alloc();
 }
-void* operator new[](std::size_t n) { return operator new(n); }
-void* operator new(std::size_t n, const std::nothrow_t&) noexcept { return counted_alloc(n); }
-void* operator new[](std::size_t n, const std::nothrow_t&) noexcept { return counted_alloc(n); }
-void operator delete(void* p) noexcept { counted_free(p); }
-void operator delete[](void* p) noexcept { counted_free(p); }
-void operator delete(void* p, std::size_t) noexcept { counted_free(p); }
-void operator delete[](void* p, std::size_t) noexcept { counted_free(p); }
-void operator delete(void* p, const std::nothrow_t&) noexcept { counted_free(p); }
-void operator delete[](void* p, const std::nothrow_t&) noexcept { counted_free(p); }
+void* operator new[](std::size_t n) {
+  return operator new(n);
+}
+void* operator new(std::size_t n, const std::nothrow_t&) noexcept {
+  return counted_alloc(n);
+}
+void* operator new[](std::size_t n, const std::nothrow_t&) noexcept {
+  return counted_alloc(n);
+}
+void operator delete(void* p) noexcept {
+  counted_free(p);
+}
+void operator delete[](void* p) noexcept {
+  counted_free(p);
+}
+void operator delete(void* p, std::size_t) noexcept {
+  counted_free(p);
+}
+void operator delete[](void* p, std::size_t) noexcept {
+  counted_free(p);
+}
+void operator delete(void* p, const std::nothrow_t&) noexcept {
+  counted_free(p);
+}
+void operator delete[](void* p, const std::nothrow_t&) noexcept {
+  counted_free(p);
+}
 
 namespace {
 
@@ -80,7 +98,8 @@ void print_intro() {
       << "Chapter 06: FlashAttention-2, the rescaled accumulator\n"
          "  Chapter 05's output is normalized after every key: divided by d'_i, only to be\n"
          "  multiplied by d'_i again at the next step. Multiply the recurrence through by\n"
-         "  d'_i: the unnormalized accumulator SS_i = SS_(i-1) e^(m_(i-1) - m_i) + e^(x_i - m_i) v_i\n"
+         "  d'_i: the unnormalized accumulator SS_i = SS_(i-1) e^(m_(i-1) - m_i) + e^(x_i - m_i) "
+         "v_i\n"
          "  needs one rescale per tile and ONE division, at the very end. Then swap the loops:\n"
          "  with the Q tile outer, a block keeps its SS, m and l in registers from the first\n"
          "  K/V tile to the last, and blocks are independent: one per (Q tile, head). It also\n"
@@ -123,8 +142,8 @@ void print_accumulator_trace() {
 // Which (query, key) pairs a causal Q tile sees, masks, or skips with its whole K/V tile.
 void print_causal_map(int lq, int lk, int br, int bc) {
   std::cout << "Causal mask, lq = " << lq << ", lk = " << lk << ", tiles of " << br << " x " << bc
-            << " (bottom-right aligned: query i sees key j iff j <= i "
-            << (lk >= lq ? "+ " : "- ") << std::abs(lk - lq) << "):\n"
+            << " (bottom-right aligned: query i sees key j iff j <= i " << (lk >= lq ? "+ " : "- ")
+            << std::abs(lk - lq) << "):\n"
             << "  x seen, o masked inside a visited tile, . in a skipped tile\n";
   for (int i = 0; i < lq; ++i) {
     const int i0 = i / br * br;
@@ -159,8 +178,8 @@ Run run_kernel(Backend backend, const AttentionInputs& in, AttentionShape shape,
       o(backend, shape.q_elems()), lse(backend, shape.rows());
   auto work = [&] {
     if (backend == Backend::cuda)
-      Kernels<Backend::cuda>::fa2(q.data(), k.data(), v.data(), o.data(), lse.data(), shape,
-                                  scale, causal);
+      Kernels<Backend::cuda>::fa2(q.data(), k.data(), v.data(), o.data(), lse.data(), shape, scale,
+                                  causal);
     else
       Kernels<Backend::sim>::fa2(q.data(), k.data(), v.data(), o.data(), lse.data(), shape, scale,
                                  causal);
@@ -184,11 +203,13 @@ void report_errors(Backend backend, AttentionShape shape, std::uint64_t seed) {
     std::vector<Run> runs;
     CpuTimer prev_timer;
     if (!causal)
-      runs.push_back({"cpu ch05 FA1 (previous)", ch05::attention_fa1(in, shape, scale, 8, 32).o,
-                      {}, 0.0});
+      runs.push_back(
+          {"cpu ch05 FA1 (previous)", ch05::attention_fa1(in, shape, scale, 8, 32).o, {}, 0.0});
     else
       runs.push_back({"cpu naive, -inf mask (previous)",
-                      ch04::attention_naive(in, shape, scale, true).o, {}, 0.0});
+                      ch04::attention_naive(in, shape, scale, true).o,
+                      {},
+                      0.0});
     runs.back().ms = prev_timer.elapsed_ms();
     CpuTimer fa2_timer;
     const Fa2Result fa2 = attention_fa2(in, shape, {scale, causal, kCpuTile, kCpuTile});
@@ -273,15 +294,17 @@ void report_memory(int length, std::uint64_t seed) {
                           o_naive.data());
   });
   const Measured fa2 = measure([&] {
-    attention_fa2(in.q.data(), in.k.data(), in.v.data(), shape,
-                  {scale, false, kCpuTile, kCpuTile}, o_fa2.data(), lse.data());
+    attention_fa2(in.q.data(), in.k.data(), in.v.data(), shape, {scale, false, kCpuTile, kCpuTile},
+                  o_fa2.data(), lse.data());
   });
   Table t({"implementation", "heap peak (operator new)", "peak RSS growth", "time ms"});
-  auto mib = [](double bytes) { return bytes < 0 ? std::string("n/a") : fixed(bytes / kMiB, 3) + " MiB"; };
+  auto mib = [](double bytes) {
+    return bytes < 0 ? std::string("n/a") : fixed(bytes / kMiB, 3) + " MiB";
+  };
   t.add_row({"naive (Eigen, S stored)", mib(naive.heap_peak_bytes), mib(naive.rss_peak_bytes),
              fixed(naive.ms, 1)});
-  t.add_row({"FA2, 64 x 64 tiles", mib(fa2.heap_peak_bytes), mib(fa2.rss_peak_bytes),
-             fixed(fa2.ms, 1)});
+  t.add_row(
+      {"FA2, 64 x 64 tiles", mib(fa2.heap_peak_bytes), mib(fa2.rss_peak_bytes), fixed(fa2.ms, 1)});
   t.print(std::cout);
   std::cout << "  The naive attention holds S: lq x lk floats = "
             << fixed(double(shape.lq) * shape.lk * sizeof(float) / kMiB, 1)
