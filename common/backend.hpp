@@ -7,6 +7,11 @@
 
 #include <string>
 #include <string_view>
+#include <type_traits>
+
+#ifndef WB_HAVE_CUDA
+#define WB_HAVE_CUDA 0
+#endif
 
 namespace wb {
 
@@ -22,6 +27,7 @@ inline const char* to_string(Backend b) {
 }
 
 /// True when this build compiled the kernels with nvcc (the `cuda` backend exists).
+inline constexpr bool kCudaCompiled = WB_HAVE_CUDA != 0;
 bool cuda_compiled();
 
 /// True when the `cuda` backend exists and a CUDA device can be used right now.
@@ -29,5 +35,17 @@ bool cuda_available();
 
 /// A one-line description of why `cuda_available()` is false, or the device's name.
 std::string cuda_device_description();
+
+/// Calls `f(std::integral_constant<Backend, B>{})` with B the kernel backend `backend` (sim or
+/// cuda), so code written once for both can name `Kernels<B>`. Without nvcc the cuda branch
+/// is discarded at compile time: such builds link with no cuda kernels. Does nothing for cpu.
+///   with_kernel_backend(backend, [&](auto b) { run(kernel_ladder<decltype(b)::value>()); });
+template <typename F>
+void with_kernel_backend(Backend backend, F&& f) {
+  if (backend == Backend::sim) f(std::integral_constant<Backend, Backend::sim>{});
+  if constexpr (kCudaCompiled) {
+    if (backend == Backend::cuda) f(std::integral_constant<Backend, Backend::cuda>{});
+  }
+}
 
 }  // namespace wb

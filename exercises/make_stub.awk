@@ -1,9 +1,14 @@
-# Writes an exercise stub: the reference kernel file with the lines between its two
-# `// [exercise]` markers replaced by the chapter's `todo =` lines from hints.txt.
+# Writes an exercise stub: the reference kernel file with the lines between each pair of
+# `// [exercise]` markers replaced by the chapter's todo lines from hints.txt: `todo = ` lines
+# for the first pair, `todo2 = ` lines for the second, and so on.
 #   awk -v chapter=01_safe_softmax -f make_stub.awk exercises/hints.txt <reference .cuh>
 NR == FNR {  # hints.txt
   if ($0 ~ /^\[/) { section = substr($0, 2, index($0, "]") - 2); next }
-  if (section == chapter && $0 ~ /^todo = /) todo[++ntodo] = substr($0, 8)
+  if (section == chapter && match($0, /^todo[0-9]* = /)) {
+    region = substr($0, 5, RLENGTH - 7)
+    if (region == "") region = 1
+    todo[region, ++ntodo[region]] = substr($0, RLENGTH + 1)
+  }
   next
 }
 FNR == 1 {
@@ -12,12 +17,19 @@ FNR == 1 {
 }
 /\/\/ \[exercise\]/ {
   if (!inside) {
+    ++region_seen
     indent = $0
     sub(/\/\/.*/, "", indent)
-    for (i = 1; i <= ntodo; ++i) print indent "// " (i == 1 ? "TODO: " : "      ") todo[i]
+    if (!ntodo[region_seen]) {
+      print "make_stub.awk: no todo" (region_seen > 1 ? region_seen : "") " for " chapter > "/dev/stderr"
+      failed = 1
+      exit 1
+    }
+    for (i = 1; i <= ntodo[region_seen]; ++i)
+      print indent "// " (i == 1 ? "TODO: " : "      ") todo[region_seen, i]
   }
   inside = !inside
   next
 }
 !inside { print }
-END { if (ntodo == 0) { print "make_stub.awk: no todo for " chapter > "/dev/stderr"; exit 1 } }
+END { if (!failed && !region_seen) { print "make_stub.awk: no // [exercise] markers in " FILENAME > "/dev/stderr"; exit 1 } }

@@ -68,12 +68,14 @@ __global__ void __launch_bounds__(kThreads)
     const int j = j0 + lane;
     const float s = score(q_row, k_row, d, scale);  // eq. (1)
     // [tile_stats]
+    // [exercise]
     // One key's statistics are (s, 1): chapter 02's update of the empty prefix. A lane past
     // lk holds the identity. The warp merges them into the tile's (m~, d~), eq. (4), and the
     // row's running (m, d) absorbs the tile, eq. (5).
     const MD key = j < lk ? ch02::online_update(ch03::md_identity(), s) : ch03::md_identity();
     const MD tile = warp_merge(key);
     md = ch03::md_merge(md, tile);
+    // [exercise]
     // [tile_stats]
   }
 

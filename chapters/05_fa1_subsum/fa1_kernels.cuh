@@ -92,6 +92,7 @@ __global__ void __launch_bounds__(kThreads)
         // [subsum_rescale]
         const MD old = stats_b[i];                  // (m_i, l_i) from global memory
         const MD next = ch03::md_merge(old, tile);  // line 11: (m_new, l_new)
+        // [exercise]
         const float inv_l = ch01::inverse_or_zero(next.d);
         const float keep = old.d * rescale(old.m, next.m) * inv_l;  // l_i e^{m_i - m_new} / l_new
         const float add = rescale(tile.m, next.m) * inv_l;          // e^{m~ - m_new} / l_new
@@ -102,6 +103,7 @@ __global__ void __launch_bounds__(kThreads)
           for (int jj = 0; jj < kKeysPerTile; ++jj) pv = fmaf(p_row[jj], v_tile[jj * d + c], pv);
           o_row[c] = keep * o_row[c] + add * pv;  // line 12, eq. (6)
         }
+        // [exercise]
         // [subsum_rescale]
         __syncwarp();  // every lane has read (m_i, l_i) before lane 0 replaces it
         if (lane == 0) stats_b[i] = next;  // line 13

@@ -82,6 +82,7 @@ __global__ void __launch_bounds__(kThreads)
     float s = ch04::score(q_row, k_tile + lane * (d + 1), d, scale);
     if (j >= lk || (causal && !ch04::causal_visible(i, j, lq, lk))) s = -INFINITY;  // eq. (6)
     // [accumulator_rescale]
+    // [exercise]
     const float m_new = fmaxf(m, ch04::warp_max(s));   // eq. (3)
     const float alpha = ch05::rescale(m, m_new);       // e^{m - m_new}, 0 on the first tile
     const float p = expf(s - ch01::exp_shift(m_new));  // P~ relative to the new max
@@ -96,6 +97,7 @@ __global__ void __launch_bounds__(kThreads)
       ss[t] = ss[t] * alpha + pv;  // SS e^{m - m_new} + P~ V
     }
     m = m_new;
+    // [exercise]
     // [accumulator_rescale]
     __syncwarp();  // every lane has read P~ before the next tile overwrites it
   }
@@ -103,12 +105,14 @@ __global__ void __launch_bounds__(kThreads)
   if (i < lq) {
     const std::size_t row = std::size_t(b) * lq + i;
     // [final_division]
+    // [exercise]
     const float inv_l = ch01::inverse_or_zero(l);  // eq. (4): the only division
     for (int t = 0; t < kColumnsPerLane; ++t) {
       const int c = lane + t * kWarpLanes;
       if (c < d) o[row * d + c] = ss[t] * inv_l;
     }
     if (lane == 0) lse[row] = logsumexp(m, l);  // eq. (5)
+    // [exercise]
     // [final_division]
   }
   if (tiles_visited != nullptr && threadIdx.x == 0 && threadIdx.y == 0)
