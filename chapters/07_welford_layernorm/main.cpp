@@ -7,6 +7,7 @@
 
 #include "chapters/07_welford_layernorm/layernorm.hpp"
 #include "chapters/07_welford_layernorm/welford.hpp"
+#include "common/bench.hpp"
 #include "common/buffer.hpp"
 #include "common/cli.hpp"
 #include "common/compare.hpp"
@@ -228,6 +229,29 @@ void report_shape(Backend backend, int rows, int cols, std::uint64_t seed) {
   std::cout << '\n';
 }
 
+// --bench: the three strategies and the dispatcher on (rows, cols) of randn, on the GPU.
+int run_bench(const BenchOptions& options, int rows, int cols, std::uint64_t seed) {
+  Bench bench("07_welford_layernorm", "layernorm", options);
+  const std::size_t n = static_cast<std::size_t>(cols);
+  DeviceBuffer<float> dx(Backend::cuda, bench_input(rows, cols, seed));
+  DeviceBuffer<float> dgamma(Backend::cuda, randn(n, seed, 1.f, 0.5f));
+  DeviceBuffer<float> dbeta(Backend::cuda, randn(n, seed + 1, 0.f, 0.5f));
+  DeviceBuffer<float> dy(Backend::cuda, dx.size());
+  DeviceBuffer<float> dmean(Backend::cuda, static_cast<std::size_t>(rows));
+  DeviceBuffer<float> drstd(Backend::cuda, static_cast<std::size_t>(rows));
+  const LayerNormArgs a{dx.data(),    dgamma.data(), dbeta.data(), dy.data(),  dmean.data(),
+                        drstd.data(), rows,          cols,         kDefaultEps};
+  const Work work = Work::moving(layernorm_bytes(rows, cols, sizeof(float)));
+  for (const NamedKernel& k : kernel_ladder<Backend::cuda>()) {
+    if (cols > k.max_cols) {
+      bench.skip(k.name, "cols > " + std::to_string(k.max_cols) + " on this device");
+      continue;
+    }
+    bench.time(k.name, "fp32", shape_string(rows, cols), work, [&] { k.launch(a); });
+  }
+  return bench.finish();
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -243,13 +267,24 @@ int main(int argc, char** argv) {
       .option("--backend", &backend_name, {"cpu", "sim", "cuda"},
               "where the kernels run (default cuda with a GPU, else sim)")
       .flag("--trace", &trace_only, "print the cancellation demonstration and the trace only");
-  if (const int code = cli.parse(argc, argv); code >= 0) return code;
+  BenchOptions bench;
+  if (const int code = bench.parse(cli, argc, argv); code >= 0) return code;
   constexpr std::size_t kMaxElements = std::size_t{1} << 28;  // 1 GiB per float matrix
-  if (static_cast<std::size_t>(rows) * static_cast<std::size_t>(cols) > kMaxElements)
+  if (static_cast<std::size_t>(rows) * static_cast<std::size_t>(cols) >
+      bench.max_elements(kMaxElements))
     return cli.error("--rows x --cols = " + std::to_string(std::size_t(rows) * cols) +
-                     " elements exceeds this program's limit of 2^28 (1 GiB per matrix)");
+                     " elements exceeds this program's limit of " +
+                     (bench.enabled ? "2^31 with --bench" : "2^28 (1 GiB per matrix)"));
   Backend backend{};
   if (std::string why; !parse_backend(backend_name, &backend, &why)) return cli.error(why);
+  if (const int code = bench.check_backend(cli, backend); code >= 0) return code;
+  if (bench.enabled) {
+    try {
+      return run_bench(bench, rows, cols, seed);
+    } catch (const std::exception& e) {
+      return cli.error(e.what());
+    }
+  }
 
   print_intro();
   print_cancellation_demo();
