@@ -12,7 +12,10 @@
 #include "common/backend.hpp"
 
 #if defined(__CUDACC__)
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
 #include <cuda_runtime.h>
+#include <mma.h>
 
 #include "common/cuda_check.hpp"
 #else

@@ -36,6 +36,8 @@ namespace detail {
 namespace {
 
 constexpr unsigned kFullMask = 0xffffffffu;
+/// Dynamic shared memory's alignment: enough for any vector type and for WMMA's 32 bytes.
+constexpr std::size_t kDynamicSharedAlignment = 128;
 
 enum class Status : unsigned char { runnable, blocked, exited };
 enum class Wait : unsigned char { none, block_barrier, warp };
@@ -60,11 +62,12 @@ struct Thread {
   int width = 0;            // shuffle width
   std::uint64_t out = 0;    // the collective's result for this thread
   SyncObject* sync = nullptr;  // to acquire when it passes (race mode)
+  const AlignedCall* call = nullptr;  // a WMMA operation's arguments while waiting at one
   Fiber* fiber = nullptr;
 };
 
 enum class WarpOp : unsigned char { syncwarp, shfl_idx, shfl_up, shfl_down, shfl_bfly, ballot,
-                                    any, all };
+                                    any, all, aligned };
 
 struct WarpEpisode {
   WarpOp op;
@@ -275,6 +278,35 @@ bool is_shuffle(WarpOp op) {
          op == WarpOp::shfl_bfly;
 }
 
+/// A WMMA operation needs every lane of the warp with the same arguments: sets the fault and
+/// returns false if it cannot have them.
+bool check_aligned(const Warp& w, const WarpEpisode& e, const Thread& lane0) {
+  const Thread& first = lane_thread(lane0, static_cast<unsigned>(__builtin_ctz(e.arrived)));
+  if (e.arrived != kFullMask) {
+    const unsigned missing = static_cast<unsigned>(__builtin_ctz(~e.arrived));
+    set_fault(Fault::Kind::warp_collective, first,
+              format("%s at %s needs all 32 lanes of the warp, but it cannot have %s (%s): WMMA "
+                     "operations are warp-wide and .aligned, every lane must execute them",
+                     e.name, where(e.site).c_str(), absent_lane(w, e, missing).c_str(),
+                     thread_name(lane_thread(lane0, missing)).c_str()));
+    return false;
+  }
+  const AlignedCall& a = *first.call;
+  for (unsigned lane = 0; lane < 32; ++lane) {
+    const Thread& t = lane_thread(lane0, lane);
+    const AlignedCall& b = *t.call;
+    if (a.ptr == b.ptr && a.ldm == b.ldm && a.layout == b.layout) continue;
+    set_fault(Fault::Kind::warp_collective, t,
+              format("%s at %s is called with pointer %p, ldm %u, layout %d, but lane %u passes "
+                     "pointer %p, ldm %u, layout %d: every lane of the warp must pass the same "
+                     "arguments",
+                     e.name, where(e.site).c_str(), b.ptr, b.ldm, b.layout, first.lane, a.ptr,
+                     a.ldm, a.layout));
+    return false;
+  }
+  return true;
+}
+
 /// Completes episode `index` of warp `w` if every lane of its mask that still exists has
 /// arrived; returns false if it must keep waiting. Wakes the other participants.
 bool try_complete(Warp& w, std::size_t index) {
@@ -284,6 +316,7 @@ bool try_complete(Warp& w, std::size_t index) {
   w.open.erase(w.open.begin() + static_cast<std::ptrdiff_t>(index));
   const Thread& lane0 = g_launch.threads[static_cast<std::size_t>(&w - g_launch.warps.data()) *
                                          kWarpSize];
+  if (e.op == WarpOp::aligned && !check_aligned(w, e, lane0)) return true;
   unsigned votes = 0;
   for (unsigned lane = 0; lane < 32; ++lane) {
     if ((e.arrived >> lane & 1u) && lane_thread(lane0, lane).in != 0) votes |= 1u << lane;
@@ -315,8 +348,9 @@ bool try_complete(Warp& w, std::size_t index) {
   return true;
 }
 
-/// The calling lane joins collective `op` over `mask`; returns when it completes.
-void warp_collective(WarpOp op, const char* name, unsigned mask, Site site) {
+/// The calling lane joins collective `op` over `mask`; returns when it completes, true in the
+/// lane whose arrival completed it.
+bool warp_collective(WarpOp op, const char* name, unsigned mask, Site site) {
   Thread& t = self();
   Warp& w = g_launch.warps[t.warp];
   const unsigned bit = 1u << t.lane;
@@ -333,6 +367,15 @@ void warp_collective(WarpOp op, const char* name, unsigned mask, Site site) {
     const WarpEpisode& e = w.open[i];
     if ((e.mask & bit) == 0) continue;
     const Thread& other = lane_thread(t, static_cast<unsigned>(__builtin_ctz(e.arrived)));
+    const bool same_site = e.site.line == site.line && std::strcmp(e.site.file, site.file) == 0;
+    if (op == WarpOp::aligned && (e.op != op || !same_site)) {
+      set_fault(Fault::Kind::warp_collective, t,
+                format("%s at %s does not match lane %u, which waits at %s at %s: the warp "
+                       "diverged, and WMMA operations are .aligned, every lane of the warp must "
+                       "execute the same one",
+                       name, where(site).c_str(), other.lane, e.name, where(e.site).c_str()));
+      stop_faulted(t);
+    }
     if (e.mask != mask || e.op != op) {
       set_fault(Fault::Kind::warp_collective, t,
                 format("%s(mask 0x%08x) at %s does not match lane %u, which waits at "
@@ -358,14 +401,15 @@ void warp_collective(WarpOp op, const char* name, unsigned mask, Site site) {
   if (!try_complete(w, index)) {
     t.status = Status::blocked;
     park(t);
-  } else {
-    if (g_launch.faulted) stop_faulted(t);
-    if (t.sync != nullptr) {
-      __tsan_acquire(t.sync);
-      if (--t.sync->pending == 0) delete t.sync;
-      t.sync = nullptr;
-    }
+    return false;
   }
+  if (g_launch.faulted) stop_faulted(t);
+  if (t.sync != nullptr) {
+    __tsan_acquire(t.sync);
+    if (--t.sync->pending == 0) delete t.sync;
+    t.sync = nullptr;
+  }
+  return true;
 }
 
 // ---- Block lifecycle -------------------------------------------------------------------------
@@ -634,7 +678,7 @@ void launch(const char* name, KernelKey key, dim3 grid, dim3 block, std::size_t 
     L.warps[w].existing = lanes == 32 ? kFullMask : (1u << lanes) - 1u;
   }
   void* shared = nullptr;
-  if (posix_memalign(&shared, 16, shared_bytes) != 0) {
+  if (posix_memalign(&shared, kDynamicSharedAlignment, shared_bytes) != 0) {
     throw Fault(Fault::Kind::shared_memory,
                 launch_prefix(name) + "cannot allocate the dynamic shared memory");
   }
@@ -746,6 +790,20 @@ std::uint64_t warp_shuffle(ShuffleMode mode, unsigned mask, std::uint64_t bits, 
   warp_collective(op, name, mask, site);
   return t.out;
 }
+
+bool warp_aligned(const AlignedCall& call, Site site) {
+  Thread& t = self();
+  t.call = &call;
+  return warp_collective(WarpOp::aligned, call.name, kFullMask, site);
+}
+
+void warp_fault(unsigned lane, Fault::Kind kind, const char* what) {
+  Thread& t = self();
+  set_fault(kind, lane_thread(t, lane), what);  // the message's temporaries end here: this
+  stop_faulted(t);                              // fiber's frames are never unwound
+}
+
+std::string site_string(Site site) { return where(site); }
 
 unsigned warp_vote(VoteOp op, unsigned mask, int predicate, Site site) {
   Thread& t = self();

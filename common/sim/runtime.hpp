@@ -70,7 +70,7 @@ class Fault : public std::runtime_error {
 const WbSimCurrent* current();
 
 /// The current block's dynamic shared memory: exactly the launch's `shared_bytes`, heap
-/// allocated (so AddressSanitizer sees overruns) and 16-byte aligned. Its contents at block
+/// allocated (so AddressSanitizer sees overruns) and 128-byte aligned. Its contents at block
 /// start are 0xff bytes (NaN as float), not zeros, as real shared memory is uninitialized.
 unsigned char* dynamic_shared_bytes();
 
@@ -157,6 +157,28 @@ std::uint64_t warp_shuffle(ShuffleMode mode, unsigned mask, std::uint64_t bits, 
                            int width, const char* name, Site site);
 /// __ballot_sync / __any_sync / __all_sync.
 unsigned warp_vote(VoteOp op, unsigned mask, int predicate, Site site);
+
+/// One lane's arguments to a warp-wide WMMA operation; every lane must pass the same ones.
+struct AlignedCall {
+  const char* name;  ///< "load_matrix_sync", "mma_sync", "store_matrix_sync"
+  const void* ptr;   ///< the memory operand, or nullptr
+  unsigned ldm;      ///< its leading dimension, in elements
+  int layout;        ///< 0 row-major, 1 column-major, -1 none
+};
+
+/// A warp-wide `.aligned` operation (WMMA): all 32 lanes of the warp must execute this same
+/// call (same source line, same arguments), or the launch faults naming the lane that is
+/// missing, has exited, diverged or passed different arguments. Creates no happens-before
+/// edge in race mode, like the shuffles. Returns true in exactly one lane, the last to arrive:
+/// that lane performs the operation for the warp before any other lane runs on.
+bool warp_aligned(const AlignedCall& call, Site site);
+
+/// Ends the launch with a fault attributed to lane `lane` of the running thread's warp (the
+/// message is prefixed with the kernel, block and that lane's thread); does not return.
+[[noreturn]] void warp_fault(unsigned lane, Fault::Kind kind, const char* what);
+
+/// file:line of a call site, relative to the project root (for fault messages).
+std::string site_string(Site site);
 
 }  // namespace detail
 }  // namespace wb::sim

@@ -9,7 +9,8 @@
 //
 // What this header does not provide (a compile error, never a silent difference):
 // `extern __shared__` arrays (use wb::dynamic_shared<T>() from common/kernel.cuh), texture
-// and surface objects, cooperative groups, dynamic parallelism, half types and WMMA (later).
+// and surface objects, cooperative groups, dynamic parallelism. The 16-bit float types
+// (cuda_fp16.h, cuda_bf16.h) are in half.hpp, nvcuda::wmma (mma.h) in wmma.hpp.
 #pragma once
 
 // Standard headers that spell `__attribute__((__noinline__))` must be read before
@@ -24,8 +25,10 @@
 #include <memory>
 #include <type_traits>
 
+#include "common/sim/half.hpp"
 #include "common/sim/runtime.hpp"
 #include "common/sim/types.hpp"
+#include "common/sim/wmma.hpp"
 
 // ---- Execution-space and storage keywords -------------------------------------------------
 
@@ -36,7 +39,9 @@
 #define __forceinline__ inline
 #define __noinline__ __attribute__((noinline))
 #define __launch_bounds__(...)
-#define __align__(n) alignas(n)
+// A GNU attribute, not alignas: CUDA code writes `__shared__ __align__(32) half tile[...]`,
+// where alignas could not follow `static`.
+#define __align__(n) __attribute__((aligned(n)))
 // One array per kernel (a function-local static), shared by the threads of the running block;
 // blocks run one after another, so one copy is enough. AddressSanitizer pads statics, so an
 // overrun of a __shared__ array is reported.
@@ -95,7 +100,7 @@ T shuffle(ShuffleMode mode, unsigned mask, T var, int lane_or_delta, int width, 
   std::memcpy(&bits, &var, sizeof(T));
   bits = warp_shuffle(mode, mask, bits, lane_or_delta, width, name, site);
   T out;
-  std::memcpy(&out, &bits, sizeof(T));
+  std::memcpy(static_cast<void*>(&out), &bits, sizeof(T));
   return out;
 }
 }  // namespace wb::sim::detail

@@ -1,0 +1,451 @@
+// WMMA in the simulator: 16x16x16 products against fp64, the layouts, the documented element
+// mapping, element-wise x[] work between load and store, several warps, and the faults.
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "common/half.hpp"
+#include "common/kernel.cuh"
+
+namespace {
+
+using namespace nvcuda;
+constexpr int kTile = 16;
+
+/// 256-byte aligned storage, as cudaMalloc and wb::DeviceBuffer give (WMMA needs 32 bytes).
+template <typename T>
+struct Aligned {
+  explicit Aligned(std::size_t n)
+      : p(static_cast<T*>(std::aligned_alloc(256, (n * sizeof(T) + 255) / 256 * 256))), size(n) {}
+  ~Aligned() { std::free(p); }
+  Aligned(const Aligned&) = delete;
+  Aligned& operator=(const Aligned&) = delete;
+  T& operator[](std::size_t i) { return p[i]; }
+  T* p;
+  std::size_t size;
+};
+
+/// Element (r, c) of a matrix stored with leading dimension ld.
+std::size_t at(int r, int c, int ld, bool col_major) {
+  return col_major ? static_cast<std::size_t>(c) * ld + r : static_cast<std::size_t>(r) * ld + c;
+}
+
+// d: (warps * 16 * 16) row-major or column-major per `d_col`, one tile per warp of every block:
+// D = A B + C with A (16, 16 * k_tiles), B (16 * k_tiles, 16) stored with leading dimensions
+// lda and ldb (in elements) and layouts LA, LB; C (16, 16) row-major. Each warp of each block
+// uses its own tiles (block-major, then warp), the k loop accumulates in one fragment.
+template <typename T, typename LA, typename LB>
+__global__ void gemm_kernel(const T* a, const T* b, const float* c, float* d, int k_tiles, int lda,
+                            int ldb, int d_col) {
+  constexpr bool a_col = std::is_same_v<LA, wmma::col_major>;
+  constexpr bool b_col = std::is_same_v<LB, wmma::col_major>;
+  const int tile = static_cast<int>(blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32);
+  const T* a_tile = a + static_cast<std::size_t>(tile) * (a_col ? 16 * k_tiles * lda : 16 * lda);
+  const T* b_tile = b + static_cast<std::size_t>(tile) * (b_col ? 16 * ldb : 16 * k_tiles * ldb);
+  wmma::fragment<wmma::matrix_a, 16, 16, 16, T, LA> fa;
+  wmma::fragment<wmma::matrix_b, 16, 16, 16, T, LB> fb;
+  wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc;
+  wmma::load_matrix_sync(acc, c + tile * 256, 16, wmma::mem_row_major);
+  for (int kt = 0; kt < k_tiles; ++kt) {
+    // Tile kt of A's row block and of B's column block.
+    wmma::load_matrix_sync(fa, a_tile + (a_col ? kt * 16 * lda : kt * 16), lda);
+    wmma::load_matrix_sync(fb, b_tile + (b_col ? kt * 16 : kt * 16 * ldb), ldb);
+    wmma::mma_sync(acc, fa, fb, acc);
+  }
+  wmma::store_matrix_sync(d + tile * 256, acc, 16,
+                          d_col ? wmma::mem_col_major : wmma::mem_row_major);
+}
+
+template <typename T>
+T make(float x);
+template <>
+__half make<__half>(float x) {
+  return __float2half(x);
+}
+template <>
+__nv_bfloat16 make<__nv_bfloat16>(float x) {
+  return __float2bfloat16(x);
+}
+
+/// Runs gemm_kernel on random inputs for `tiles` tiles (blocks x warps) and checks every
+/// element against fp64 and against the documented float k-order sum.
+template <typename T, typename LA, typename LB>
+void check_gemm(int blocks, int warps, int k_tiles, bool d_col) {
+  constexpr bool a_col = std::is_same_v<LA, wmma::col_major>;
+  constexpr bool b_col = std::is_same_v<LB, wmma::col_major>;
+  const int tiles = blocks * warps, k = 16 * k_tiles;
+  // Leading dimensions larger than the tiles (padding), multiples of 16 bytes.
+  const int lda = (a_col ? 16 : k) + 8, ldb = (b_col ? k : 16) + 8;
+  const std::size_t a_size = static_cast<std::size_t>(tiles) * (a_col ? k * lda : 16 * lda);
+  const std::size_t b_size = static_cast<std::size_t>(tiles) * (b_col ? 16 * ldb : k * ldb);
+  Aligned<T> a(a_size), b(b_size);
+  Aligned<float> c(static_cast<std::size_t>(tiles) * 256), d(static_cast<std::size_t>(tiles) * 256);
+  std::mt19937 rng(7 + static_cast<unsigned>(tiles * 31 + k_tiles));
+  std::normal_distribution<float> randn(0.0f, 1.0f);
+  // Mixed signs and magnitudes (a few x20 outliers), so cancellation and rounding happen.
+  auto value = [&](std::size_t i) { return randn(rng) * (i % 37 == 0 ? 20.0f : 1.0f); };
+  for (std::size_t i = 0; i < a_size; ++i) a[i] = make<T>(value(i));
+  for (std::size_t i = 0; i < b_size; ++i) b[i] = make<T>(value(i));
+  for (std::size_t i = 0; i < c.size; ++i) c[i] = 4.0f * randn(rng);
+  wb::launch<gemm_kernel<T, LA, LB>>(dim3(blocks), dim3(32 * warps), 0, a.p, b.p, c.p, d.p, k_tiles,
+                                     lda, ldb, d_col ? 1 : 0);
+  // Bound: D(m, n) is C(m, n) plus k exact products added one at a time in float, so
+  // |D - exact| <= gamma_k (|C| + sum |a b|), gamma_k = k u / (1 - k u), u = 2^-24 (Higham,
+  // recursive summation). A GPU's tensor cores add in another order and may truncate: allow
+  // twice this when comparing with a GPU.
+  const double u = std::ldexp(1.0, -24), gamma = k * u / (1 - k * u);
+  for (int t = 0; t < tiles; ++t) {
+    const T* at_ = a.p + static_cast<std::size_t>(t) * (a_col ? k * lda : 16 * lda);
+    const T* bt_ = b.p + static_cast<std::size_t>(t) * (b_col ? 16 * ldb : k * ldb);
+    for (int m = 0; m < kTile; ++m) {
+      for (int n = 0; n < kTile; ++n) {
+        const float cv = c[static_cast<std::size_t>(t) * 256 + m * 16 + n];
+        double exact = cv, magnitude = std::fabs(cv);
+        float in_order = cv;
+        for (int kk = 0; kk < k; ++kk) {
+          const float x = static_cast<float>(at_[at(m, kk, lda, a_col)]);
+          const float y = static_cast<float>(bt_[at(kk, n, ldb, b_col)]);
+          exact += static_cast<double>(x) * y;
+          magnitude += std::fabs(static_cast<double>(x) * y);
+          in_order += x * y;  // exact product, one rounding per addition
+        }
+        const float got = d[static_cast<std::size_t>(t) * 256 + at(m, n, 16, d_col)];
+        CAPTURE(t);
+        CAPTURE(m);
+        CAPTURE(n);
+        REQUIRE(std::isfinite(got));
+        REQUIRE(std::fabs(got - exact) <= gamma * magnitude);
+        REQUIRE(got == in_order);  // the documented order, bit for bit
+      }
+    }
+  }
+}
+
+}  // namespace
+
+TEST_CASE("mma_sync multiplies 16x16x16 tiles within the float summation bound" *
+          doctest::test_suite("wmma")) {
+  SUBCASE("half, A row-major, B col-major, D row-major") {
+    check_gemm<__half, wmma::row_major, wmma::col_major>(1, 1, 1, false);
+  }
+  SUBCASE("half, A col-major, B row-major, D col-major") {
+    check_gemm<__half, wmma::col_major, wmma::row_major>(1, 1, 1, true);
+  }
+  SUBCASE("half, both row-major") {
+    check_gemm<__half, wmma::row_major, wmma::row_major>(1, 1, 1, false);
+  }
+  SUBCASE("half, both col-major") {
+    check_gemm<__half, wmma::col_major, wmma::col_major>(1, 1, 1, true);
+  }
+  SUBCASE("bfloat16, A row-major, B col-major") {
+    check_gemm<__nv_bfloat16, wmma::row_major, wmma::col_major>(1, 1, 1, false);
+  }
+  SUBCASE("bfloat16, A col-major, B row-major") {
+    check_gemm<__nv_bfloat16, wmma::col_major, wmma::row_major>(1, 1, 1, true);
+  }
+}
+
+TEST_CASE("several warps and blocks accumulate over a k loop, each on its own tiles" *
+          doctest::test_suite("wmma")) {
+  SUBCASE("half, 3 blocks of 4 warps, k = 64") {
+    check_gemm<__half, wmma::row_major, wmma::col_major>(3, 4, 4, false);
+  }
+  SUBCASE("bfloat16, 2 blocks of 3 warps, k = 48") {
+    check_gemm<__nv_bfloat16, wmma::row_major, wmma::row_major>(2, 3, 3, true);
+  }
+}
+
+namespace {
+
+// out: (32 * 8) each lane's accumulator elements after load; the tile is also scaled by
+// `scale` element-wise in x[] (as FlashAttention rescales its accumulator) and stored to y.
+__global__ void accumulator_roundtrip_kernel(const float* x, float scale, float* out, float* y) {
+  wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc;
+  wmma::load_matrix_sync(acc, x, 16, wmma::mem_row_major);
+  for (int i = 0; i < acc.num_elements; ++i) out[threadIdx.x * 8 + i] = acc.x[i];
+  if (scale != 1.0f) {  // (multiplying by 1 would quiet the signalling NaN of the bit test)
+    for (int i = 0; i < acc.num_elements; ++i) acc.x[i] *= scale;
+  }
+  wmma::store_matrix_sync(y, acc, 16, wmma::mem_row_major);
+}
+
+// out: (32 * 16) each lane's A and B fragment elements (as float) loaded from x (row-major
+// A, col-major B: both read the same memory) and y the filled accumulator stored.
+__global__ void ab_mapping_kernel(const __half* x, float* a_out, float* b_out, float* y) {
+  wmma::fragment<wmma::matrix_a, 16, 16, 16, __half, wmma::row_major> a;
+  wmma::fragment<wmma::matrix_b, 16, 16, 16, __half, wmma::col_major> b;
+  wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc;
+  wmma::load_matrix_sync(a, x, 16);
+  wmma::load_matrix_sync(b, x, 16);
+  for (int i = 0; i < a.num_elements; ++i) a_out[threadIdx.x * 16 + i] = __half2float(a.x[i]);
+  for (int i = 0; i < b.num_elements; ++i) b_out[threadIdx.x * 16 + i] = __half2float(b.x[i]);
+  wmma::fill_fragment(acc, 2.5f);
+  wmma::store_matrix_sync(y, acc, 16, wmma::mem_col_major);
+}
+
+}  // namespace
+
+TEST_CASE("x[] follows the documented mapping and load, x[] scaling, store round-trips" *
+          doctest::test_suite("wmma")) {
+  Aligned<float> x(256), y(256);
+  // Distinct values, plus bit patterns a float conversion would change: -0 and a NaN payload.
+  for (int i = 0; i < 256; ++i) x[i] = static_cast<float>(i) - 100.5f;
+  std::uint32_t nan_bits = 0x7fa00001u;  // a signalling NaN's payload
+  std::memcpy(&x[17], &nan_bits, 4);
+  x[18] = -0.0f;
+  std::vector<float> out(32 * 8);
+  wb::launch<accumulator_roundtrip_kernel>(dim3(1), dim3(32), 0, x.p, 1.0f, out.data(), y.p);
+  for (unsigned lane = 0; lane < 32; ++lane) {
+    for (int i = 0; i < 8; ++i) {
+      const wb::sim::WmmaCoord rc = wb::sim::wmma_coord(wb::sim::WmmaUse::accumulator, lane, i);
+      const float v = out[lane * 8 + i], ref = x[rc.row * 16 + rc.col];
+      CHECK(std::memcmp(&v, &ref, 4) == 0);
+    }
+  }
+  CHECK(std::memcmp(x.p, y.p, 256 * sizeof(float)) == 0);  // bit for bit, NaN payload too
+  wb::launch<accumulator_roundtrip_kernel>(dim3(1), dim3(32), 0, x.p, 0.5f, out.data(), y.p);
+  for (int i = 0; i < 256; ++i) {
+    if (i != 17) CHECK(y[i] == 0.5f * x[i]);
+  }
+
+  Aligned<__half> h(256);
+  for (int i = 0; i < 256; ++i) h[i] = __float2half(static_cast<float>(i));  // exact
+  std::vector<float> a_out(32 * 16), b_out(32 * 16);
+  wb::launch<ab_mapping_kernel>(dim3(1), dim3(32), 0, h.p, a_out.data(), b_out.data(), y.p);
+  for (unsigned lane = 0; lane < 32; ++lane) {
+    for (int i = 0; i < 16; ++i) {
+      const wb::sim::WmmaCoord ra = wb::sim::wmma_coord(wb::sim::WmmaUse::matrix_a, lane, i);
+      const wb::sim::WmmaCoord rb = wb::sim::wmma_coord(wb::sim::WmmaUse::matrix_b, lane, i);
+      CHECK(a_out[lane * 16 + i] == static_cast<float>(ra.row * 16 + ra.col));  // A row-major
+      CHECK(b_out[lane * 16 + i] == static_cast<float>(rb.col * 16 + rb.row));  // B col-major
+    }
+  }
+  for (int i = 0; i < 256; ++i) CHECK(y[i] == 2.5f);
+  // Every element of each kind is held exactly once (x[8 + j] repeats x[j]).
+  for (auto use :
+       {wb::sim::WmmaUse::matrix_a, wb::sim::WmmaUse::matrix_b, wb::sim::WmmaUse::accumulator}) {
+    std::vector<int> held(256, 0);
+    for (unsigned lane = 0; lane < 32; ++lane) {
+      for (int i = 0; i < 8; ++i) {
+        const wb::sim::WmmaCoord rc = wb::sim::wmma_coord(use, lane, i);
+        ++held[rc.row * 16 + rc.col];
+      }
+    }
+    for (int count : held) CHECK(count == 1);
+  }
+}
+
+// ---- Faults ---------------------------------------------------------------------------------
+
+namespace {
+
+template <typename Launch>
+std::string fault_of(wb::sim::Fault::Kind kind, Launch launch) {
+  try {
+    launch();
+  } catch (const wb::sim::Fault& fault) {
+    CHECK(static_cast<int>(fault.kind()) == static_cast<int>(kind));
+    return fault.what();
+  }
+  FAIL("the planted bug was not reported");
+  return "";
+}
+
+bool has(const std::string& message, const std::string& part) {
+  return message.find(part) != std::string::npos;
+}
+
+using FragA = wmma::fragment<wmma::matrix_a, 16, 16, 16, __half, wmma::row_major>;
+using FragB = wmma::fragment<wmma::matrix_b, 16, 16, 16, __half, wmma::col_major>;
+using Acc = wmma::fragment<wmma::accumulator, 16, 16, 16, float>;
+
+constexpr int kMissingLaneLine = __LINE__ + 8;
+// Planted: lane 5 returns before mma_sync, which needs the whole warp.
+__global__ void missing_lane_kernel(const __half* x, float* y) {
+  FragA a;
+  FragB b;
+  Acc acc;
+  wmma::fill_fragment(acc, 0.0f);
+  if (threadIdx.x % 32 == 5) return;
+  wmma::load_matrix_sync(a, x, 16);
+  wmma::load_matrix_sync(b, x, 16);
+  wmma::mma_sync(acc, a, b, acc);
+  wmma::store_matrix_sync(y, acc, 16, wmma::mem_row_major);
+}
+
+constexpr int kDivergedLine = __LINE__ + 5;
+// Planted: the two half-warps load at two different lines (the warp diverged).
+__global__ void diverged_kernel(const __half* x) {
+  FragA a;
+  if (threadIdx.x < 16) {
+    wmma::load_matrix_sync(a, x, 16);
+  } else {
+    wmma::load_matrix_sync(a, x, 16);
+  }
+}
+
+// Planted: lane 7 waits at __syncthreads while the rest of the warp waits at mma_sync.
+__global__ void deadlock_kernel(float* y) {
+  FragA a;
+  FragB b;
+  Acc acc;
+  wmma::fill_fragment(a, 1.0f);
+  wmma::fill_fragment(b, 1.0f);
+  wmma::fill_fragment(acc, 0.0f);
+  if (threadIdx.x != 7) wmma::mma_sync(acc, a, b, acc);
+  __syncthreads();
+  wmma::store_matrix_sync(y, acc, 16, wmma::mem_row_major);
+}
+
+// Planted: every lane passes its own row as the tile pointer.
+__global__ void per_lane_pointer_kernel(const __half* x) {
+  FragA a;
+  wmma::load_matrix_sync(a, x + (threadIdx.x % 2) * 16 * 16, 16);
+}
+
+// Planted: a tile pointer 16 bytes off the required 32-byte alignment, and a bad ldm.
+__global__ void misaligned_kernel(const __half* x, unsigned ldm) {
+  FragA a;
+  wmma::load_matrix_sync(a, x, ldm);
+}
+
+// Planted: one lane changes one copy of a duplicated __half element.
+__global__ void inconsistent_copies_kernel(const __half* x, float* y) {
+  FragA a;
+  FragB b;
+  Acc acc;
+  wmma::load_matrix_sync(a, x, 16);
+  wmma::load_matrix_sync(b, x, 16);
+  wmma::fill_fragment(acc, 0.0f);
+  if (threadIdx.x == 3) a.x[9] = __float2half(-1.0f);
+  wmma::mma_sync(acc, a, b, acc);
+  wmma::store_matrix_sync(y, acc, 16, wmma::mem_row_major);
+}
+
+}  // namespace
+
+TEST_CASE("a lane missing from mma_sync is reported with its thread and the line" *
+          doctest::test_suite("wmma")) {
+  Aligned<__half> x(512);
+  Aligned<float> y(256);
+  for (int i = 0; i < 512; ++i) x[i] = __float2half(1.0f);
+  const std::string m = fault_of(wb::sim::Fault::Kind::warp_collective, [&] {
+    wb::launch<missing_lane_kernel>(dim3(2), dim3(64), 0, x.p, y.p);
+  });
+  CAPTURE(m);
+  CHECK(has(m, "kernel missing_lane_kernel, block (0,0,0), thread (0,0,0)"));
+  CHECK(has(m, "load_matrix_sync at tests/sim/test_wmma.cpp:" + std::to_string(kMissingLaneLine)));
+  CHECK(has(m, "needs all 32 lanes of the warp"));
+  CHECK(has(m, "lane 5, which has exited (thread (5,0,0))"));
+}
+
+TEST_CASE("WMMA calls from a diverged warp, a deadlock, or a partial warp are reported" *
+          doctest::test_suite("wmma")) {
+  Aligned<__half> x(512);
+  Aligned<float> y(256);
+  for (int i = 0; i < 512; ++i) x[i] = __float2half(0.5f);
+  SUBCASE("diverged") {
+    const std::string m = fault_of(wb::sim::Fault::Kind::warp_collective,
+                                   [&] { wb::launch<diverged_kernel>(dim3(1), dim3(32), 0, x.p); });
+    CAPTURE(m);
+    CHECK(has(m, "thread (16,0,0): load_matrix_sync at tests/sim/test_wmma.cpp:" +
+                     std::to_string(kDivergedLine + 2)));
+    CHECK(has(m, "which waits at load_matrix_sync at tests/sim/test_wmma.cpp:" +
+                     std::to_string(kDivergedLine)));
+    CHECK(has(m, "the warp diverged"));
+  }
+  SUBCASE("deadlock with a barrier") {
+    const std::string m = fault_of(wb::sim::Fault::Kind::warp_collective,
+                                   [&] { wb::launch<deadlock_kernel>(dim3(1), dim3(32), 0, y.p); });
+    CAPTURE(m);
+    CHECK(has(m, "mma_sync(mask 0xffffffff)"));
+    CHECK(has(m, "lane 7 (thread (7,0,0)) waits at __syncthreads()"));
+  }
+  SUBCASE("a partial warp") {
+    // A block of 16 threads is one partial warp: lanes 16-31 do not exist.
+    const std::string p = fault_of(wb::sim::Fault::Kind::warp_collective, [&] {
+      wb::launch<per_lane_pointer_kernel>(dim3(1), dim3(16), 0, x.p);
+    });
+    CAPTURE(p);
+    CHECK(has(p, "lane 16, which does not exist (this warp has 16 threads)"));
+  }
+}
+
+TEST_CASE("WMMA arguments that break CUDA's rules are reported" * doctest::test_suite("wmma")) {
+  Aligned<__half> x(1024);
+  Aligned<float> y(256);
+  for (int i = 0; i < 1024; ++i) x[i] = __float2half(0.25f);
+  SUBCASE("lanes pass different pointers") {
+    const std::string m = fault_of(wb::sim::Fault::Kind::warp_collective, [&] {
+      wb::launch<per_lane_pointer_kernel>(dim3(1), dim3(32), 0, x.p);
+    });
+    CAPTURE(m);
+    CHECK(has(m, "thread (1,0,0): load_matrix_sync"));
+    CHECK(has(m, "every lane of the warp must pass the same arguments"));
+  }
+  SUBCASE("a pointer that is not 32-byte aligned") {
+    const std::string m = fault_of(wb::sim::Fault::Kind::invalid_argument, [&] {
+      wb::launch<misaligned_kernel>(dim3(1), dim3(32), 0, x.p + 8, 16u);
+    });
+    CAPTURE(m);
+    CHECK(has(m, "is not 256-bit (32-byte) aligned"));
+  }
+  SUBCASE("an ldm that is not a multiple of 16 bytes") {
+    const std::string m = fault_of(wb::sim::Fault::Kind::invalid_argument, [&] {
+      wb::launch<misaligned_kernel>(dim3(1), dim3(32), 0, x.p, 20u);
+    });
+    CAPTURE(m);
+    CHECK(has(m, "ldm 20 is not a multiple of 16 bytes (8 elements of 2 bytes)"));
+  }
+  SUBCASE("two copies of one element that differ") {
+    const std::string m = fault_of(wb::sim::Fault::Kind::invalid_argument, [&] {
+      wb::launch<inconsistent_copies_kernel>(dim3(1), dim3(32), 0, x.p, y.p);
+    });
+    CAPTURE(m);
+    CHECK(has(m, "thread (3,0,0): mma_sync at tests/sim/test_wmma.cpp:"));
+    CHECK(has(m, "lane 3's __half fragment holds A(0,7) twice, as x[1] = 0.25 and x[9] = -1"));
+  }
+}
+
+// ---- Race mode --------------------------------------------------------------------------------
+
+namespace {
+
+// y: (16 * 16). A warp stores its accumulator to shared memory, then each lane reads back a
+// column with ordinary loads: __syncwarp orders the store before the reads (`sync` = 1).
+// Without it, the store gives no memory ordering: a race on the GPU and in race mode.
+__global__ void store_then_read_kernel(float* y, int sync) {
+  __shared__ __align__(32) float tile[16 * 16];
+  Acc acc;
+  wmma::fill_fragment(acc, 3.0f);
+  wmma::store_matrix_sync(tile, acc, 16, wmma::mem_row_major);
+  if (sync != 0) __syncwarp();
+  const int lane = threadIdx.x;
+  if (lane < 16) {
+    for (int r = 0; r < 16; ++r) y[r * 16 + lane] = tile[r * 16 + lane];  // planted race: read
+  }
+}
+
+}  // namespace
+
+TEST_CASE("a store_matrix_sync read back after syncwarp is race-free" *
+          doctest::test_suite("wmma")) {
+  std::vector<float> y(256);
+  wb::launch<store_then_read_kernel>(dim3(2), dim3(32), 0, y.data(), 1);
+  for (float v : y) CHECK(v == 3.0f);
+}
+
+#if defined(WB_SIM_RACE_MODE)
+TEST_CASE("store_matrix_sync gives no memory ordering without syncwarp" *
+          doctest::test_suite("race_planted_wmma")) {
+  std::vector<float> y(256);
+  wb::launch<store_then_read_kernel>(dim3(1), dim3(32), 0, y.data(), 0);
+}
+#endif  // WB_SIM_RACE_MODE
