@@ -48,4 +48,14 @@ void with_kernel_backend(Backend backend, F&& f) {
   }
 }
 
+/// `make(std::integral_constant<Backend, B>{})` for the kernel backend `backend`, or a
+/// value-initialized result for cpu (and for cuda in builds without nvcc):
+///   auto ladder = select_kernel_backend(backend, [](auto b) { return kernel_ladder<decltype(b)::value>(); });
+template <typename Make>
+auto select_kernel_backend(Backend backend, Make&& make) {
+  decltype(make(std::integral_constant<Backend, Backend::sim>{})) result{};
+  with_kernel_backend(backend, [&](auto b) { result = make(b); });
+  return result;
+}
+
 }  // namespace wb

@@ -253,50 +253,17 @@ std::size_t copy_buffer_bytes() {
 // The mode in a chapter program
 // ------------------------------------------------------------------------------------------
 
-int BenchOptions::parse(Cli& cli, int argc, char** argv) {
-  std::vector<const char*> rest = {argv[0]};
-  bool reps_given = false;
-  for (int i = 1; i < argc; ++i) {
-    std::string arg = argv[i];
-    std::string value;
-    bool has_value = false;
-    if (const auto eq = arg.find('='); arg.rfind("--", 0) == 0 && eq != std::string::npos) {
-      value = arg.substr(eq + 1);
-      arg = arg.substr(0, eq);
-      has_value = true;
-    }
-    if (arg == "--bench") {
-      if (has_value) return cli.error("--bench takes no value");
-      enabled = true;
-      continue;
-    }
-    if (arg != "--reps" && arg != "--csv") {
-      rest.push_back(argv[i]);
-      continue;
-    }
-    if (!has_value) {
-      if (i + 1 >= argc) return cli.error(arg + " needs a value");
-      value = argv[++i];
-    }
-    if (arg == "--csv") {
-      if (value.empty() || value.rfind("--", 0) == 0)
-        return cli.error("--csv expects a file name, got '" + value + "'");
-      csv_path = value;
-    } else {
-      char* end = nullptr;
-      const long v = std::strtol(value.c_str(), &end, 10);
-      if (value.empty() || *end != '\0' || v <= 0 || v > kBenchMaxReps)
-        return cli.error("--reps expects a positive integer up to " +
-                         std::to_string(kBenchMaxReps) + ", got '" + value + "'");
-      reps = static_cast<int>(v);
-      reps_given = true;
-    }
-  }
-  const int code = cli.parse(static_cast<int>(rest.size()), rest.data());
-  if (code == 0) std::cout << usage();  // --help: Cli printed its options, add these
-  if (code >= 0) return code;
-  if (!enabled && (reps_given || !csv_path.empty()))
-    return cli.error(std::string(reps_given ? "--reps" : "--csv") + " only applies with --bench");
+void BenchOptions::add_to(Cli& cli) {
+  cli.flag("--bench", &enabled, "time every kernel on the GPU (see the benchmark section)")
+      .option("--reps", &reps, "timed runs per kernel with --bench", kBenchMaxReps)
+      .option("--csv", &csv_path, "with --bench, append one row per kernel to this file");
+  cli.epilog(usage());
+}
+
+int BenchOptions::validate(const Cli& cli) {
+  if (!enabled && (reps != 0 || !csv_path.empty()))
+    return cli.error(std::string(reps != 0 ? "--reps" : "--csv") + " only applies with --bench");
+  if (reps == 0) reps = kBenchDefaultReps;
   return -1;
 }
 
@@ -312,14 +279,13 @@ int BenchOptions::check_backend(const Cli& cli, Backend backend) const {
 }
 
 std::string BenchOptions::usage() {
-  return "\nbenchmark mode (needs a CUDA GPU; see the docs page \"Benchmarks\"):\n"
-         "  --bench                     time every kernel on --rows x --cols: device header,\n"
-         "                              copy-bandwidth roofline, median [min, max] of --reps\n"
-         "  --reps N                    timed runs per kernel after " +
-         std::to_string(kBenchWarmup) + " warm-up runs (default " +
+  return "\nbenchmark mode (needs a CUDA GPU; see the docs page \"Benchmarks\"): --bench times\n"
+         "every kernel on the shape after " +
+         std::to_string(kBenchWarmup) + " warm-up runs, --reps timed runs (default " +
          std::to_string(kBenchDefaultReps) +
-         ")\n"
-         "  --csv FILE                  append one row per kernel to FILE (header if new)\n";
+         ") with the L2\n"
+         "cache flushed before each, CUDA events; prints the median [min, max] next to the\n"
+         "device's measured copy bandwidth (the roofline). --csv appends one row per kernel.\n";
 }
 
 Bench::Bench(std::string chapter, std::string op, const BenchOptions& options)

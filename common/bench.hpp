@@ -10,12 +10,8 @@
 // also shown as a fraction of it. Absolute times only come from a GPU: without one,
 // `--bench` is an error (one line, exit code 2).
 //
-// A chapter program adds the mode in a few lines:
-//   wb::BenchOptions bench;
-//   if (const int code = bench.parse(cli, argc, argv); code >= 0) return code;   // not cli.parse
-//   ...
-//   if (bench.enabled) {
-//     if (const int code = bench.check_backend(cli, backend); code >= 0) return code;
+// A chapter program gets the options through common/program.hpp (ProgramOptions), then:
+//   if (options.bench.enabled) {
 //     wb::Bench b("01_safe_softmax", "softmax", bench);   // measures and prints the roofline
 //     b.time("warp_shuffle", "fp32", wb::shape_string(rows, cols),
 //            wb::Work::moving(wb::softmax_bytes(rows, cols, sizeof(float))), [&] { launch(); });
@@ -158,15 +154,15 @@ CopyRoofline measure_copy_bandwidth(std::size_t buffer_bytes, int warmup, int re
 
 struct BenchOptions {
   bool enabled = false;
-  int reps = kBenchDefaultReps;
+  int reps = 0;  // 0 until validate(): --reps N, or kBenchDefaultReps
   int warmup = kBenchWarmup;
   std::string csv_path;  // empty: no CSV
 
-  /// Takes --bench, --reps N and --csv FILE out of argv (the Cli has no free-form text
-  /// option), parses the rest with `cli`, and on --help adds the benchmark options to the
-  /// usage. Returns -1 when the program should go on, else the exit code (the error line is
-  /// already printed).
-  int parse(Cli& cli, int argc, char** argv);
+  /// Registers --bench, --reps N and --csv FILE with `cli`, and their section of --help.
+  void add_to(Cli& cli);
+  /// After parsing: --reps and --csv only apply with --bench. -1 to go on, else prints one
+  /// line and returns 2.
+  int validate(const Cli& cli);
   /// With --bench: -1 when `backend` is cuda on a usable GPU, else prints one line and
   /// returns 2. Call before printing anything else.
   int check_backend(const Cli& cli, Backend backend) const;

@@ -23,6 +23,11 @@ Cli& Cli::option(const std::string& name, std::string* target, std::vector<std::
   return *this;
 }
 
+Cli& Cli::option(const std::string& name, std::string* target, const std::string& help) {
+  options_.push_back({name, Kind::text, target, {}, help});
+  return *this;
+}
+
 Cli& Cli::flag(const std::string& name, bool* target, const std::string& help) {
   options_.push_back({name, Kind::flag, target, {}, help});
   return *this;
@@ -76,6 +81,13 @@ bool Cli::assign(const Option& opt, const std::string& value) {
       error(opt.name + " expects one of " + list + ", got '" + value + "'");
       return false;
     }
+    case Kind::text:
+      if (value.empty() || value.rfind("--", 0) == 0) {
+        error(opt.name + " expects a value, got '" + value + "'");
+        return false;
+      }
+      *static_cast<std::string*>(opt.target) = value;
+      return true;
     case Kind::flag: break;
   }
   return false;
@@ -118,6 +130,7 @@ std::string Cli::usage() const {
     std::string name = opt.name;
     if (opt.kind == Kind::positive_int) name += " N";
     if (opt.kind == Kind::u64) name += " SEED";
+    if (opt.kind == Kind::text) name += " VALUE";
     if (opt.kind == Kind::choice) {
       name += " {";
       for (std::size_t i = 0; i < opt.choices.size(); ++i) name += (i ? "|" : "") + opt.choices[i];
@@ -126,7 +139,7 @@ std::string Cli::usage() const {
     out << "  " << name << std::string(name.size() < 28 ? 28 - name.size() : 1, ' ') << opt.help
         << '\n';
   }
-  out << "  --help" << std::string(22, ' ') << "this text\n";
+  out << "  --help" << std::string(22, ' ') << "this text\n" << epilog_;
   return out.str();
 }
 

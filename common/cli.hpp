@@ -25,8 +25,12 @@ class Cli {
   /// One of `choices`.
   Cli& option(const std::string& name, std::string* target, std::vector<std::string> choices,
               const std::string& help);
+  /// Free text, such as a file name (a value starting with "--" is taken for a forgotten value).
+  Cli& option(const std::string& name, std::string* target, const std::string& help);
   /// A flag without a value.
   Cli& flag(const std::string& name, bool* target, const std::string& help);
+  /// Text printed after the option list by --help (extra sections, examples).
+  void epilog(std::string text) { epilog_ = std::move(text); }
 
   /// Parses `--name value` and `--name=value`. Returns -1 when the program should go on,
   /// otherwise the exit code to return: 0 after --help, 2 after an error (already printed).
@@ -39,7 +43,7 @@ class Cli {
   const std::string& program() const { return program_; }
 
  private:
-  enum class Kind { positive_int, u64, choice, flag };
+  enum class Kind { positive_int, u64, choice, text, flag };
   struct Option {
     std::string name;
     Kind kind;
@@ -54,6 +58,7 @@ class Cli {
   std::string program_;
   std::string summary_;
   std::vector<Option> options_;
+  std::string epilog_;
 };
 
 /// Maps "cpu" / "sim" / "cuda" to a Backend. For cuda, returns false and fills `why` when

@@ -127,27 +127,31 @@ namespace {
 const std::vector<Shape> kRaceShapes = {{1, 1}, {2, 31}, {3, 33}, {2, 257}};
 
 template <Backend B>
+void kernel_equals_the_cpu_step(const NamedKernel& k) {
+  for (const Shape& s : test::kRaceMode ? kRaceShapes : kShapes) {
+    for (InputKind kind : all_input_kinds()) {
+      const std::string input = to_string(kind);
+      CAPTURE(s.rows);
+      CAPTURE(s.cols);
+      CAPTURE(input);
+      const std::vector<float> x = make_input(kind, s.rows, s.cols, kSeed);
+      const std::vector<double> ref = ref::softmax(x, s.rows, s.cols);
+      const ErrorReport cpu = compare(softmax_safe(x, s.rows, s.cols), ref);
+      DeviceBuffer<float> dx(B, x);
+      DeviceBuffer<float> dy(B, x.size());
+      k.launch(dx.data(), dy.data(), s.rows, s.cols);
+      const ErrorReport kernel = compare(dy.download(), ref);
+      // The tolerance policy: at most twice the CPU step's error, plus the float-sum floor.
+      WB_CHECK_WITHIN_REL(kernel, chain_bound(cpu.max_rel, kernel_floor(s.cols)));
+    }
+  }
+}
+
+// One SUBCASE per kernel of the ladder, so a failure names its rung.
+template <Backend B>
 void every_kernel_equals_the_cpu_step() {
   for (const NamedKernel& k : kernel_ladder<B>()) {
-    for (const Shape& s : test::kRaceMode ? kRaceShapes : kShapes) {
-      for (InputKind kind : all_input_kinds()) {
-        const std::string kernel_name = k.name;
-        const std::string input = to_string(kind);
-        CAPTURE(kernel_name);
-        CAPTURE(s.rows);
-        CAPTURE(s.cols);
-        CAPTURE(input);
-        const std::vector<float> x = make_input(kind, s.rows, s.cols, kSeed);
-        const std::vector<double> ref = ref::softmax(x, s.rows, s.cols);
-        const ErrorReport cpu = compare(softmax_safe(x, s.rows, s.cols), ref);
-        DeviceBuffer<float> dx(B, x);
-        DeviceBuffer<float> dy(B, x.size());
-        k.launch(dx.data(), dy.data(), s.rows, s.cols);
-        const ErrorReport kernel = compare(dy.download(), ref);
-        // The tolerance policy: at most twice the CPU step's error, plus the float-sum floor.
-        WB_CHECK_WITHIN_REL(kernel, chain_bound(cpu.max_rel, kernel_floor(s.cols)));
-      }
-    }
+    SUBCASE(k.name) { kernel_equals_the_cpu_step<B>(k); }
   }
 }
 

@@ -8,17 +8,14 @@
 #include <string>
 #include <vector>
 
+#include "chapters/01_safe_softmax/softmax_report.hpp"
 #include "chapters/02_online_softmax/online_softmax.hpp"
 #include "chapters/03_block_merge/block_merge.hpp"
 #include "chapters/03_block_merge/md_merge.hpp"
-#include "common/bench.hpp"
-#include "common/buffer.hpp"
 #include "common/cli.hpp"
-#include "common/compare.hpp"
 #include "common/inputs.hpp"
-#include "common/reference.hpp"
+#include "common/program.hpp"
 #include "common/table.hpp"
-#include "common/timer.hpp"
 
 namespace {
 
@@ -108,133 +105,46 @@ void print_trace() {
                "  bits with the order of the roundings, within the bound of eq. (6).\n\n";
 }
 
-struct Run {
-  std::string name;
-  std::vector<float> y;
-  double ms;
-};
-
-// Times a kernel launcher: CUDA events on a GPU (L2 flushed, median of 10), the wall clock
-// for one simulated run (simulator time says nothing about GPU speed).
-Run run_kernel(Backend backend, const NamedKernel& k, const std::vector<float>& x, int rows,
-               int cols) {
-  DeviceBuffer<float> dx(backend, x);
-  DeviceBuffer<float> dy(backend, x.size());
-  auto work = [&] { k.launch(dx.data(), dy.data(), rows, cols); };
-  double ms = 0.0;
-  if (backend == Backend::cuda) {
-    ms = time_cuda(work, 2, 10).median_ms;
-  } else {
-    CpuTimer timer;
-    work();
-    ms = timer.elapsed_ms();
-  }
-  return {std::string(to_string(backend)) + " " + k.name, dy.download(), ms};
-}
-
-void report_shape(Backend backend, int rows, int cols, int block, std::uint64_t seed) {
-  for (InputKind kind : {InputKind::randn, InputKind::large_offset}) {
-    const std::vector<float> x = make_input(kind, rows, cols, seed);
-    const std::vector<double> ref = ref::softmax(x, rows, cols);
-    std::vector<Run> runs;
-    CpuTimer online_timer;
-    runs.push_back({"cpu ch02 online", ch02::softmax_online(x, rows, cols), 0.0});
-    runs.back().ms = online_timer.elapsed_ms();
-    CpuTimer blocked_timer;
-    runs.push_back({"cpu ch03 blocked, block " + std::to_string(block),
-                    softmax_blocked(x, rows, cols, block), 0.0});
-    runs.back().ms = blocked_timer.elapsed_ms();
-    if (backend == Backend::sim) {
-      for (const NamedKernel& k : kernel_ladder<Backend::sim>())
-        runs.push_back(run_kernel(backend, k, x, rows, cols));
-    }
-    if (backend == Backend::cuda) {
-      for (const NamedKernel& k : kernel_ladder<Backend::cuda>())
-        runs.push_back(run_kernel(backend, k, x, rows, cols));
-    }
-    const std::vector<float>& previous = runs.front().y;  // chapter 02's CPU step
-    std::cout << "Error vs the fp64 reference and vs chapter 02 on (" << rows << ", " << cols
-              << ") " << to_string(kind) << ", seed " << seed << ":\n";
-    const double bytes = 2.0 * sizeof(float) * x.size();  // read x once, write y once
-    Table t({"implementation", "max rel err", "max abs err", "non-finite", "rel diff vs ch02",
-             "time ms", "GB/s"});
-    for (const Run& run : runs) {
-      const ErrorReport e = compare(run.y, ref);
-      const ErrorReport vs_ch02 = compare(run.y, previous);
-      const bool gpu = run.name.rfind("cuda", 0) == 0;
-      t.add_row({run.name, sci(e.max_rel), sci(e.max_abs), std::to_string(e.nonfinite_mismatches),
-                 sci(vs_ch02.max_rel), fixed(run.ms, 3),
-                 gpu ? fixed(bytes / run.ms * 1e-6, 1) : "-"});
-    }
-    t.print(std::cout);
-    std::cout << '\n';
-  }
-  std::cout << "  The merge tree is shallower than chapter 02's chain (a slice of\n"
-               "  cols / threads updates, then log2(threads) merges), so d' collects fewer\n"
-               "  roundings. GB/s counts one read and one write of x per element (the ideal).\n\n";
-  if (backend == Backend::sim)
-    std::cout << "  sim times are the simulator running every GPU thread on this CPU: they\n"
-                 "  check the kernels, they do not predict GPU speed. GB/s is shown on a GPU.\n\n";
-}
-
-// --bench: every rung of the ladder on (rows, cols) of randn, on the GPU.
-int run_bench(const BenchOptions& options, int rows, int cols, std::uint64_t seed) {
-  Bench bench("03_block_merge", "softmax", options);
-  DeviceBuffer<float> dx(Backend::cuda, bench_input(rows, cols, seed));
-  DeviceBuffer<float> dy(Backend::cuda, dx.size());
-  const Work work = Work::moving(softmax_bytes(rows, cols, sizeof(float)));
-  for (const NamedKernel& k : kernel_ladder<Backend::cuda>())
-    bench.time(k.name, "fp32", shape_string(rows, cols), work,
-               [&] { k.launch(dx.data(), dy.data(), rows, cols); });
-  return bench.finish();
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
   int rows = 4096;
   int cols = 1024;
   int block = 100;
-  std::uint64_t seed = 1;
-  std::string backend_name = cuda_available() ? "cuda" : "sim";
-  bool trace_only = false;
   Cli cli("ch03", "Chapter 03: the (m, d) merge, blocked on the CPU and parallel in CUDA.");
   cli.option("--rows", &rows, "rows of x (default 4096)")
       .option("--cols", &cols, "columns of x, the softmax length (default 1024)")
-      .option("--block", &block, "block size of the CPU blocked softmax (default 100)")
-      .option("--seed", &seed, "input seed (default 1)")
-      .option("--backend", &backend_name, {"cpu", "sim", "cuda"},
-              "where the kernels run (default cuda with a GPU, else sim)")
-      .flag("--trace", &trace_only, "print the worked trace only");
-  BenchOptions bench;
-  if (const int code = bench.parse(cli, argc, argv); code >= 0) return code;
-  constexpr std::size_t kMaxElements = std::size_t{1} << 28;  // 1 GiB per float matrix
-  if (static_cast<std::size_t>(rows) * static_cast<std::size_t>(cols) >
-      bench.max_elements(kMaxElements))
-    return cli.error("--rows x --cols = " + std::to_string(std::size_t(rows) * cols) +
-                     " elements exceeds this program's limit of " +
-                     (bench.enabled ? "2^31 with --bench" : "2^28 (1 GiB per matrix)"));
-  Backend backend{};
-  if (std::string why; !parse_backend(backend_name, &backend, &why)) return cli.error(why);
-  if (const int code = bench.check_backend(cli, backend); code >= 0) return code;
-  if (bench.enabled) {
-    try {
-      return run_bench(bench, rows, cols, seed);
-    } catch (const std::exception& e) {
-      return cli.error(e.what());
-    }
-  }
+      .option("--block", &block, "block size of the CPU blocked softmax (default 100)");
+  ProgramOptions options;
+  if (const int code = parse_program(cli, argc, argv, &options); code >= 0) return code;
+  if (const int code = check_matrix_size(cli, options, rows, cols); code >= 0) return code;
+  const std::vector<NamedKernel> ladder = select_kernel_backend(
+      options.backend, [](auto b) { return kernel_ladder<decltype(b)::value>(); });
+  if (options.bench.enabled)
+    return run_guarded(cli, [&] {
+      return ch01::bench_softmax("03_block_merge", ladder, options.bench, rows, cols,
+                                 options.seed);
+    });
 
   print_intro();
   print_trace();
-  if (trace_only) return 0;
-  try {
-    report_shape(backend, rows, cols, block, seed);
-  } catch (const std::exception& e) {
-    return cli.error(e.what());
-  }
-  std::cout << "Next: chapter 04, softmax(scale Q K^T) fused (chapters/04_fused_qk_softmax,\n"
-               "docs page \"Chapter 04: fused QK softmax\"): the scores are produced tile by\n"
-               "tile and merged as (m, d) pairs, never stored whole.\n";
-  return 0;
+  if (options.trace_only) return 0;
+  return run_guarded(cli, [&] {
+    const std::vector<ch01::CpuStep> steps = {
+        {"cpu ch02 online",
+         [](const std::vector<float>& x, int r, int c) { return ch02::softmax_online(x, r, c); }},
+        {"cpu ch03 blocked, block " + std::to_string(block),
+         [block](const std::vector<float>& x, int r, int c) {
+           return softmax_blocked(x, r, c, block);
+         }}};
+    ch01::report_softmax(options.backend, steps, ladder, "ch02", rows, cols, options.seed);
+    std::cout << "  The merge tree is shallower than chapter 02's chain (a slice of\n"
+                 "  cols / threads updates, then log2(threads) merges), so d' collects fewer\n"
+                 "  roundings. GB/s counts one read and one write of x per element (the ideal).\n\n";
+    print_sim_time_note(std::cout, options.backend);
+    std::cout << "Next: chapter 04, softmax(scale Q K^T) fused (chapters/04_fused_qk_softmax,\n"
+                 "docs page \"Chapter 04: fused QK softmax\"): the scores are produced tile by\n"
+                 "tile and merged as (m, d) pairs, never stored whole.\n";
+    return 0;
+  });
 }

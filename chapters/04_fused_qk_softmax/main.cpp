@@ -10,6 +10,7 @@
 #include "common/attention_inputs.hpp"
 #include "common/buffer.hpp"
 #include "common/cli.hpp"
+#include "common/program.hpp"
 #include "common/compare.hpp"
 #include "common/reference_attention.hpp"
 #include "common/table.hpp"
@@ -75,31 +76,16 @@ void print_trace() {
             << ": the same softmax, the 1 x 10 scores never stored.\n\n";
 }
 
-struct Run {
-  std::string name;
-  std::vector<float> p;
-  double ms;
-};
-
 Run run_kernel(Backend backend, const AttentionInputs& in, AttentionShape shape, float scale) {
   DeviceBuffer<float> q(backend, in.q), k(backend, in.k), p(backend, shape.p_elems());
   DeviceBuffer<MD> stats(backend, shape.rows());
-  auto work = [&] {
-    if (backend == Backend::cuda)
-      Kernels<Backend::cuda>::fused_softmax_qk(q.data(), k.data(), p.data(), stats.data(), shape,
-                                               scale);
-    else
-      Kernels<Backend::sim>::fused_softmax_qk(q.data(), k.data(), p.data(), stats.data(), shape,
-                                              scale);
-  };
   double ms = 0.0;
-  if (backend == Backend::cuda) {
-    ms = time_cuda(work, 2, 10).median_ms;
-  } else {
-    CpuTimer timer;
-    work();
-    ms = timer.elapsed_ms();
-  }
+  with_kernel_backend(backend, [&](auto b) {
+    ms = time_kernel_ms(backend, [&] {
+      Kernels<decltype(b)::value>::fused_softmax_qk(q.data(), k.data(), p.data(), stats.data(),
+                                                    shape, scale);
+    });
+  });
   return {std::string(to_string(backend)) + " fused kernel", p.download(), ms};
 }
 
@@ -109,21 +95,19 @@ void report(Backend backend, AttentionShape shape, std::uint64_t seed) {
     const AttentionInputs in = make_attention_inputs(kind, shape, scale, seed);
     const ref::Attention r = ref::attention(in, shape, scale, false);
     std::vector<Run> runs;
-    CpuTimer naive_timer;
-    runs.push_back({"cpu naive (Eigen, S stored)", attention_naive(in, shape, scale).p, 0.0});
-    runs.back().ms = naive_timer.elapsed_ms();
-    CpuTimer fused_timer;
-    runs.push_back({"cpu fused 8 x 32 tiles",
-                    softmax_qk_fused(in, shape, scale, kReportBr, kReportBc).p, 0.0});
-    runs.back().ms = fused_timer.elapsed_ms();
+    runs.push_back(run_cpu("cpu naive (Eigen, S stored)",
+                           [&] { return attention_naive(in, shape, scale).p; }));
+    runs.push_back(run_cpu("cpu fused 8 x 32 tiles", [&] {
+      return softmax_qk_fused(in, shape, scale, kReportBr, kReportBc).p;
+    }));
     if (backend != Backend::cpu) runs.push_back(run_kernel(backend, in, shape, scale));
     std::cout << "P against the fp64 reference on (" << to_string(shape) << ") " << to_string(kind)
               << ", seed " << seed << ":\n";
     Table t(
         {"implementation", "max rel err vs fp64", "max abs err vs naive", "non-finite", "time ms"});
     for (const Run& run : runs) {
-      const ErrorReport e = compare(run.p, r.p);
-      t.add_row({run.name, sci(e.max_rel), sci(compare(run.p, runs[0].p).max_abs),
+      const ErrorReport e = compare(run.out, r.p);
+      t.add_row({run.name, sci(e.max_rel), sci(compare(run.out, runs[0].out).max_abs),
                  std::to_string(e.nonfinite_mismatches), fixed(run.ms, 3)});
     }
     t.print(std::cout);
@@ -133,31 +117,24 @@ void report(Backend backend, AttentionShape shape, std::uint64_t seed) {
   std::cout << "  Scores held at once, per head: naive " << std::size_t(shape.lq) * shape.lk
             << " floats (the whole S), fused " << kReportBr * kReportBc
             << " (one tile). Chapter 06 measures the difference.\n";
-  if (backend == Backend::sim)
-    std::cout << "  sim times are the simulator running every GPU thread on this CPU: they\n"
-                 "  check the kernel, they do not predict GPU speed.\n";
+  print_sim_time_note(std::cout, backend);
   std::cout << '\n';
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
-  std::string backend_name = cuda_available() ? "cuda" : "sim";
   int bh = 0, lq = 0, lk = 0, d = 64;
-  std::uint64_t seed = 1;
-  bool trace_only = false;
   Cli cli("ch04", "Chapter 04: fused QK^T-softmax, on the CPU and as a CUDA kernel.");
   cli.option("--bh", &bh, "batch x heads (default 8 on cuda, 1 otherwise)")
       .option("--lq", &lq, "query rows (default 1024 on cuda, 256 otherwise)")
       .option("--lk", &lk, "key rows (default 1024)")
-      .option("--d", &d, "head dimension (default 64)", kMaxHeadDim)
-      .option("--seed", &seed, "input seed (default 1)")
-      .option("--backend", &backend_name, {"cpu", "sim", "cuda"},
-              "where the kernel runs (default cuda with a GPU, else sim)")
-      .flag("--trace", &trace_only, "print the worked trace only");
-  if (const int code = cli.parse(argc, argv); code >= 0) return code;
-  Backend backend{};
-  if (std::string why; !parse_backend(backend_name, &backend, &why)) return cli.error(why);
+      .option("--d", &d, "head dimension (default 64)", kMaxHeadDim);
+  ProgramOptions options;
+  options.offers_bench = false;  // the attention chapters have no --bench yet
+  if (const int code = parse_program(cli, argc, argv, &options); code >= 0) return code;
+  const Backend backend = options.backend;
+  const std::uint64_t seed = options.seed;
   const bool gpu = backend == Backend::cuda;
   const AttentionShape shape{bh > 0 ? bh : (gpu ? 8 : 1), lq > 0 ? lq : (gpu ? 1024 : 256),
                              lk > 0 ? lk : 1024, d};
@@ -169,12 +146,9 @@ int main(int argc, char** argv) {
 
   print_intro();
   print_trace();
-  if (trace_only) return 0;
-  try {
-    report(backend, shape, seed);
-  } catch (const std::exception& e) {
-    return cli.error(e.what());
-  }
+  if (options.trace_only) return 0;
+  if (const int code = run_guarded(cli, [&] { report(backend, shape, seed); return 0; }); code)
+    return code;
   std::cout << "Next: chapter 05, FlashAttention-1 (chapters/05_fa1_subsum, docs page\n"
                "\"Chapter 05: FlashAttention-1, the SubSum recurrence\"): the output O = P V\n"
                "carried through the same tiles, so that P is never stored either.\n";

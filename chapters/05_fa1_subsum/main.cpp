@@ -11,6 +11,7 @@
 #include "common/attention_inputs.hpp"
 #include "common/buffer.hpp"
 #include "common/cli.hpp"
+#include "common/program.hpp"
 #include "common/compare.hpp"
 #include "common/reference_attention.hpp"
 #include "common/table.hpp"
@@ -72,39 +73,17 @@ void print_trace() {
             << "), the same output; P was never stored.\n\n";
 }
 
-struct Run {
-  std::string name;
-  std::vector<float> o;
-  double ms;
-};
-
-template <typename F>
-Run time_cpu_run(const std::string& name, F f) {
-  CpuTimer timer;
-  std::vector<float> o = f();
-  return {name, std::move(o), timer.elapsed_ms()};
-}
-
 Run run_kernel(Backend backend, const AttentionInputs& in, AttentionShape shape, float scale) {
   DeviceBuffer<float> q(backend, in.q), k(backend, in.k), v(backend, in.v),
       o(backend, shape.q_elems());
   DeviceBuffer<MD> stats(backend, shape.rows());
-  auto work = [&] {
-    if (backend == Backend::cuda)
-      Kernels<Backend::cuda>::fa1(q.data(), k.data(), v.data(), o.data(), stats.data(), shape,
-                                  scale);
-    else
-      Kernels<Backend::sim>::fa1(q.data(), k.data(), v.data(), o.data(), stats.data(), shape,
-                                 scale);
-  };
   double ms = 0.0;
-  if (backend == Backend::cuda) {
-    ms = time_cuda(work, 2, 10).median_ms;
-  } else {
-    CpuTimer timer;
-    work();
-    ms = timer.elapsed_ms();
-  }
+  with_kernel_backend(backend, [&](auto b) {
+    ms = time_kernel_ms(backend, [&] {
+      Kernels<decltype(b)::value>::fa1(q.data(), k.data(), v.data(), o.data(), stats.data(),
+                                       shape, scale);
+    });
+  });
   return {std::string(to_string(backend)) + " FA1 kernel", o.download(), ms};
 }
 
@@ -114,11 +93,11 @@ void report(Backend backend, AttentionShape shape, std::uint64_t seed) {
     const AttentionInputs in = make_attention_inputs(kind, shape, scale, seed);
     const ref::Attention r = ref::attention(in, shape, scale, false, false);
     std::vector<Run> runs;
-    runs.push_back(time_cpu_run("cpu ch04 naive P V (previous)",
+    runs.push_back(run_cpu("cpu ch04 naive P V (previous)",
                                 [&] { return ch04::attention_naive(in, shape, scale).o; }));
-    runs.push_back(time_cpu_run("cpu element-wise, eq. (4)",
+    runs.push_back(run_cpu("cpu element-wise, eq. (4)",
                                 [&] { return attention_elementwise(in, shape, scale); }));
-    runs.push_back(time_cpu_run("cpu FA1 Algorithm 1, 8 x 32", [&] {
+    runs.push_back(run_cpu("cpu FA1 Algorithm 1, 8 x 32", [&] {
       return attention_fa1(in, shape, scale, kReportBr, kReportBc).o;
     }));
     if (backend != Backend::cpu) runs.push_back(run_kernel(backend, in, shape, scale));
@@ -127,8 +106,8 @@ void report(Backend backend, AttentionShape shape, std::uint64_t seed) {
     Table t({"implementation", "max err / sum p|v| vs fp64", "max abs err vs previous",
              "non-finite", "time ms"});
     for (const Run& run : runs) {
-      const ErrorReport e = ref::compare_weighted(run.o, r.o, r.o_weight);
-      t.add_row({run.name, sci(e.max_abs), sci(compare(run.o, runs[0].o).max_abs),
+      const ErrorReport e = ref::compare_weighted(run.out, r.o, r.o_weight);
+      t.add_row({run.name, sci(e.max_abs), sci(compare(run.out, runs[0].out).max_abs),
                  std::to_string(e.nonfinite_mismatches), fixed(run.ms, 3)});
     }
     t.print(std::cout);
@@ -143,31 +122,24 @@ void report(Backend backend, AttentionShape shape, std::uint64_t seed) {
             << " floats per query row, against 4 x lk = " << 4 * shape.lk
             << "\n  for writing and reading S and P. Larger K/V tiles cut it (FA1 sizes them to\n"
                "  fill shared memory); chapter 06 removes it.\n";
-  if (backend == Backend::sim)
-    std::cout << "  sim times are the simulator running every GPU thread on this CPU: they\n"
-                 "  check the kernel, they do not predict GPU speed.\n";
+  print_sim_time_note(std::cout, backend);
   std::cout << '\n';
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
-  std::string backend_name = cuda_available() ? "cuda" : "sim";
   int bh = 0, lq = 0, lk = 0, d = 64;
-  std::uint64_t seed = 1;
-  bool trace_only = false;
   Cli cli("ch05", "Chapter 05: FlashAttention-1, on the CPU and as a CUDA kernel.");
   cli.option("--bh", &bh, "batch x heads (default 16 on cuda, 2 otherwise)")
       .option("--lq", &lq, "query rows (default 1024 on cuda, 256 otherwise)")
       .option("--lk", &lk, "key rows (default 1024)")
-      .option("--d", &d, "head dimension (default 64)", ch04::kMaxHeadDim)
-      .option("--seed", &seed, "input seed (default 1)")
-      .option("--backend", &backend_name, {"cpu", "sim", "cuda"},
-              "where the kernel runs (default cuda with a GPU, else sim)")
-      .flag("--trace", &trace_only, "print the worked trace only");
-  if (const int code = cli.parse(argc, argv); code >= 0) return code;
-  Backend backend{};
-  if (std::string why; !parse_backend(backend_name, &backend, &why)) return cli.error(why);
+      .option("--d", &d, "head dimension (default 64)", ch04::kMaxHeadDim);
+  ProgramOptions options;
+  options.offers_bench = false;  // the attention chapters have no --bench yet
+  if (const int code = parse_program(cli, argc, argv, &options); code >= 0) return code;
+  const Backend backend = options.backend;
+  const std::uint64_t seed = options.seed;
   const bool gpu = backend == Backend::cuda;
   const AttentionShape shape{bh > 0 ? bh : (gpu ? 16 : 2), lq > 0 ? lq : (gpu ? 1024 : 256),
                              lk > 0 ? lk : 1024, d};
@@ -178,12 +150,9 @@ int main(int argc, char** argv) {
 
   print_intro();
   print_trace();
-  if (trace_only) return 0;
-  try {
-    report(backend, shape, seed);
-  } catch (const std::exception& e) {
-    return cli.error(e.what());
-  }
+  if (options.trace_only) return 0;
+  if (const int code = run_guarded(cli, [&] { report(backend, shape, seed); return 0; }); code)
+    return code;
   std::cout << "Next: chapter 06, FlashAttention-2 (chapters/06_fa2_rescaled, docs page\n"
                "\"Chapter 06: FlashAttention-2, the rescaled accumulator\"): keep the output\n"
                "unnormalized, divide once at the end, and swap the loops so that O never\n"

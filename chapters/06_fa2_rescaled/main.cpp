@@ -21,6 +21,7 @@
 #include "common/attention_inputs.hpp"
 #include "common/buffer.hpp"
 #include "common/cli.hpp"
+#include "common/program.hpp"
 #include "common/compare.hpp"
 #include "common/reference_attention.hpp"
 #include "common/table.hpp"
@@ -166,32 +167,23 @@ void print_trace() {
   print_causal_map(8, 5, 2, 2);
 }
 
-struct Run {
+struct AttentionRun {
   std::string name;
   std::vector<float> o, lse;
   double ms;
 };
 
-Run run_kernel(Backend backend, const AttentionInputs& in, AttentionShape shape, float scale,
+AttentionRun run_kernel(Backend backend, const AttentionInputs& in, AttentionShape shape, float scale,
                bool causal) {
   DeviceBuffer<float> q(backend, in.q), k(backend, in.k), v(backend, in.v),
       o(backend, shape.q_elems()), lse(backend, shape.rows());
-  auto work = [&] {
-    if (backend == Backend::cuda)
-      Kernels<Backend::cuda>::fa2(q.data(), k.data(), v.data(), o.data(), lse.data(), shape, scale,
-                                  causal);
-    else
-      Kernels<Backend::sim>::fa2(q.data(), k.data(), v.data(), o.data(), lse.data(), shape, scale,
-                                 causal);
-  };
   double ms = 0.0;
-  if (backend == Backend::cuda) {
-    ms = time_cuda(work, 2, 10).median_ms;
-  } else {
-    CpuTimer timer;
-    work();
-    ms = timer.elapsed_ms();
-  }
+  with_kernel_backend(backend, [&](auto b) {
+    ms = time_kernel_ms(backend, [&] {
+      Kernels<decltype(b)::value>::fa2(q.data(), k.data(), v.data(), o.data(), lse.data(), shape,
+                                       scale, causal);
+    });
+  });
   return {std::string(to_string(backend)) + " FA2 kernel", o.download(), lse.download(), ms};
 }
 
@@ -200,7 +192,7 @@ void report_errors(Backend backend, AttentionShape shape, std::uint64_t seed) {
   const AttentionInputs in = make_attention_inputs(ScoreKind::randn, shape, scale, seed);
   for (bool causal : {false, true}) {
     const ref::Attention r = ref::attention(in, shape, scale, causal, false);
-    std::vector<Run> runs;
+    std::vector<AttentionRun> runs;
     CpuTimer prev_timer;
     if (!causal)
       runs.push_back(
@@ -219,7 +211,7 @@ void report_errors(Backend backend, AttentionShape shape, std::uint64_t seed) {
               << to_string(shape) << ") randn, seed " << seed << ":\n";
     Table t({"implementation", "O err / sum p|v|", "O abs err vs previous", "logsumexp abs err",
              "time ms", "TFLOP/s"});
-    for (const Run& run : runs) {
+    for (const AttentionRun& run : runs) {
       const ErrorReport e = ref::compare_weighted(run.o, r.o, r.o_weight);
       const bool gpu = run.name.rfind("cuda", 0) == 0;
       // 4 bh lq lk d: two matmuls of 2 flops per multiply-add; the mask halves the work.
@@ -234,9 +226,7 @@ void report_errors(Backend backend, AttentionShape shape, std::uint64_t seed) {
               << ", logsumexp " << sci(ref::lse_floor(r.score_error, shape.lk, r.max_abs_lse))
               << "\n\n";
   }
-  if (backend == Backend::sim)
-    std::cout << "  sim times are the simulator running every GPU thread on this CPU: they\n"
-                 "  check the kernel, they do not predict GPU speed.\n\n";
+  print_sim_time_note(std::cout, backend);
 }
 
 /// Peak resident set size since the last reset, in bytes, or -1 where Linux's
@@ -319,10 +309,7 @@ void report_memory(int length, std::uint64_t seed) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  std::string backend_name = cuda_available() ? "cuda" : "sim";
   int bh = 0, lq = 0, lk = 0, d = 64, memory_length = 4096;
-  std::uint64_t seed = 1;
-  bool trace_only = false;
   constexpr int kMaxMemoryLength = 16384;  // S at 16384^2 is 1 GiB
   Cli cli("ch06", "Chapter 06: FlashAttention-2, on the CPU and as a CUDA kernel.");
   cli.option("--bh", &bh, "batch x heads (default 16 on cuda, 2 otherwise)")
@@ -330,14 +317,12 @@ int main(int argc, char** argv) {
       .option("--lk", &lk, "key rows (default 4096 on cuda, 1024 otherwise)")
       .option("--d", &d, "head dimension (default 64)", ch04::kMaxHeadDim)
       .option("--memory-length", &memory_length,
-              "lq = lk of the CPU memory and time comparison (default 4096)", kMaxMemoryLength)
-      .option("--seed", &seed, "input seed (default 1)")
-      .option("--backend", &backend_name, {"cpu", "sim", "cuda"},
-              "where the kernel runs (default cuda with a GPU, else sim)")
-      .flag("--trace", &trace_only, "print the worked trace only");
-  if (const int code = cli.parse(argc, argv); code >= 0) return code;
-  Backend backend{};
-  if (std::string why; !parse_backend(backend_name, &backend, &why)) return cli.error(why);
+              "lq = lk of the CPU memory and time comparison (default 4096)", kMaxMemoryLength);
+  ProgramOptions options;
+  options.offers_bench = false;  // the attention chapters have no --bench yet
+  if (const int code = parse_program(cli, argc, argv, &options); code >= 0) return code;
+  const Backend backend = options.backend;
+  const std::uint64_t seed = options.seed;
   const bool gpu = backend == Backend::cuda;
   const AttentionShape shape{bh > 0 ? bh : (gpu ? 16 : 2), lq > 0 ? lq : (gpu ? 4096 : 256),
                              lk > 0 ? lk : (gpu ? 4096 : 1024), d};
@@ -348,13 +333,13 @@ int main(int argc, char** argv) {
 
   print_intro();
   print_trace();
-  if (trace_only) return 0;
-  try {
+  if (options.trace_only) return 0;
+  const int code = run_guarded(cli, [&] {
     report_errors(backend, shape, seed);
     report_memory(memory_length, seed);
-  } catch (const std::exception& e) {
-    return cli.error(e.what());
-  }
+    return 0;
+  });
+  if (code != 0) return code;
   std::cout << "Next: chapter 07, Welford LayerNorm (chapters/07_welford_layernorm, docs page\n"
                "\"Chapter 07: Welford LayerNorm\"): the same monoid idea, for mean and variance.\n";
   return 0;

@@ -10,6 +10,7 @@
 #include "common/bench.hpp"
 #include "common/buffer.hpp"
 #include "common/cli.hpp"
+#include "common/program.hpp"
 #include "common/compare.hpp"
 #include "common/inputs.hpp"
 #include "common/reference_layernorm.hpp"
@@ -105,9 +106,8 @@ void print_trace() {
 
 // Which strategy the dispatcher picks for each row length, with the device's limit.
 void print_dispatch(Backend backend) {
-  const std::size_t limit = backend == Backend::cuda
-                                ? Kernels<Backend::cuda>::max_dynamic_shared_bytes()
-                                : Kernels<Backend::sim>::max_dynamic_shared_bytes();
+  const std::size_t limit = select_kernel_backend(
+      backend, [](auto b) { return Kernels<decltype(b)::value>::max_dynamic_shared_bytes(); });
   const int max_cached = max_cached_cols(limit);
   const int default_cached = max_cached_cols(kDefaultDynamicSharedBytes);
   std::cout << "The dispatcher on " << to_string(backend) << ": " << limit
@@ -137,16 +137,15 @@ void print_dispatch(Backend backend) {
   std::cout << '\n';
 }
 
-struct Run {
+struct LayerNormRun {
   std::string name;
   LayerNormOutput out;
   double ms;
 };
 
-// Times a launcher: CUDA events on a GPU (L2 flushed, median of 10), the wall clock for one
-// simulated run (simulator time says nothing about GPU speed).
+// Runs a strategy once for its output and times it (time_kernel_ms, common/program.hpp).
 template <Backend B>
-Run run_kernel(const NamedKernel& k, const std::vector<float>& x, const Affine& affine, int rows,
+LayerNormRun run_kernel(const NamedKernel& k, const std::vector<float>& x, const Affine& affine, int rows,
                int cols) {
   DeviceBuffer<float> dx(B, x);
   DeviceBuffer<float> dgamma(B, affine.gamma);
@@ -156,22 +155,14 @@ Run run_kernel(const NamedKernel& k, const std::vector<float>& x, const Affine& 
   DeviceBuffer<float> drstd(B, static_cast<std::size_t>(rows));
   const LayerNormArgs a{dx.data(),    dgamma.data(), dbeta.data(), dy.data(),  dmean.data(),
                         drstd.data(), rows,          cols,         kDefaultEps};
-  auto work = [&] { k.launch(a); };
-  double ms = 0.0;
-  if (B == Backend::cuda) {
-    ms = time_cuda(work, 2, 10).median_ms;
-  } else {
-    CpuTimer timer;
-    work();
-    ms = timer.elapsed_ms();
-  }
+  const double ms = time_kernel_ms(B, [&] { k.launch(a); });
   return {std::string(to_string(B)) + " " + k.name,
           {dy.download(), dmean.download(), drstd.download()},
           ms};
 }
 
 template <Backend B>
-void add_kernel_runs(std::vector<Run>* runs, const std::vector<float>& x, const Affine& affine,
+void add_kernel_runs(std::vector<LayerNormRun>* runs, const std::vector<float>& x, const Affine& affine,
                      int rows, int cols) {
   for (const NamedKernel& k : kernel_ladder<B>()) {
     if (cols > k.max_cols) continue;
@@ -186,7 +177,7 @@ void report_shape(Backend backend, int rows, int cols, std::uint64_t seed) {
     const std::vector<float> x = make_input(kind, rows, cols, seed);
     const ref::LayerNorm ref =
         ref::layernorm(x, rows, cols, kDefaultEps, affine.gamma, affine.beta);
-    std::vector<Run> runs;
+    std::vector<LayerNormRun> runs;
     auto cpu = [&](const char* name, auto step) {
       CpuTimer timer;
       LayerNormOutput out = step();
@@ -197,8 +188,9 @@ void report_shape(Backend backend, int rows, int cols, std::uint64_t seed) {
     cpu("cpu Welford", [&] { return layernorm_welford(x, rows, cols, kDefaultEps, affine); });
     cpu("cpu blocked Welford (32)",
         [&] { return layernorm_blocked_welford(x, rows, cols, 32, kDefaultEps, affine); });
-    if (backend == Backend::sim) add_kernel_runs<Backend::sim>(&runs, x, affine, rows, cols);
-    if (backend == Backend::cuda) add_kernel_runs<Backend::cuda>(&runs, x, affine, rows, cols);
+    with_kernel_backend(backend, [&](auto b) {
+      add_kernel_runs<decltype(b)::value>(&runs, x, affine, rows, cols);
+    });
 
     std::cout << "Error vs the fp64 reference on (" << rows << ", " << cols << ") "
               << to_string(kind) << ", gamma ~ 1 + 0.5 randn, beta ~ 0.5 randn, seed " << seed
@@ -207,7 +199,7 @@ void report_shape(Backend backend, int rows, int cols, std::uint64_t seed) {
     const double bytes = sizeof(float) * (2.0 * x.size() + 2.0 * cols + 2.0 * rows);
     Table t({"implementation", "y max abs err", "rstd max rel err", "mean max abs err",
              "non-finite", "time ms", "GB/s"});
-    for (const Run& run : runs) {
+    for (const LayerNormRun& run : runs) {
       const ErrorReport ey = compare(run.out.y, ref.y);
       const ErrorReport er = compare(run.out.rstd, ref.rstd);
       const ErrorReport em = compare(run.out.mean, ref.mean);
@@ -222,11 +214,8 @@ void report_shape(Backend backend, int rows, int cols, std::uint64_t seed) {
   std::cout << "  Every kernel stays within a small multiple of the CPU Welford step's error\n"
                "  (they fold 4 to 32 values per thread and combine along a tree, which rounds\n"
                "  less than one long chain). At +1e4 the naive step's variance collapses: its\n"
-               "  rstd is off by orders of magnitude.\n";
-  if (backend == Backend::sim)
-    std::cout << "  sim times are the simulator running every GPU thread on this CPU: they\n"
-                 "  check the kernels, they do not predict GPU speed. GB/s is shown on a GPU.\n";
-  std::cout << '\n';
+               "  rstd is off by orders of magnitude.\n\n";
+  print_sim_time_note(std::cout, backend);
 }
 
 // --bench: the three strategies and the dispatcher on (rows, cols) of randn, on the GPU.
@@ -242,7 +231,9 @@ int run_bench(const BenchOptions& options, int rows, int cols, std::uint64_t see
   const LayerNormArgs a{dx.data(),    dgamma.data(), dbeta.data(), dy.data(),  dmean.data(),
                         drstd.data(), rows,          cols,         kDefaultEps};
   const Work work = Work::moving(layernorm_bytes(rows, cols, sizeof(float)));
-  for (const NamedKernel& k : kernel_ladder<Backend::cuda>()) {
+  const std::vector<NamedKernel> ladder = select_kernel_backend(
+      Backend::cuda, [](auto b) { return kernel_ladder<decltype(b)::value>(); });
+  for (const NamedKernel& k : ladder) {
     if (cols > k.max_cols) {
       bench.skip(k.name, "cols > " + std::to_string(k.max_cols) + " on this device");
       continue;
@@ -257,46 +248,24 @@ int run_bench(const BenchOptions& options, int rows, int cols, std::uint64_t see
 int main(int argc, char** argv) {
   int rows = 512;
   int cols = 1000;
-  std::uint64_t seed = 1;
-  std::string backend_name = cuda_available() ? "cuda" : "sim";
-  bool trace_only = false;
   Cli cli("ch07", "Chapter 07: Welford LayerNorm, on the CPU and as three CUDA strategies.");
   cli.option("--rows", &rows, "rows of x (default 512)")
-      .option("--cols", &cols, "columns of x, the normalized length (default 1000)", kMaxCols)
-      .option("--seed", &seed, "input seed (default 1)")
-      .option("--backend", &backend_name, {"cpu", "sim", "cuda"},
-              "where the kernels run (default cuda with a GPU, else sim)")
-      .flag("--trace", &trace_only, "print the cancellation demonstration and the trace only");
-  BenchOptions bench;
-  if (const int code = bench.parse(cli, argc, argv); code >= 0) return code;
-  constexpr std::size_t kMaxElements = std::size_t{1} << 28;  // 1 GiB per float matrix
-  if (static_cast<std::size_t>(rows) * static_cast<std::size_t>(cols) >
-      bench.max_elements(kMaxElements))
-    return cli.error("--rows x --cols = " + std::to_string(std::size_t(rows) * cols) +
-                     " elements exceeds this program's limit of " +
-                     (bench.enabled ? "2^31 with --bench" : "2^28 (1 GiB per matrix)"));
-  Backend backend{};
-  if (std::string why; !parse_backend(backend_name, &backend, &why)) return cli.error(why);
-  if (const int code = bench.check_backend(cli, backend); code >= 0) return code;
-  if (bench.enabled) {
-    try {
-      return run_bench(bench, rows, cols, seed);
-    } catch (const std::exception& e) {
-      return cli.error(e.what());
-    }
-  }
+      .option("--cols", &cols, "columns of x, the normalized length (default 1000)", kMaxCols);
+  ProgramOptions options;
+  if (const int code = parse_program(cli, argc, argv, &options); code >= 0) return code;
+  if (const int code = check_matrix_size(cli, options, rows, cols); code >= 0) return code;
+  if (options.bench.enabled)
+    return run_guarded(cli, [&] { return run_bench(options.bench, rows, cols, options.seed); });
 
   print_intro();
   print_cancellation_demo();
   print_trace();
-  if (trace_only) return 0;
-  try {
-    print_dispatch(backend == Backend::cuda ? Backend::cuda : Backend::sim);
-    report_shape(backend, rows, cols, seed);
-  } catch (const std::exception& e) {
-    return cli.error(e.what());
-  }
-  std::cout << "This is the workbook's last chapter. The chapter map on the docs main page (and\n"
-               "README.md) leads back to every step, from chapter 01's safe softmax on.\n";
-  return 0;
+  if (options.trace_only) return 0;
+  return run_guarded(cli, [&] {
+    print_dispatch(options.backend == Backend::cuda ? Backend::cuda : Backend::sim);
+    report_shape(options.backend, rows, cols, options.seed);
+    std::cout << "This is the workbook's last chapter. The chapter map on the docs main page (and\n"
+                 "README.md) leads back to every step, from chapter 01's safe softmax on.\n";
+    return 0;
+  });
 }

@@ -1,0 +1,68 @@
+// What every chapter program shares: its common options, the backend choice, timing a kernel
+// launch on either kernel backend, a row of the error table, and one-line errors.
+//
+//   wb::Cli cli("ch01", "Chapter 01: ...");
+//   cli.option("--rows", &rows, "...").option("--cols", &cols, "...");   // the chapter's own
+//   wb::ProgramOptions options;
+//   if (const int code = wb::parse_program(cli, argc, argv, &options); code >= 0) return code;
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <iosfwd>
+#include <string>
+#include <vector>
+
+#include "common/backend.hpp"
+#include "common/bench.hpp"
+#include "common/cli.hpp"
+
+namespace wb {
+
+struct ProgramOptions {
+  std::uint64_t seed = 1;
+  bool trace_only = false;
+  Backend backend = Backend::sim;
+  BenchOptions bench;
+  bool offers_bench = true;  ///< set false before parsing where the program has no --bench
+};
+
+/// Adds --seed, --backend (default: cuda with a GPU, else sim), --trace and the benchmark
+/// options to `cli`, parses argv, resolves the backend. Returns -1 when the program should go
+/// on, else the exit code: 0 after --help, 2 after a one-line error.
+int parse_program(Cli& cli, int argc, char** argv, ProgramOptions* options);
+
+/// A row-wise chapter's size check: rows x cols at most 2^28 elements (1 GiB per float
+/// matrix), or 2^31 with --bench. -1 when it fits, else prints one line and returns 2.
+int check_matrix_size(const Cli& cli, const ProgramOptions& options, int rows, int cols);
+
+/// Runs `body`, turning an exception (a CUDA error, a simulator fault) into one line on stderr
+/// and exit code 1.
+int run_guarded(const Cli& cli, const std::function<int()>& body);
+
+/// Times `launch` on a kernel backend: CUDA events on a GPU (2 warm-ups, the median of 10,
+/// the L2 cache flushed before each), the wall clock of one run on the simulator.
+double time_kernel_ms(Backend backend, const std::function<void()>& launch);
+
+/// One implementation's output on a report's input, and its time: a row of the error table.
+struct Run {
+  std::string name;
+  std::vector<float> out;
+  double ms;
+};
+
+/// Runs and times one CPU step.
+Run run_cpu(std::string name, const std::function<std::vector<float>()>& step);
+
+/// The error table of the row-wise chapters: each run against the fp64 reference and, when
+/// `previous_label` is not empty, against runs[0] (the previous chapter's CPU step); time;
+/// and, for GPU runs, GB/s for `bytes` moved.
+void print_error_table(std::ostream& out, const std::vector<Run>& runs,
+                       const std::vector<double>& reference, const std::string& previous_label,
+                       double bytes);
+
+/// Under a table with simulator times: what they mean (nothing for cpu or cuda).
+void print_sim_time_note(std::ostream& out, Backend backend);
+
+}  // namespace wb
