@@ -4,9 +4,11 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <limits>
 #include <random>
 #include <sstream>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -14,6 +16,7 @@
 #include "chapters/03_block_merge/block_merge.hpp"
 #include "chapters/03_block_merge/md_merge.hpp"
 #include "common/buffer.hpp"
+#include "common/half.hpp"
 #include "common/inputs.hpp"
 #include "common/reference.hpp"
 #include "tests/support.hpp"
@@ -318,10 +321,14 @@ double blocked_cpu_floor(int cols, int block) {
 // bound (a slice of ceil(cols / threads) updates, then `merges` butterfly merges, with CUDA's
 // exp) plus the CPU step's. y_i = e^{x_i - m} (1/d) differs by CUDA's exp against glibc's
 // (2 + 1 ulp, 6 u) and the two reciprocals (2 u).
+// `steps`: the operations on a term's path in the kernel (its thread's share, then merges).
+double kernel_floor_for_steps(int cols, int steps) {
+  return d_bound(steps, kCudaExpErr) + d_bound(blocked_steps(cols, kCpuBlock), kHostExpErr) +
+         8 * kFloatEps;
+}
 double kernel_floor(int cols, int threads, int merges) {
   const int slice = (cols + threads - 1) / threads;
-  return d_bound(slice + merges, kCudaExpErr) +
-         d_bound(blocked_steps(cols, kCpuBlock), kHostExpErr) + 8 * kFloatEps;
+  return kernel_floor_for_steps(cols, slice + merges);
 }
 
 // Threads sharing a row and the butterfly merges on a term's path, per kernel: a warp merges
@@ -484,3 +491,254 @@ void every_kernel_equals_the_cpu_step() {
 WB_KERNEL_TEST_CASE(
     "every kernel equals the CPU blocked online softmax on adversarial shapes and inputs",
     every_kernel_equals_the_cpu_step)
+
+// ------------------------------------------------------------------------------------------
+// The fast rungs (fast_softmax_kernels.cuh): registers, vectors, fp32, fp16 and bf16
+// ------------------------------------------------------------------------------------------
+
+TEST_SUITE("cpu") {
+  TEST_CASE("the fast dispatcher picks its rung and bucket at every boundary") {
+    // Each bucket of registers per lane ends at 32 x a power of 2; one past it starts the
+    // next; 1025 leaves the registers for the block kernel. Vectors need cols a multiple of
+    // the vector width (4 floats, 8 halves), whole vectors per lane and aligned pointers.
+    alignas(16) static unsigned char buffer[32];
+    const void* aligned = buffer;
+    struct Expect {
+      int cols;
+      FastPath path;
+      int per_lane;
+      bool vec_fp32, vec_16bit;
+    };
+    const FastPath warp = FastPath::warp_registers;
+    const FastPath block = FastPath::block_vec;
+    const Expect expected[] = {
+        {1, warp, 1, false, false},    {32, warp, 1, false, false},  {33, warp, 2, false, false},
+        {64, warp, 2, false, false},   {65, warp, 4, false, false},  {128, warp, 4, true, false},
+        {129, warp, 8, false, false},  {136, warp, 8, true, true},   {256, warp, 8, true, true},
+        {257, warp, 16, false, false}, {512, warp, 16, true, true},  {513, warp, 32, false, false},
+        {1020, warp, 32, true, false}, {1024, warp, 32, true, true}, {1025, block, 0, false, false},
+        {1028, block, 0, true, false}, {1032, block, 0, true, true}, {4096, block, 0, true, true}};
+    for (const Expect& e : expected) {
+      for (Dtype t : {Dtype::fp32, Dtype::fp16, Dtype::bf16}) {
+        CAPTURE(e.cols);
+        const std::string dtype = to_string(t);
+        CAPTURE(dtype);
+        const FastPlan plan = plan_fast_softmax(aligned, aligned, e.cols, t);
+        CHECK(plan.path == e.path);
+        CHECK(plan.cols_per_lane == e.per_lane);
+        CHECK(plan.vectorized == (t == Dtype::fp32 ? e.vec_fp32 : e.vec_16bit));
+        // One element past a 16-byte boundary, for x or for y: never vectors.
+        const void* off = buffer + dtype_bytes(t);
+        CHECK_FALSE(plan_fast_softmax(off, aligned, e.cols, t).vectorized);
+        CHECK_FALSE(plan_fast_softmax(aligned, off, e.cols, t).vectorized);
+        CHECK(plan_fast_softmax(off, off, e.cols, t).path == e.path);
+      }
+    }
+  }
+}
+
+namespace {
+
+const Dtype kDtypes[] = {Dtype::fp32, Dtype::fp16, Dtype::bf16};
+
+// x rounded to `t`: the values the kernel sees (as floats) and its bytes in memory.
+struct Encoded {
+  std::vector<float> values;
+  std::vector<unsigned char> bytes;
+};
+
+Encoded encode(const std::vector<float>& x, Dtype t) {
+  Encoded e;
+  e.bytes.resize(x.size() * dtype_bytes(t));
+  for (std::size_t i = 0; i < x.size(); ++i) {
+    if (t == Dtype::fp32) {
+      e.values.push_back(x[i]);
+      std::memcpy(&e.bytes[4 * i], &x[i], 4);
+    } else {
+      const std::uint16_t bits = t == Dtype::fp16 ? to_half_bits(x[i]) : to_bf16_bits(x[i]);
+      e.values.push_back(t == Dtype::fp16 ? half_bits_to_float(bits) : bf16_bits_to_float(bits));
+      std::memcpy(&e.bytes[2 * i], &bits, 2);
+    }
+  }
+  return e;
+}
+
+std::vector<float> decode(const unsigned char* bytes, std::size_t count, Dtype t) {
+  std::vector<float> y(count);
+  for (std::size_t i = 0; i < count; ++i) {
+    if (t == Dtype::fp32) {
+      std::memcpy(&y[i], bytes + 4 * i, 4);
+    } else {
+      std::uint16_t bits;
+      std::memcpy(&bits, bytes + 2 * i, 2);
+      y[i] = t == Dtype::fp16 ? half_bits_to_float(bits) : bf16_bits_to_float(bits);
+    }
+  }
+  return y;
+}
+
+// The output's rounding to `t`, half an ulp: 2^-11 of |y| for fp16, 2^-8 for bf16, 0 for
+// fp32 (the float result is the output). Below `tiny` (fp16's smallest normal 2^-14; float's
+// FLT_MIN for bf16, whose exponent range is float's) the spacing stops shrinking, so the
+// rounding is at most half_ulp * tiny there: the error is measured against max(|ref|, tiny).
+struct OutputRounding {
+  double half_ulp;
+  double tiny;
+};
+OutputRounding output_rounding(Dtype t) {
+  switch (t) {
+    case Dtype::fp16:
+      return {std::ldexp(1.0, -11), std::ldexp(1.0, -14)};
+    case Dtype::bf16:
+      return {std::ldexp(1.0, -8), static_cast<double>(std::numeric_limits<float>::min())};
+    case Dtype::fp32:
+      break;
+  }
+  return {0.0, static_cast<double>(std::numeric_limits<float>::min())};
+}
+
+// max_i |y_i - ref_i| / max(|ref_i|, tiny), and where it is; infinity for a NaN or inf where
+// the reference is finite (compare() reports those too).
+struct RelError {
+  double max_rel = 0.0;
+  std::size_t worst = 0;
+};
+RelError rel_error(const std::vector<float>& y, const std::vector<double>& ref, double tiny) {
+  RelError e;
+  for (std::size_t i = 0; i < y.size(); ++i) {
+    const double err = std::isfinite(y[i])
+                           ? std::fabs(y[i] - ref[i]) / std::max(std::fabs(ref[i]), tiny)
+                           : std::numeric_limits<double>::infinity();
+    if (!(err <= e.max_rel)) e = {err, i};
+  }
+  return e;
+}
+
+// Operations on a term's path in a fast rung (see kernel_floor): warp_registers sums its
+// lane's cols_per_lane entries directly (eq. 1) and merges 5 times; block_vec folds each
+// vector of kWidth entries directly and merges it into the thread's pair (kWidth + 1 per
+// vector) or runs chapter 02's update per entry, then merges 10 times (5 in the warp, 5 over
+// the 8 warps).
+int fast_steps(const FastPlan& plan, int cols, Dtype t) {
+  if (plan.path == FastPath::warp_registers) return plan.cols_per_lane + 5;
+  const int width = plan.vectorized ? vec_width(t) : 1;
+  const int per_thread = (cols + width * 256 - 1) / (width * 256);
+  return per_thread * (width + 1) + 10;
+}
+
+// The shapes: the bucket edges and the required irregular ones, rows never a multiple of the
+// 4 rows per block of warp_registers.
+const std::vector<Shape> kFastShapes = {{5, 1},    {3, 2},    {7, 31},   {5, 32},  {6, 33},
+                                        {3, 64},   {5, 65},   {2, 127},  {3, 128}, {5, 129},
+                                        {3, 256},  {2, 257},  {3, 512},  {2, 513}, {3, 1000},
+                                        {5, 1023}, {3, 1024}, {2, 1025}, {3, 4096}};
+const std::vector<Shape> kFastRaceShapes = {{2, 1}, {3, 33}, {5, 136}, {2, 1040}};
+
+// Runs `k` on x rounded to `t`, checks it against the CPU step on the same rounded values,
+// and checks that fully -inf rows give zeros. `offset`: bytes past a 16-byte boundary where x
+// and y start (one element forces the scalar path).
+template <Backend B>
+void check_fast_kernel(const FastKernel& k, Dtype t, int rows, int cols, InputKind kind,
+                       std::size_t offset) {
+  const Encoded in = encode(make_input(kind, rows, cols, kSeed), t);
+  const std::vector<double> ref = ref::softmax(in.values, rows, cols);  // fp64, rounded x
+  const ErrorReport cpu = compare(softmax_blocked(in.values, rows, cols, kCpuBlock), ref);
+
+  const std::size_t bytes = in.bytes.size();
+  std::vector<unsigned char> padded(offset + bytes + 16, 0);
+  std::copy(in.bytes.begin(), in.bytes.end(), padded.begin() + static_cast<std::ptrdiff_t>(offset));
+  DeviceBuffer<unsigned char> dx(B, padded);
+  DeviceBuffer<unsigned char> dy(B, padded.size());
+  dy.fill_zero();
+  const FastPlan plan = plan_fast_softmax(dx.data() + offset, dy.data() + offset, cols, t);
+  if (offset % kVecBytes != 0) REQUIRE_FALSE(plan.vectorized);
+  k.launch(dx.data() + offset, dy.data() + offset, rows, cols, t);
+  const std::vector<unsigned char> out = dy.download();
+  const std::vector<float> y = decode(out.data() + offset, in.values.size(), t);
+
+  // The float computation: at most twice the CPU step's error plus the floor (6) gives the
+  // kernel with CUDA's exp. Then the rounding to t, relative half_ulp (1 + a) of |y|:
+  // |round(y) - ref| <= (a + half_ulp (1 + a)) max(|ref|, tiny).
+  const double a =
+      chain_bound(cpu.max_rel, kernel_floor_for_steps(cols, fast_steps(plan, cols, t)));
+  const OutputRounding r = output_rounding(t);
+  const double bound = a + r.half_ulp * (1 + a);
+  const RelError e = rel_error(y, ref, r.tiny);
+  const ErrorReport kinds = compare(y, ref);
+  CHECK_MESSAGE(kinds.nonfinite_mismatches == 0, "non-finite output: ", kinds.describe());
+  CHECK_MESSAGE(e.max_rel <= bound, "relative error ", e.max_rel, " at [", e.worst,
+                "] = ", y[e.worst], " vs ", ref[e.worst], " exceeds ", bound);
+  // The padding around y is untouched: no write before the row or past its end.
+  std::size_t touched = 0;
+  for (std::size_t i = 0; i < out.size(); ++i)
+    touched += (i < offset || i >= offset + bytes) && out[i] != 0;
+  CHECK(touched == 0);
+
+  for (int row = 0; row < rows; ++row) {  // a fully -inf row: exactly zeros, never NaN
+    const std::size_t begin = static_cast<std::size_t>(row) * cols;
+    bool all_inf = true;
+    for (int c = 0; c < cols; ++c) all_inf = all_inf && in.values[begin + c] == -kInf;
+    if (!all_inf) continue;
+    for (int c = 0; c < cols; ++c) CHECK(y[begin + c] == 0.f);
+  }
+}
+
+template <Backend B>
+void every_fast_kernel_equals_the_cpu_step() {
+  for (const FastKernel& k : fast_ladder<B>()) {
+    for (Dtype t : kDtypes) {
+      for (const Shape& s : test::kRaceMode ? kFastRaceShapes : kFastShapes) {
+        const std::string kernel_name = k.name;
+        const std::string dtype = to_string(t);
+        CAPTURE(kernel_name);
+        CAPTURE(dtype);
+        CAPTURE(s.rows);
+        CAPTURE(s.cols);
+        if (s.cols > k.max_cols) {  // warp_registers past 1024: a clear error, no launch
+          CHECK_THROWS_AS(k.launch(nullptr, nullptr, s.rows, s.cols, t), std::invalid_argument);
+          continue;
+        }
+        for (InputKind kind : all_input_kinds()) {
+          const std::string input = to_string(kind);
+          CAPTURE(input);
+          check_fast_kernel<B>(k, t, s.rows, s.cols, kind, 0);
+        }
+      }
+    }
+  }
+}
+
+// One element past the 16-byte boundary: the same kernels on the scalar path, on shapes
+// whose aligned run takes vectors.
+template <Backend B>
+void misaligned_rows_take_the_scalar_path() {
+  const std::vector<Shape> shapes =
+      test::kRaceMode ? std::vector<Shape>{{3, 136}, {2, 1040}}
+                      : std::vector<Shape>{{5, 256}, {3, 1024}, {2, 1032}, {3, 4096}};
+  for (const FastKernel& k : fast_ladder<B>()) {
+    for (Dtype t : kDtypes) {
+      for (const Shape& s : shapes) {
+        if (s.cols > k.max_cols) continue;
+        const std::string kernel_name = k.name;
+        const std::string dtype = to_string(t);
+        CAPTURE(kernel_name);
+        CAPTURE(dtype);
+        CAPTURE(s.rows);
+        CAPTURE(s.cols);
+        for (InputKind kind :
+             {InputKind::outliers, InputKind::large_offset, InputKind::neg_inf_rows}) {
+          const std::string input = to_string(kind);
+          CAPTURE(input);
+          check_fast_kernel<B>(k, t, s.rows, s.cols, kind, dtype_bytes(t));
+        }
+      }
+    }
+  }
+}
+
+}  // namespace
+
+WB_KERNEL_TEST_CASE("the fast kernels equal the CPU step in fp32 fp16 and bf16",
+                    every_fast_kernel_equals_the_cpu_step)
+WB_KERNEL_TEST_CASE("the fast kernels on misaligned rows take the scalar path and stay exact",
+                    misaligned_rows_take_the_scalar_path)

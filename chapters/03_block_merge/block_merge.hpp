@@ -186,4 +186,133 @@ std::vector<NamedKernel> kernel_ladder() {
           {"warp_per_row_online", &Kernels<B>::warp_per_row_online}};
 }
 
+// ------------------------------------------------------------------------------------------
+// The fast rungs (fast_softmax_kernels.cuh): the row in registers, vector loads, 16-bit types
+// ------------------------------------------------------------------------------------------
+
+/// Element type of x and y for the fast rungs. Every rung computes in float; fp16 and bf16
+/// are converted on load and rounded to nearest even on store.
+enum class Dtype { fp32, fp16, bf16 };
+
+inline const char* to_string(Dtype t) {
+  switch (t) {
+    case Dtype::fp32:
+      return "fp32";
+    case Dtype::fp16:
+      return "fp16";
+    case Dtype::bf16:
+      return "bf16";
+  }
+  return "?";
+}
+
+/// Bytes per element: 4 for fp32, 2 for fp16 and bf16 (the host holds them as bit patterns,
+/// common/half.hpp).
+inline std::size_t dtype_bytes(Dtype t) {
+  return t == Dtype::fp32 ? 4 : 2;
+}
+
+inline constexpr int kLanes = 32;
+/// One vector access moves 16 bytes (ld.global.v4.b32): 4 floats or 8 halves.
+inline constexpr int kVecBytes = 16;
+inline int vec_width(Dtype t) {
+  return kVecBytes / static_cast<int>(dtype_bytes(t));
+}
+
+/// warp_registers holds each lane's share of the row in at most this many float registers,
+/// so it takes rows of up to kWarpRegistersMaxCols = 32 x 32 = 1024 entries.
+inline constexpr int kMaxColsPerLane = 32;
+inline constexpr int kWarpRegistersMaxCols = kLanes * kMaxColsPerLane;
+
+/// The longest row any rung takes (the launches index rows with int; columns with int too).
+inline constexpr int kFastMaxCols = 1 << 30;
+
+/// True when both pointers are 16-byte aligned and cols is a multiple of the vector width,
+/// so that every row starts on a 16-byte boundary: then the rungs load and store whole
+/// vectors, else one element at a time.
+inline bool can_vectorize(const void* x, const void* y, int cols, Dtype t) {
+  const auto aligned = [](const void* p) {
+    return reinterpret_cast<std::uintptr_t>(p) % kVecBytes == 0;
+  };
+  return cols % vec_width(t) == 0 && aligned(x) && aligned(y);
+}
+
+/// The smallest power of 2 >= v (v >= 1).
+inline int next_pow2(int v) {
+  int p = 1;
+  while (p < v) p *= 2;
+  return p;
+}
+
+enum class FastPath { warp_registers, block_vec };
+
+inline const char* to_string(FastPath p) {
+  return p == FastPath::warp_registers ? "warp_registers" : "block_vec";
+}
+
+/// What a fast launch does: the rung, the registers per lane (warp_registers' compile-time
+/// bucket; 0 for block_vec) and whether it moves 16-byte vectors.
+struct FastPlan {
+  FastPath path;
+  int cols_per_lane;
+  bool vectorized;
+};
+
+// [fast_dispatch]
+/// The dispatcher's rule. Rows of up to 1024 entries fit in one warp's registers (32 lanes x
+/// at most 32 floats): warp_registers reads x once. Longer rows go to block_vec, 256 threads
+/// per row, which reads x twice (the second time mostly from L2). The registers per lane are
+/// bucketed to the next power of 2 of ceil(cols / 32) (1, 2, 4, ..., 32: one kernel
+/// instantiation each), so cols = 32, 64, ..., 1024 are the last columns of each bucket.
+/// Vectors need can_vectorize() and, in warp_registers, whole vectors per lane (cols_per_lane
+/// a multiple of the vector width: cols > 64 for fp32, cols > 128 for fp16 and bf16).
+inline FastPlan plan_fast_softmax(const void* x, const void* y, int cols, Dtype t) {
+  const bool vec = can_vectorize(x, y, cols, t);
+  if (cols <= kWarpRegistersMaxCols) {
+    const int per_lane = next_pow2((cols + kLanes - 1) / kLanes);
+    return {FastPath::warp_registers, per_lane, vec && per_lane % vec_width(t) == 0};
+  }
+  return {FastPath::block_vec, 0, vec};
+}
+// [fast_dispatch]
+
+/// Throws std::invalid_argument, naming the limit, for a shape no fast rung takes.
+inline void check_fast_args(const char* rung, int rows, int cols, int max_cols) {
+  if (rows < 1 || cols < 1 || cols > max_cols)
+    throw std::invalid_argument(std::string(rung) + ": rows must be >= 1 and cols in [1, " +
+                                std::to_string(max_cols) + "], got (" + std::to_string(rows) +
+                                ", " + std::to_string(cols) + ")");
+}
+
+/// x, y: device pointers of backend B to (rows, cols) elements of `dtype`, row-major (16-bit
+/// types as their bit patterns). Any alignment: misaligned pointers take the scalar path.
+template <Backend B>
+struct FastKernels {
+  /// Rung 3: a warp per row, the row in registers. cols <= kWarpRegistersMaxCols.
+  static void warp_registers(const void* x, void* y, int rows, int cols, Dtype dtype);
+  /// Rung 4: a block per row, vector loads. Any cols up to kFastMaxCols.
+  static void block_vec(const void* x, void* y, int rows, int cols, Dtype dtype);
+  /// The dispatcher: plan_fast_softmax(), launched; returns the plan it ran.
+  static FastPlan softmax(const void* x, void* y, int rows, int cols, Dtype dtype);
+  static void dispatch(const void* x, void* y, int rows, int cols, Dtype dtype) {
+    softmax(x, y, rows, cols, dtype);
+  }
+};
+
+using FastLauncher = void (*)(const void* x, void* y, int rows, int cols, Dtype dtype);
+
+struct FastKernel {
+  const char* name;
+  FastLauncher launch;
+  int max_cols;  ///< the longest row it takes
+};
+
+/// The fast rungs and the dispatcher, in order (see fast_softmax_kernels.cuh).
+template <Backend B>
+std::vector<FastKernel> fast_ladder() {
+  return {{"warp_registers", &FastKernels<B>::warp_registers, kWarpRegistersMaxCols},
+          {"block_vec", &FastKernels<B>::block_vec, kFastMaxCols},
+          {"fast_softmax", &FastKernels<B>::dispatch, kFastMaxCols}};
+}
+
 }  // namespace wb::ch03
