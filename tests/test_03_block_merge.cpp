@@ -4,7 +4,6 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
-#include <cstring>
 #include <limits>
 #include <random>
 #include <sstream>
@@ -535,47 +534,24 @@ TEST_SUITE("cpu") {
       }
     }
   }
+
+  TEST_CASE("fast rung inputs are rounded to nearest even like the GPU conversions") {
+    const std::vector<float> x = {1.f / 3.f, -2.71828f, 1e4f + 0.3f, -kInf, 70000.f, 1e-6f};
+    const std::vector<float> h = round_elements(x, Dtype::fp16);
+    const std::vector<float> b = round_elements(x, Dtype::bf16);
+    CHECK(round_elements(x, Dtype::fp32) == x);
+    for (std::size_t i = 0; i < x.size(); ++i) {
+      CHECK(h[i] == round_to_half(x[i]));
+      CHECK(b[i] == round_to_bf16(x[i]));
+    }
+    CHECK(h[4] == kInf);  // past fp16's largest finite value, 65504
+    CHECK(encode_elements(x, Dtype::fp16).size() == 2 * x.size());
+  }
 }
 
 namespace {
 
 const Dtype kDtypes[] = {Dtype::fp32, Dtype::fp16, Dtype::bf16};
-
-// x rounded to `t`: the values the kernel sees (as floats) and its bytes in memory.
-struct Encoded {
-  std::vector<float> values;
-  std::vector<unsigned char> bytes;
-};
-
-Encoded encode(const std::vector<float>& x, Dtype t) {
-  Encoded e;
-  e.bytes.resize(x.size() * dtype_bytes(t));
-  for (std::size_t i = 0; i < x.size(); ++i) {
-    if (t == Dtype::fp32) {
-      e.values.push_back(x[i]);
-      std::memcpy(&e.bytes[4 * i], &x[i], 4);
-    } else {
-      const std::uint16_t bits = t == Dtype::fp16 ? to_half_bits(x[i]) : to_bf16_bits(x[i]);
-      e.values.push_back(t == Dtype::fp16 ? half_bits_to_float(bits) : bf16_bits_to_float(bits));
-      std::memcpy(&e.bytes[2 * i], &bits, 2);
-    }
-  }
-  return e;
-}
-
-std::vector<float> decode(const unsigned char* bytes, std::size_t count, Dtype t) {
-  std::vector<float> y(count);
-  for (std::size_t i = 0; i < count; ++i) {
-    if (t == Dtype::fp32) {
-      std::memcpy(&y[i], bytes + 4 * i, 4);
-    } else {
-      std::uint16_t bits;
-      std::memcpy(&bits, bytes + 2 * i, 2);
-      y[i] = t == Dtype::fp16 ? half_bits_to_float(bits) : bf16_bits_to_float(bits);
-    }
-  }
-  return y;
-}
 
 // The output's rounding to `t`, half an ulp: 2^-11 of |y| for fp16, 2^-8 for bf16, 0 for
 // fp32 (the float result is the output). Below `tiny` (fp16's smallest normal 2^-14; float's
@@ -640,13 +616,15 @@ const std::vector<Shape> kFastRaceShapes = {{2, 1}, {3, 33}, {5, 136}, {2, 1040}
 template <Backend B>
 void check_fast_kernel(const FastKernel& k, Dtype t, int rows, int cols, InputKind kind,
                        std::size_t offset) {
-  const Encoded in = encode(make_input(kind, rows, cols, kSeed), t);
-  const std::vector<double> ref = ref::softmax(in.values, rows, cols);  // fp64, rounded x
-  const ErrorReport cpu = compare(softmax_blocked(in.values, rows, cols, kCpuBlock), ref);
+  const std::vector<float> x = make_input(kind, rows, cols, kSeed);
+  const std::vector<float> rounded = round_elements(x, t);            // the values the kernel sees
+  const std::vector<double> ref = ref::softmax(rounded, rows, cols);  // fp64 from them
+  const ErrorReport cpu = compare(softmax_blocked(rounded, rows, cols, kCpuBlock), ref);
 
-  const std::size_t bytes = in.bytes.size();
+  const std::vector<unsigned char> in = encode_elements(x, t);
+  const std::size_t bytes = in.size();
   std::vector<unsigned char> padded(offset + bytes + 16, 0);
-  std::copy(in.bytes.begin(), in.bytes.end(), padded.begin() + static_cast<std::ptrdiff_t>(offset));
+  std::copy(in.begin(), in.end(), padded.begin() + static_cast<std::ptrdiff_t>(offset));
   DeviceBuffer<unsigned char> dx(B, padded);
   DeviceBuffer<unsigned char> dy(B, padded.size());
   dy.fill_zero();
@@ -654,7 +632,7 @@ void check_fast_kernel(const FastKernel& k, Dtype t, int rows, int cols, InputKi
   if (offset % kVecBytes != 0) REQUIRE_FALSE(plan.vectorized);
   k.launch(dx.data() + offset, dy.data() + offset, rows, cols, t);
   const std::vector<unsigned char> out = dy.download();
-  const std::vector<float> y = decode(out.data() + offset, in.values.size(), t);
+  const std::vector<float> y = decode_elements(out.data() + offset, x.size(), t);
 
   // The float computation: at most twice the CPU step's error plus the floor (6) gives the
   // kernel with CUDA's exp. Then the rounding to t, relative half_ulp (1 + a) of |y|:
@@ -677,7 +655,7 @@ void check_fast_kernel(const FastKernel& k, Dtype t, int rows, int cols, InputKi
   for (int row = 0; row < rows; ++row) {  // a fully -inf row: exactly zeros, never NaN
     const std::size_t begin = static_cast<std::size_t>(row) * cols;
     bool all_inf = true;
-    for (int c = 0; c < cols; ++c) all_inf = all_inf && in.values[begin + c] == -kInf;
+    for (int c = 0; c < cols; ++c) all_inf = all_inf && rounded[begin + c] == -kInf;
     if (!all_inf) continue;
     for (int c = 0; c < cols; ++c) CHECK(y[begin + c] == 0.f);
   }

@@ -10,6 +10,7 @@
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <random>
 #include <stdexcept>
 #include <string>
@@ -20,6 +21,7 @@
 #include "chapters/02_online_softmax/online_update.hpp"
 #include "chapters/03_block_merge/md_merge.hpp"
 #include "common/backend.hpp"
+#include "common/half.hpp"
 
 namespace wb::ch03 {
 
@@ -306,6 +308,49 @@ struct FastKernel {
   FastLauncher launch;
   int max_cols;  ///< the longest row it takes
 };
+
+/// x as the bytes of `dtype` elements (16-bit types rounded to nearest even, as the GPU's
+/// conversions do): what a fast rung reads.
+inline std::vector<unsigned char> encode_elements(const std::vector<float>& x, Dtype dtype) {
+  std::vector<unsigned char> bytes(x.size() * dtype_bytes(dtype));
+  for (std::size_t i = 0; i < x.size(); ++i) {
+    if (dtype == Dtype::fp32) {
+      std::memcpy(&bytes[4 * i], &x[i], 4);
+    } else {
+      const std::uint16_t bits = dtype == Dtype::fp16 ? to_half_bits(x[i]) : to_bf16_bits(x[i]);
+      std::memcpy(&bytes[2 * i], &bits, 2);
+    }
+  }
+  return bytes;
+}
+
+/// `count` elements of `dtype` at `bytes`, widened to float (exactly).
+inline std::vector<float> decode_elements(const unsigned char* bytes, std::size_t count,
+                                          Dtype dtype) {
+  std::vector<float> y(count);
+  for (std::size_t i = 0; i < count; ++i) {
+    if (dtype == Dtype::fp32) {
+      std::memcpy(&y[i], bytes + 4 * i, 4);
+    } else {
+      std::uint16_t bits;
+      std::memcpy(&bits, bytes + 2 * i, 2);
+      y[i] = dtype == Dtype::fp16 ? half_bits_to_float(bits) : bf16_bits_to_float(bits);
+    }
+  }
+  return y;
+}
+
+/// x rounded to `dtype` and back: the values a fast rung sees.
+inline std::vector<float> round_elements(const std::vector<float>& x, Dtype dtype) {
+  const std::vector<unsigned char> bytes = encode_elements(x, dtype);
+  return decode_elements(bytes.data(), x.size(), dtype);
+}
+
+/// A fast rung on fp32 with the ladder's signature (ch01::Launcher), for the reports.
+template <FastLauncher kLaunch>
+void launch_fp32(const float* x, float* y, int rows, int cols) {
+  kLaunch(x, y, rows, cols, Dtype::fp32);
+}
 
 /// The fast rungs and the dispatcher, in order (see fast_softmax_kernels.cuh).
 template <Backend B>
