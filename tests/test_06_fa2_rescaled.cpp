@@ -1,8 +1,10 @@
 // Chapter 06: FlashAttention-2. The tiled FA2 against chapter 05's FA1 under the 2x policy,
 // logsumexp against fp64, causal against the naive attention with a -inf mask (lq != lk
 // included), the tiles the causal mask skips, a planted mistake the bounds catch, then the
-// kernel against the CPU step.
+// kernel against the CPU step, and the tensor-core kernel (fp16 and bf16 inputs) against the
+// CPU step on the same rounded inputs.
 #include <cmath>
+#include <cstdint>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -300,3 +302,112 @@ WB_KERNEL_TEST_CASE("the causal FA2 kernel skips the tiles above the diagonal",
                     kernel_skips_the_tiles_above_the_diagonal)
 WB_KERNEL_TEST_CASE("the FA2 kernel rejects a head dimension above 128",
                     kernel_rejects_a_head_dimension_above_128)
+
+// ------------------------------------------------------------------------------------------
+// The last rung: FA2 on tensor cores, fp16 and bf16 inputs
+// ------------------------------------------------------------------------------------------
+
+namespace {
+
+// lq and lk from {1, 17, 64, 127, 200}, d = 64 and 128, bh 1 and 2: partial Q and K/V tiles
+// (64 rows, 64 or 32 keys), lq > lk (fully masked rows under the mask) and lq < lk.
+const std::vector<AttentionShape> kTensorCoreShapes = {
+    {1, 1, 1, 64},     {2, 17, 127, 64},  {1, 127, 17, 128}, {1, 200, 200, 64},
+    {1, 64, 200, 128}, {2, 200, 64, 128}, {1, 127, 1, 64},   {1, 1, 200, 128}};
+// Race mode (about ten times slower): one shape per d, both partial tiles and masked rows.
+const std::vector<AttentionShape> kTensorCoreRaceShapes = {{1, 17, 127, 64}, {1, 127, 64, 128}};
+
+struct TensorCoreRun {
+  std::vector<float> o, lse;  // O widened from the kernel's 16-bit output
+  std::vector<int> tiles;
+};
+
+template <Backend B>
+TensorCoreRun run_tensor_core(const AttentionInputs& in, HalfType type, AttentionShape shape,
+                              float scale, bool causal) {
+  DeviceBuffer<std::uint16_t> q(B, to_bits(in.q, type)), k(B, to_bits(in.k, type)),
+      v(B, to_bits(in.v, type)), o(B, shape.q_elems());
+  DeviceBuffer<float> lse(B, shape.rows());
+  const int q_tiles = (shape.lq + kTensorCoreRows - 1) / kTensorCoreRows;
+  DeviceBuffer<int> tiles(B, std::size_t(shape.bh) * q_tiles);
+  TensorCoreKernels<B>::fa2(type, q.data(), k.data(), v.data(), o.data(), lse.data(), shape, scale,
+                            causal, tiles.data());
+  return {from_bits(o.download(), type), lse.download(), tiles.download()};
+}
+
+template <Backend B>
+void tensor_core_kernel_equals_the_cpu_step() {
+  const std::vector<AttentionShape>& shapes =
+      test::kRaceMode ? kTensorCoreRaceShapes : kTensorCoreShapes;
+  for (HalfType type : {HalfType::fp16, HalfType::bf16}) {
+    for (bool causal : {false, true}) {
+      for (const AttentionShape& shape : shapes) {
+        for (ScoreKind kind : all_score_kinds()) {
+          const std::string where = std::string(to_string(type)) + ", " + to_string(shape) + ", " +
+                                    to_string(kind) + (causal ? ", causal" : "");
+          CAPTURE(where);
+          const float scale = default_scale(shape.d);
+          // The kernel's inputs, and the CPU step and fp64 reference run on exactly those values.
+          // The +1e4 offsets (large_offset) still make sense in fp16: q_0 = k_0 = sqrt(1e4 /
+          // scale) is about 283 (d = 64) or 336 (d = 128), far below fp16's 65504, and the
+          // scores of about 1e4 only ever exist in the float accumulator.
+          const AttentionInputs in =
+              round_inputs(make_attention_inputs(kind, shape, scale, kSeed), type);
+          const ref::Attention r = ref::attention(in, shape, scale, causal, false);
+          const std::vector<double> w = tensor_core_weight(r.o_weight, in, shape, type);
+          const Fa2Result cpu =
+              attention_fa2(in, shape, {scale, causal, kTensorCoreRows, tensor_core_keys(shape.d)});
+          const ErrorReport cpu_o = ref::compare_weighted(cpu.o, r.o, w);
+          const ErrorReport cpu_lse = compare(cpu.lse, r.lse);
+          const TensorCoreRun gpu = run_tensor_core<B>(in, type, shape, scale, causal);
+          // O, in units of w: twice the CPU step's float error plus the stated floor of the
+          // float work (output_floor: the kernel sums in another order, on tensor cores and in
+          // lane pairs), plus 2 u for rounding P~ and O to the 16-bit type (tensor_core_weight in
+          // fa2.hpp).
+          const double rounding = 2.0 * unit_roundoff(type);
+          WB_CHECK_WITHIN(
+              ref::compare_weighted(gpu.o, r.o, w),
+              chain_bound(cpu_o.max_abs, ref::output_floor(r.score_error, shape.lk) + rounding));
+          // logsumexp comes from the float m and l (l sums the unrounded P~): the float policy.
+          WB_CHECK_WITHIN(
+              compare(gpu.lse, r.lse),
+              chain_bound(cpu_lse.max_abs, ref::lse_floor(r.score_error, shape.lk, r.max_abs_lse)));
+          check_masked_rows(r, shape, gpu.o, gpu.lse);
+          long visited = 0;
+          for (int n : gpu.tiles) visited += n;
+          CHECK(visited == cpu.tiles_visited);  // the same tiles as the CPU step, Br x Bc
+          if (causal)
+            CHECK(visited ==
+                  tiles_touching_the_diagonal(shape, kTensorCoreRows, tensor_core_keys(shape.d)));
+        }
+      }
+    }
+  }
+}
+
+template <Backend B>
+void tensor_core_kernel_rejects_other_head_dimensions() {
+  for (int d : {16, 96, 256}) {
+    CAPTURE(d);
+    const AttentionShape shape{1, 2, 2, d};
+    DeviceBuffer<std::uint16_t> q(B, shape.q_elems()), k(B, shape.kv_elems()),
+        v(B, shape.kv_elems()), o(B, shape.q_elems());
+    DeviceBuffer<float> lse(B, shape.rows());
+    std::string message;
+    try {
+      TensorCoreKernels<B>::fa2(HalfType::fp16, q.data(), k.data(), v.data(), o.data(), lse.data(),
+                                shape, 1.f, false);
+    } catch (const std::invalid_argument& e) {
+      message = e.what();
+    }
+    CHECK_MESSAGE(message.find("64 or 128") != std::string::npos, "message: ", message);
+  }
+}
+
+}  // namespace
+
+WB_KERNEL_TEST_CASE(
+    "the tensor-core FA2 kernel equals the CPU step on the same fp16 and bf16 inputs",
+    tensor_core_kernel_equals_the_cpu_step)
+WB_KERNEL_TEST_CASE("the tensor-core FA2 kernel rejects head dimensions other than 64 and 128",
+                    tensor_core_kernel_rejects_other_head_dimensions)

@@ -15,6 +15,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstddef>
+#include <cstdint>
 #include <vector>
 
 #include "chapters/01_safe_softmax/softmax.hpp"
@@ -22,6 +23,7 @@
 #include "chapters/05_fa1_subsum/fa1.hpp"
 #include "common/attention_inputs.hpp"
 #include "common/backend.hpp"
+#include "common/half.hpp"
 #include "common/hd.hpp"
 
 namespace wb::ch06 {
@@ -157,6 +159,100 @@ struct Kernels {
   /// 1 <= d <= ch04::kMaxHeadDim; bh <= 65535. Throws std::invalid_argument otherwise.
   static void fa2(const float* q, const float* k, const float* v, float* o, float* lse,
                   AttentionShape shape, float scale, bool causal, int* tiles_visited = nullptr);
+};
+
+// ------------------------------------------------------------------------------------------
+// The last rung: FA2 on tensor cores (fa2_tensor_core_kernels.cuh), 16-bit inputs
+// ------------------------------------------------------------------------------------------
+
+/// The 16-bit input (and output) types of the tensor-core kernel: CUDA's __half (IEEE
+/// binary16, 11 significant bits) and __nv_bfloat16 (8 significant bits, float's range).
+enum class HalfType { fp16, bf16 };
+
+inline const char* to_string(HalfType type) {
+  return type == HalfType::fp16 ? "fp16" : "bf16";
+}
+
+/// The unit roundoff of a type, 2^-p for p significant bits: 2^-11 for fp16, 2^-8 for bf16.
+inline double unit_roundoff(HalfType type) {
+  return type == HalfType::fp16 ? 0x1p-11 : 0x1p-8;
+}
+
+/// The smallest normal number of a type: below it, rounding is absolute (half a subnormal
+/// spacing, unit_roundoff x this), not relative. 2^-14 for fp16; bf16 has float's 2^-126.
+inline double smallest_normal(HalfType type) {
+  return type == HalfType::fp16 ? 0x1p-14 : 0x1p-126;
+}
+
+/// x as the bit patterns of `type` (what a device buffer of __half or __nv_bfloat16 holds),
+/// rounded to nearest even, and back to float exactly.
+inline std::vector<std::uint16_t> to_bits(const std::vector<float>& x, HalfType type) {
+  std::vector<std::uint16_t> bits(x.size());
+  for (std::size_t e = 0; e < x.size(); ++e)
+    bits[e] = type == HalfType::fp16 ? to_half_bits(x[e]) : to_bf16_bits(x[e]);
+  return bits;
+}
+inline std::vector<float> from_bits(const std::vector<std::uint16_t>& bits, HalfType type) {
+  std::vector<float> x(bits.size());
+  for (std::size_t e = 0; e < bits.size(); ++e)
+    x[e] = type == HalfType::fp16 ? half_bits_to_float(bits[e]) : bf16_bits_to_float(bits[e]);
+  return x;
+}
+
+/// Q, K, V rounded to `type` and widened back: the exact values the tensor-core kernel reads,
+/// so that the CPU step and the fp64 reference can run on the same inputs.
+inline AttentionInputs round_inputs(const AttentionInputs& in, HalfType type) {
+  return {from_bits(to_bits(in.q, type), type), from_bits(to_bits(in.k, type), type),
+          from_bits(to_bits(in.v, type), type)};
+}
+
+/// The weight of the tensor-core kernel's O error, per element (i, c), given
+/// o_weight_ic = sum_j p_ij |v_jc| (ref::Attention::o_weight) of the rounded inputs:
+///   w_ic = o_weight_ic + N (1 + sum_j |v_jc|),   N = smallest_normal(type).
+/// Rounding P~_j (<= 1, relative to the running max) to the type errs by at most
+/// u max(P~_j, N); carried by the later rescales (<= 1) and divided by l (>= 1: the max's own
+/// term is e^0 = 1), that is u (sum_j p_j |v_jc| + N sum_j |v_jc|) in O. Rounding O itself
+/// (|O| <= sum_j p_j |v_jc|) errs by u max(|O|, N). So the two roundings cost at most 2 u w_ic
+/// (eq. (8) of fa2_rescaled.md). The N terms matter for fp16 only (2^-14; bf16 has float's
+/// range). v: (bh, lk, d); the result is (bh, lq, d) like o_weight.
+inline std::vector<double> tensor_core_weight(const std::vector<double>& o_weight,
+                                              const AttentionInputs& in, AttentionShape shape,
+                                              HalfType type) {
+  std::vector<double> w(o_weight);
+  const double n = smallest_normal(type);
+  std::vector<double> sum_v(std::size_t(shape.bh) * shape.d, 0.0);  // sum_j |v_jc| per head
+  for (int b = 0; b < shape.bh; ++b)
+    for (int j = 0; j < shape.lk; ++j)
+      for (int c = 0; c < shape.d; ++c)
+        sum_v[std::size_t(b) * shape.d + c] +=
+            std::fabs(in.v[(std::size_t(b) * shape.lk + j) * shape.d + c]);
+  for (std::size_t row = 0; row < shape.rows(); ++row) {
+    const std::size_t b = row / shape.lq;
+    for (int c = 0; c < shape.d; ++c) w[row * shape.d + c] += n * (1.0 + sum_v[b * shape.d + c]);
+  }
+  return w;
+}
+
+/// The tensor-core kernel's tiles: Br = 64 query rows (4 warps of 16 rows) and Bc keys,
+/// 64 for d = 64 and 32 for d = 128 (the derivation is in fa2_tensor_core_kernels.cuh and on
+/// the chapter page, section "FA2 on tensor cores").
+inline constexpr int kTensorCoreRows = 64;
+__host__ __device__ constexpr int tensor_core_keys(int d) {
+  return d <= 64 ? 64 : 32;
+}
+
+template <Backend B>
+struct TensorCoreKernels {
+  /// FA2 on tensor cores, one block per (Q tile of kTensorCoreRows rows, head). q: (bh, lq, d);
+  /// k, v: (bh, lk, d); o: (bh, lq, d), all the bit patterns of `type` (device buffers of
+  /// __half or __nv_bfloat16, 16-byte aligned); lse: (bh, lq) float. O is written in the
+  /// input type (rounded once, from the float accumulator), as FlashAttention does.
+  /// tiles_visited: nullptr, or (bh, ceil(lq / kTensorCoreRows)) ints receiving the K/V tiles
+  /// each block loaded. Any lq, lk >= 1; d = 64 or 128 only; bh <= 65535. Throws
+  /// std::invalid_argument otherwise.
+  static void fa2(HalfType type, const std::uint16_t* q, const std::uint16_t* k,
+                  const std::uint16_t* v, std::uint16_t* o, float* lse, AttentionShape shape,
+                  float scale, bool causal, int* tiles_visited = nullptr);
 };
 
 }  // namespace wb::ch06

@@ -19,10 +19,11 @@
 #include "chapters/05_fa1_subsum/fa1.hpp"
 #include "chapters/06_fa2_rescaled/fa2.hpp"
 #include "common/attention_inputs.hpp"
+#include "common/bench.hpp"
 #include "common/buffer.hpp"
 #include "common/cli.hpp"
-#include "common/program.hpp"
 #include "common/compare.hpp"
+#include "common/program.hpp"
 #include "common/reference_attention.hpp"
 #include "common/table.hpp"
 #include "common/timer.hpp"
@@ -173,8 +174,8 @@ struct AttentionRun {
   double ms;
 };
 
-AttentionRun run_kernel(Backend backend, const AttentionInputs& in, AttentionShape shape, float scale,
-               bool causal) {
+AttentionRun run_kernel(Backend backend, const AttentionInputs& in, AttentionShape shape,
+                        float scale, bool causal) {
   DeviceBuffer<float> q(backend, in.q), k(backend, in.k), v(backend, in.v),
       o(backend, shape.q_elems()), lse(backend, shape.rows());
   double ms = 0.0;
@@ -227,6 +228,102 @@ void report_errors(Backend backend, AttentionShape shape, std::uint64_t seed) {
               << "\n\n";
   }
   print_sim_time_note(std::cout, backend);
+}
+
+/// The tensor-core kernel on `backend`, on the 16-bit `bits` of Q, K, V: O widened to float.
+AttentionRun run_tensor_core(Backend backend, HalfType type, const AttentionInputs& rounded,
+                             AttentionShape shape, float scale, bool causal) {
+  DeviceBuffer<std::uint16_t> q(backend, to_bits(rounded.q, type)),
+      k(backend, to_bits(rounded.k, type)), v(backend, to_bits(rounded.v, type)),
+      o(backend, shape.q_elems());
+  DeviceBuffer<float> lse(backend, shape.rows());
+  double ms = 0.0;
+  with_kernel_backend(backend, [&](auto b) {
+    ms = time_kernel_ms(backend, [&] {
+      TensorCoreKernels<decltype(b)::value>::fa2(type, q.data(), k.data(), v.data(), o.data(),
+                                                 lse.data(), shape, scale, causal);
+    });
+  });
+  return {std::string(to_string(backend)) + " tensor-core FA2, " + to_string(type),
+          from_bits(o.download(), type), lse.download(), ms};
+}
+
+// The last rung: fp16 and bf16 inputs on tensor cores, each against the fp64 attention of its
+// own rounded inputs (the kernel's error, not the inputs'), with the bound of eq. (8).
+void report_tensor_core(Backend backend, AttentionShape shape, std::uint64_t seed) {
+  if (shape.d != 64 && shape.d != 128) {
+    std::cout << "Tensor-core FA2: d = " << shape.d
+              << " is not one it takes (64 or 128); run with --d 64 or --d 128.\n\n";
+    return;
+  }
+  const float scale = default_scale(shape.d);
+  const AttentionInputs in = make_attention_inputs(ScoreKind::randn, shape, scale, seed);
+  std::cout << "Tensor-core FA2 (wmma 16x16x16, Br = " << kTensorCoreRows
+            << ", Bc = " << tensor_core_keys(shape.d) << ", O in the input type) on ("
+            << to_string(shape) << ") randn\n  rounded to fp16 or bf16, against fp64 on the same "
+            << "rounded inputs; O's error in units of\n  w = sum p|v| + N (1 + sum |v|) (eq. 8):\n";
+  Table t({"implementation", "mask", "O err / w", "bound 2u + floor", "logsumexp abs err",
+           "time ms", "TFLOP/s"});
+  for (HalfType type : {HalfType::fp16, HalfType::bf16}) {
+    const AttentionInputs rounded = round_inputs(in, type);
+    for (bool causal : {false, true}) {
+      const ref::Attention r = ref::attention(rounded, shape, scale, causal, false);
+      const AttentionRun run = run_tensor_core(backend, type, rounded, shape, scale, causal);
+      const ErrorReport e =
+          ref::compare_weighted(run.o, r.o, tensor_core_weight(r.o_weight, rounded, shape, type));
+      const double bound = 2.0 * unit_roundoff(type) + ref::output_floor(r.score_error, shape.lk);
+      const double flops = attention_flops(shape.bh, shape.lq, shape.lk, shape.d, causal);
+      const std::string tflops =
+          backend == Backend::cuda ? fixed(tflop_per_s(flops, run.ms), 2) : "-";
+      t.add_row({run.name, causal ? "causal" : "none",
+                 sci(e.max_abs) + (e.nonfinite_mismatches ? " (non-finite!)" : ""), sci(bound),
+                 sci(compare(run.lse, r.lse).max_abs), fixed(run.ms, 3), tflops});
+    }
+  }
+  t.print(std::cout);
+  std::cout
+      << "  u = 2^-11 (fp16), 2^-8 (bf16): rounding P~ for the second product and O once.\n\n";
+}
+
+// --bench: on the GPU, the fp32 FA2 kernel (--dtype fp32) or the tensor-core kernel (--dtype
+// fp16 or bf16) on (bh, lq, lk, d) of randn, with or without the mask.
+int run_bench(const BenchOptions& options, AttentionShape shape, bool causal,
+              const std::string& dtype, std::uint64_t seed) {
+  Bench bench("06_fa2_rescaled", "attention", options);
+  const float scale = default_scale(shape.d);
+  const std::vector<float> q = bench_input(std::int64_t(shape.bh) * shape.lq, shape.d, seed);
+  const std::vector<float> k = bench_input(std::int64_t(shape.bh) * shape.lk, shape.d, seed + 1);
+  const std::vector<float> v = bench_input(std::int64_t(shape.bh) * shape.lk, shape.d, seed + 2);
+  const std::string name = attention_shape_string(shape.bh, shape.lq, shape.lk, shape.d, causal);
+  const double flops = attention_flops(shape.bh, shape.lq, shape.lk, shape.d, causal);
+  DeviceBuffer<float> lse(Backend::cuda, shape.rows());
+  with_kernel_backend(Backend::cuda, [&](auto b) {
+    constexpr Backend kB = decltype(b)::value;
+    if (dtype == "fp32") {
+      DeviceBuffer<float> dq(kB, q), dk(kB, k), dv(kB, v), o(kB, shape.q_elems());
+      const Work work = Work::computing(
+          flops, attention_bytes(shape.bh, shape.lq, shape.lk, shape.d, sizeof(float)));
+      bench.time("fa2", "fp32", name, work, [&] {
+        Kernels<kB>::fa2(dq.data(), dk.data(), dv.data(), o.data(), lse.data(), shape, scale,
+                         causal);
+      });
+      return;
+    }
+    const HalfType type = dtype == "fp16" ? HalfType::fp16 : HalfType::bf16;
+    if (shape.d != 64 && shape.d != 128) {
+      bench.skip("fa2_tensor_core", "d = " + std::to_string(shape.d) + " is not 64 or 128");
+      return;
+    }
+    DeviceBuffer<std::uint16_t> dq(kB, to_bits(q, type)), dk(kB, to_bits(k, type)),
+        dv(kB, to_bits(v, type)), o(kB, shape.q_elems());
+    const Work work = Work::computing(
+        flops, attention_bytes(shape.bh, shape.lq, shape.lk, shape.d, sizeof(std::uint16_t)));
+    bench.time("fa2_tensor_core", dtype, name, work, [&] {
+      TensorCoreKernels<kB>::fa2(type, dq.data(), dk.data(), dv.data(), o.data(), lse.data(), shape,
+                                 scale, causal);
+    });
+  });
+  return bench.finish();
 }
 
 /// Peak resident set size since the last reset, in bytes, or -1 where Linux's
@@ -310,22 +407,37 @@ void report_memory(int length, std::uint64_t seed) {
 
 int main(int argc, char** argv) {
   int bh = 0, lq = 0, lk = 0, d = 64, memory_length = 4096;
+  bool causal = false;
+  std::string dtype = "fp32";
   constexpr int kMaxMemoryLength = 16384;  // S at 16384^2 is 1 GiB
-  Cli cli("ch06", "Chapter 06: FlashAttention-2, on the CPU and as a CUDA kernel.");
+  Cli cli("ch06",
+          "Chapter 06: FlashAttention-2, on the CPU and as CUDA kernels (fp32, and fp16 "
+          "and bf16 on tensor cores).");
   cli.option("--bh", &bh, "batch x heads (default 16 on cuda, 2 otherwise)")
       .option("--lq", &lq, "query rows (default 4096 on cuda, 256 otherwise)")
       .option("--lk", &lk, "key rows (default 4096 on cuda, 1024 otherwise)")
-      .option("--d", &d, "head dimension (default 64)", ch04::kMaxHeadDim)
+      .option("--d", &d, "head dimension (default 64; the tensor-core kernel takes 64 or 128)",
+              ch04::kMaxHeadDim)
       .option("--memory-length", &memory_length,
-              "lq = lk of the CPU memory and time comparison (default 4096)", kMaxMemoryLength);
+              "lq = lk of the CPU memory and time comparison (default 4096)", kMaxMemoryLength)
+      .flag("--causal", &causal, "with --bench: time the causal attention (the report runs both)")
+      .option("--dtype", &dtype, {"fp32", "fp16", "bf16"},
+              "with --bench: fp32 times the FA2 kernel, fp16 or bf16 the tensor-core kernel "
+              "(default fp32)");
   ProgramOptions options;
-  options.offers_bench = false;  // the attention chapters have no --bench yet
   if (const int code = parse_program(cli, argc, argv, &options); code >= 0) return code;
   const Backend backend = options.backend;
   const std::uint64_t seed = options.seed;
   const bool gpu = backend == Backend::cuda;
   const AttentionShape shape{bh > 0 ? bh : (gpu ? 16 : 2), lq > 0 ? lq : (gpu ? 4096 : 256),
                              lk > 0 ? lk : (gpu ? 4096 : 1024), d};
+  if (!options.bench.enabled && (causal || dtype != "fp32"))
+    return cli.error("--causal and --dtype only apply with --bench (the report runs both)");
+  if (options.bench.enabled) {
+    if (shape.q_elems() > kMaxBenchElements || shape.kv_elems() > kMaxBenchElements)
+      return cli.error("--bh x --lq x --d or --bh x --lk x --d exceeds 2^31 elements");
+    return run_guarded(cli, [&] { return run_bench(options.bench, shape, causal, dtype, seed); });
+  }
   constexpr std::size_t kMaxProbabilities = std::size_t{1} << 28;  // the baselines store P
   if (shape.p_elems() > kMaxProbabilities)
     return cli.error("--bh x --lq x --lk = " + std::to_string(shape.p_elems()) +
@@ -336,6 +448,7 @@ int main(int argc, char** argv) {
   if (options.trace_only) return 0;
   const int code = run_guarded(cli, [&] {
     report_errors(backend, shape, seed);
+    if (backend != Backend::cpu) report_tensor_core(backend, shape, seed);
     report_memory(memory_length, seed);
     return 0;
   });
