@@ -39,7 +39,7 @@ inline constexpr int kBenchWarmup = 10;       // untimed runs before the timed o
 inline constexpr int kBenchDefaultReps = 50;  // timed runs; the median is reported
 inline constexpr int kBenchMaxReps = 100000;
 /// Bench mode's size limit: the kernels index with size_t, the launches with int rows, so
-/// 2^31 elements (8 GiB per fp32 matrix; the largest shape, 49152 x 32768, is 6 GiB).
+/// 2^31 elements (8 GiB per fp32 matrix; the largest benchmark shape, 49152 x 32768, is 6 GiB).
 inline constexpr std::size_t kMaxBenchElements = std::size_t{1} << 31;
 
 /// Gigabytes (1e9 bytes) per second for `bytes` moved in `ms` milliseconds.

@@ -1,5 +1,6 @@
 #include "common/cli.hpp"
 
+#include <cctype>
 #include <cerrno>
 #include <cstdlib>
 #include <iostream>
@@ -50,7 +51,8 @@ bool Cli::assign(const Option& opt, const std::string& value) {
       char* end = nullptr;
       errno = 0;
       const long long v = std::strtoll(value.c_str(), &end, 10);
-      if (value.empty() || *end != '\0' || errno == ERANGE || v <= 0 || v > opt.max) {
+      if (value.empty() || !std::isdigit(static_cast<unsigned char>(value[0])) || *end != '\0' ||
+          errno == ERANGE || v <= 0 || v > opt.max) {
         error(opt.name + " expects a positive integer up to " + std::to_string(opt.max) +
               ", got '" + value + "'");
         return false;
@@ -62,7 +64,8 @@ bool Cli::assign(const Option& opt, const std::string& value) {
       char* end = nullptr;
       errno = 0;
       const unsigned long long v = std::strtoull(value.c_str(), &end, 10);
-      if (value.empty() || value[0] == '-' || *end != '\0' || errno == ERANGE) {
+      if (value.empty() || !std::isdigit(static_cast<unsigned char>(value[0])) || *end != '\0' ||
+          errno == ERANGE) {
         error(opt.name + " expects a non-negative integer, got '" + value + "'");
         return false;
       }

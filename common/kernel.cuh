@@ -31,8 +31,9 @@ inline constexpr Backend kThisBackend = Backend::cuda;
 inline constexpr Backend kThisBackend = Backend::sim;
 #endif
 
-/// ceil(a / b) for positive integers: the number of tiles of size b that cover a.
-__host__ __device__ constexpr int ceil_div(int a, int b) { return (a + b - 1) / b; }
+/// ceil(a / b) for positive integers: the number of tiles of size b that cover a. Written
+/// without a + b - 1, which overflows int for a near 2^31.
+__host__ __device__ constexpr int ceil_div(int a, int b) { return a / b + (a % b != 0); }
 
 /// The launch's dynamic shared memory (the third launch parameter), viewed as T[].
 /// CUDA spells it `extern __shared__ T name[]`, which the simulator cannot bind per launch,

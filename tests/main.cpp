@@ -30,7 +30,7 @@ class CheckReporter : public doctest::IReporter {
   void test_run_end(const doctest::TestRunStats& stats) override {
     out_ << (stats.numTestCasesFailed ? "Status: FAILURE" : "Status: SUCCESS") << " ("
          << stats.numTestCasesFailed << " of " << stats.numTestCasesPassingFilters
-         << " checks failed)\n";
+         << " test cases failed)\n";
   }
   void test_case_start(const doctest::TestCaseData& test_case) override {
     test_case_ = &test_case;

@@ -20,7 +20,7 @@ namespace {
 constexpr std::uint64_t kSeed = 404;
 
 // Lq and Lk of 1, 17, 127, 1000 and other sizes that are multiples of no tile; every head
-// dimension the issue names (1, 16, 59, 64, 96, 128); bh > 1 so that a head offset bug shows.
+// the edge head dimensions (1, 16, 59, 64, 96, 128); bh > 1 so that a head offset bug shows.
 const std::vector<AttentionShape> kCpuShapes = {
     {1, 1, 1, 1},    {2, 17, 127, 59},  {1, 127, 17, 16}, {1, 33, 1000, 64},
     {1, 5, 300, 96}, {2, 31, 129, 128}, {1, 1000, 1, 1},  {1, 1, 1000, 16}};

@@ -579,7 +579,7 @@ struct KernelShape {
 };
 
 // cols 1..32 (narrow groups, several rows per warp), one past every group width, one past
-// the warp limit and the default shared-memory limit, and the sizes the issue names; rows
+// the warp limit and the default shared-memory limit, and the edge sizes; rows
 // never a multiple of the rows per block.
 const std::vector<KernelShape> kKernelShapes = {
     {130, 1}, {67, 2},  {37, 3},  {19, 16},  {5, 17},   {7, 31},   {5, 32},   {6, 33},

@@ -31,6 +31,8 @@ using ch03::MD;
 /// The largest head dimension the kernels of chapters 04-06 take (their tiles of K, V and Q
 /// rows live in shared memory; 128 covers every common model).
 inline constexpr int kMaxHeadDim = 128;
+/// The attention kernels put (batch, head) on grid.y, whose CUDA limit is 65535.
+inline constexpr int kMaxBatchHeads = 65535;
 
 // [causal_mask]
 /// The workbook's causal mask, bottom-right aligned as in FlashAttention 2.1 and later:

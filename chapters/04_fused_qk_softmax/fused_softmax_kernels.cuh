@@ -8,7 +8,7 @@
 //           with chapter 03's md_merge.
 // Launch shape: grid (ceil(lq / 8), bh); block (32, 8): warp y owns query row
 //           8 blockIdx.x + y, lane x owns key x of the current K tile of 32 keys.
-//           Dynamic shared memory: (8 d + 32 (d + 1)) floats, at most 20.5 KiB.
+//           Dynamic shared memory: (8 d + 32 (d + 1)) floats, at most 20608 bytes (about 20.1 KiB).
 // Limits: lq, lk >= 1, any value; 1 <= d <= 128; bh <= 65535.
 // Memory traffic: Q read once, K read twice (two sweeps) per Q tile, P written once.
 // Test: ctest --test-dir build -R 04_fused_qk_softmax --output-on-failure

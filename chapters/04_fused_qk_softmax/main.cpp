@@ -126,7 +126,7 @@ void report(Backend backend, AttentionShape shape, std::uint64_t seed) {
 int main(int argc, char** argv) {
   int bh = 0, lq = 0, lk = 0, d = 64;
   Cli cli("ch04", "Chapter 04: fused QK^T-softmax, on the CPU and as a CUDA kernel.");
-  cli.option("--bh", &bh, "batch x heads (default 8 on cuda, 1 otherwise)")
+  cli.option("--bh", &bh, "batch x heads (default 8 on cuda, 1 otherwise)", kMaxBatchHeads)
       .option("--lq", &lq, "query rows (default 1024 on cuda, 256 otherwise)")
       .option("--lk", &lk, "key rows (default 1024)")
       .option("--d", &d, "head dimension (default 64)", kMaxHeadDim);

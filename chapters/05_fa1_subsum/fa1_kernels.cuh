@@ -68,7 +68,7 @@ __global__ void __launch_bounds__(kThreads)
   const float* q_row = q_tile + threadIdx.y * d;
 
   // Line 2: O = 0, (m, l) = (-inf, 0) in global memory.
-  for (int e = tid; e < lq * d; e += kThreads) ob[e] = 0.f;
+  for (std::size_t e = tid; e < std::size_t(lq) * d; e += kThreads) ob[e] = 0.f;
   for (int r = tid; r < lq; r += kThreads) stats_b[r] = ch03::md_identity();
 
   for (int j0 = 0; j0 < lk; j0 += kKeysPerTile) {  // line 5: K_j, V_j into shared memory

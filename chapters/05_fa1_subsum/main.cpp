@@ -131,7 +131,7 @@ void report(Backend backend, AttentionShape shape, std::uint64_t seed) {
 int main(int argc, char** argv) {
   int bh = 0, lq = 0, lk = 0, d = 64;
   Cli cli("ch05", "Chapter 05: FlashAttention-1, on the CPU and as a CUDA kernel.");
-  cli.option("--bh", &bh, "batch x heads (default 16 on cuda, 2 otherwise)")
+  cli.option("--bh", &bh, "batch x heads (default 16 on cuda, 2 otherwise)", ch04::kMaxBatchHeads)
       .option("--lq", &lq, "query rows (default 1024 on cuda, 256 otherwise)")
       .option("--lk", &lk, "key rows (default 1024)")
       .option("--d", &d, "head dimension (default 64)", ch04::kMaxHeadDim);

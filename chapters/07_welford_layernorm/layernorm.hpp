@@ -317,7 +317,8 @@ inline void check_args(const LayerNormArgs& a) {
     throw std::invalid_argument("layernorm: rows must be >= 1 and cols in [1, " +
                                 std::to_string(kMaxCols) + "], got (" + std::to_string(a.rows) +
                                 ", " + std::to_string(a.cols) + ")");
-  if (!(a.eps >= 0.f)) throw std::invalid_argument("layernorm: eps must be >= 0");
+  // eps > 0 keeps rstd finite on a constant row (variance 0): 1 / sqrt(eps).
+  if (!(a.eps > 0.f)) throw std::invalid_argument("layernorm: eps must be > 0");
   if (a.x == nullptr || a.y == nullptr || a.mean == nullptr || a.rstd == nullptr)
     throw std::invalid_argument("layernorm: x, y, mean and rstd must not be null");
 }

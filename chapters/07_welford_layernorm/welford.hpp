@@ -45,12 +45,13 @@ __host__ __device__ inline Welford welford_update(Welford s, float x) {
 /// eqs. (10)-(13):
 ///   n = n_a + n_b,  delta = mean_b - mean_a,  mean = mean_a + delta n_b / n,
 ///   m2 = m2_a + m2_b + delta^2 n_a n_b / n.
-/// Both uses of n_b / n share one quotient w_b. With a = identity, w_b = 1 and n_a = 0: the
-/// result is b exactly; with b = identity, w_b = 0: the result is a exactly. Two empty runs
-/// make n = 0, where the quotient would be 0 / 0: their combine is the identity.
+/// Both uses of n_b / n share one quotient w_b. An empty side is the identity, and the
+/// combine returns the other side exactly, as the monoid law says: returned as it is, not
+/// computed (delta^2 would overflow to inf for |mean| > 1.8e19, and inf x 0 is NaN).
 __host__ __device__ inline Welford welford_combine(Welford a, Welford b) {
+  if (a.count == 0.f) return b;
+  if (b.count == 0.f) return a;
   const float count = a.count + b.count;  // eq. (10)
-  if (count == 0.f) return welford_identity();
   const float delta = b.mean - a.mean;                  // eq. (11)
   const float w_b = b.count / count;                    // n_b / n
   return {a.mean + delta * w_b,                         // eq. (12)
