@@ -158,7 +158,7 @@ function(_wb_add_chapter_exercise chapter ch test_source kernels)
   add_executable(test_${chapter}_stub ${test_source})
   target_link_libraries(test_${chapter}_stub PRIVATE ${ch}_base ${exercise_libs} wb_test_main wb_warnings)
   add_test(NAME ${chapter}/exercise-stub-fails
-           COMMAND test_${chapter}_stub --test-suite=sim --reporters=wb-check)
+           COMMAND test_${chapter}_stub --test-suite=sim --reporters=wb-check --abort-after=1)
   set_tests_properties(${chapter}/exercise-stub-fails PROPERTIES LABELS "sim;exercise"
     PASS_REGULAR_EXPRESSION "\\[FAIL\\]" FAIL_REGULAR_EXPRESSION "exception:")
 
