@@ -99,7 +99,7 @@ __global__ void __launch_bounds__(kThreads)
     m = m_new;
     // [exercise]
     // [accumulator_rescale]
-    __syncwarp();  // every lane has read P~ before the next tile overwrites it
+    __syncwarp();  // every lane has read P~ (also ordered by the next tile's __syncthreads)
   }
 
   if (i < lq) {

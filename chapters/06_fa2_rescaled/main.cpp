@@ -215,12 +215,11 @@ void report_errors(Backend backend, AttentionShape shape, std::uint64_t seed) {
     for (const AttentionRun& run : runs) {
       const ErrorReport e = ref::compare_weighted(run.o, r.o, r.o_weight);
       const bool gpu = run.name.rfind("cuda", 0) == 0;
-      // 4 bh lq lk d: two matmuls of 2 flops per multiply-add; the mask halves the work.
-      const double flops = 4.0 * shape.bh * shape.lq * shape.lk * shape.d / (causal ? 2.0 : 1.0);
+      const double flops = attention_flops(shape.bh, shape.lq, shape.lk, shape.d, causal);
       t.add_row({run.name, sci(e.max_abs) + (e.nonfinite_mismatches ? " (non-finite!)" : ""),
                  sci(compare(run.o, runs[0].o).max_abs),
                  run.lse.empty() ? "-" : sci(compare(run.lse, r.lse).max_abs), fixed(run.ms, 3),
-                 gpu ? fixed(flops / run.ms * 1e-9, 2) : "-"});
+                 gpu ? fixed(tflop_per_s(flops, run.ms), 2) : "-"});
     }
     t.print(std::cout);
     std::cout << "  stated floors: O " << sci(ref::output_floor(r.score_error, shape.lk))
@@ -326,8 +325,7 @@ int run_bench(const BenchOptions& options, AttentionShape shape, bool causal,
   return bench.finish();
 }
 
-/// Peak resident set size since the last reset, in bytes, or -1 where Linux's
-/// /proc/self/clear_refs and VmHWM are not available.
+/// The value of `field` in /proc/self/status, in KiB, or -1 where it is not available.
 long long read_status_kib(const std::string& field) {
   std::ifstream status("/proc/self/status");
   std::string line;
@@ -413,7 +411,7 @@ int main(int argc, char** argv) {
   Cli cli("ch06",
           "Chapter 06: FlashAttention-2, on the CPU and as CUDA kernels (fp32, and fp16 "
           "and bf16 on tensor cores).");
-  cli.option("--bh", &bh, "batch x heads (default 16 on cuda, 2 otherwise)")
+  cli.option("--bh", &bh, "batch x heads (default 16 on cuda, 2 otherwise)", ch04::kMaxBatchHeads)
       .option("--lq", &lq, "query rows (default 4096 on cuda, 256 otherwise)")
       .option("--lk", &lk, "key rows (default 4096 on cuda, 1024 otherwise)")
       .option("--d", &d, "head dimension (default 64; the tensor-core kernel takes 64 or 128)",

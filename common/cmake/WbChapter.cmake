@@ -94,6 +94,20 @@ function(wb_add_chapter)
 
   add_executable(${ch} main.cpp)
   target_link_libraries(${ch} PRIVATE ${ch}_lib wb_warnings)
+  # Bad input gets one line on stderr and exit code 2 (common/cmake/expect_refusal.cmake).
+  foreach(bad "unknown-option|--no-such-option|unknown option" "not-a-number|--seed,12ab|--seed expects"
+              "negative-seed|--seed,-1|--seed expects" "unknown-backend|--backend,tpu|--backend expects")
+    string(REPLACE "|" ";" bad "${bad}")
+    list(GET bad 0 what)
+    list(GET bad 1 args)
+    list(GET bad 2 expect)
+    string(REPLACE "," ";" args "${args}")
+    add_test(NAME ${chapter}/refuses-${what}
+             COMMAND ${CMAKE_COMMAND} -D PROGRAM=$<TARGET_FILE:${ch}> -D NAME=${ch}
+                     "-D ARGS=${args}" "-D EXPECT=${expect}"
+                     -P ${PROJECT_SOURCE_DIR}/common/cmake/expect_refusal.cmake)
+    set_tests_properties(${chapter}/refuses-${what} PROPERTIES LABELS cpu)
+  endforeach()
   set_property(GLOBAL APPEND PROPERTY WB_CHAPTER_PROGRAMS ${ch})
   set_property(GLOBAL APPEND PROPERTY WB_CHAPTER_PAGES ${pages})
 
