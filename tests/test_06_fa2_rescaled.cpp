@@ -24,7 +24,7 @@ namespace {
 
 constexpr std::uint64_t kSeed = 606;
 
-// The edges of the issue (lq or lk of 1, 17, 127, 1000; d of 1, 16, 59, 64, 96, 128), sizes
+// The edge sizes (lq or lk of 1, 17, 127, 1000; d of 1, 16, 59, 64, 96, 128), sizes
 // no tile divides, lq > lk (fully masked rows under the causal mask) and lq < lk.
 const std::vector<AttentionShape> kCpuShapes = {
     {1, 1, 1, 1},    {2, 17, 127, 59},  {1, 127, 17, 16}, {1, 33, 1000, 64},
