@@ -10,6 +10,7 @@
 #include "common/attention_inputs.hpp"
 #include "common/buffer.hpp"
 #include "common/reference_attention.hpp"
+#include "tests/attention_shapes.hpp"
 #include "tests/support.hpp"
 
 using namespace wb;
@@ -19,24 +20,13 @@ namespace {
 
 constexpr std::uint64_t kSeed = 404;
 
-// Lq and Lk of 1, 17, 127, 1000 and other sizes that are multiples of no tile; every head
-// the edge head dimensions (1, 16, 59, 64, 96, 128); bh > 1 so that a head offset bug shows.
-const std::vector<AttentionShape> kCpuShapes = {
-    {1, 1, 1, 1},    {2, 17, 127, 59},  {1, 127, 17, 16}, {1, 33, 1000, 64},
-    {1, 5, 300, 96}, {2, 31, 129, 128}, {1, 1000, 1, 1},  {1, 1, 1000, 16}};
+using test::Tiles;
+const std::vector<AttentionShape>& kCpuShapes = test::kAttentionCpuShapes;
+const std::vector<AttentionShape>& kKernelShapes = test::kAttentionKernelShapes;
+const std::vector<Tiles> kTiles = test::attention_tiles({8, 32});  // the kernel's tile third
 
-// Q row blocks x K tiles: one by one (every row and key its own tile), sizes that divide none
-// of the shapes, the kernel's 8 x 32, and tiles larger than the whole problem.
-struct Tiles {
-  int br, bc;
-};
-const std::vector<Tiles> kTiles = {{1, 1}, {3, 7}, {8, 32}, {64, 64}, {5, 2000}};
 
-// The kernel runs on the simulator, one fiber per GPU thread: shapes stay moderate (the same
-// edges: 1, 17, 127, 1000, every named d), one with lk = 1000 on a small d.
-const std::vector<AttentionShape> kKernelShapes = {
-    {1, 1, 1, 1},     {2, 17, 127, 59}, {1, 127, 17, 16}, {1, 9, 1000, 16},
-    {1, 40, 300, 64}, {1, 33, 65, 128}, {2, 8, 33, 96},   {1, 3, 31, 1}};
+
 
 struct Stats {
   std::vector<float> m, d;

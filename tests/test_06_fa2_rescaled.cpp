@@ -15,6 +15,7 @@
 #include "common/attention_inputs.hpp"
 #include "common/buffer.hpp"
 #include "common/reference_attention.hpp"
+#include "tests/attention_shapes.hpp"
 #include "tests/support.hpp"
 
 using namespace wb;
@@ -24,21 +25,13 @@ namespace {
 
 constexpr std::uint64_t kSeed = 606;
 
-// The edge sizes (lq or lk of 1, 17, 127, 1000; d of 1, 16, 59, 64, 96, 128), sizes
-// no tile divides, lq > lk (fully masked rows under the causal mask) and lq < lk.
-const std::vector<AttentionShape> kCpuShapes = {
-    {1, 1, 1, 1},    {2, 17, 127, 59},  {1, 127, 17, 16}, {1, 33, 1000, 64},
-    {1, 5, 300, 96}, {2, 31, 129, 128}, {1, 1000, 1, 1},  {1, 1000, 17, 16}};
+using test::Tiles;
+const std::vector<AttentionShape>& kCpuShapes = test::kAttentionCpuShapes;
+const std::vector<AttentionShape>& kKernelShapes = test::kAttentionKernelShapes;
+const std::vector<Tiles> kTiles = test::attention_tiles({16, 32});  // the kernel's tile third
 
-struct Tiles {
-  int br, bc;
-};
-const std::vector<Tiles> kTiles = {{1, 1}, {3, 7}, {16, 32}, {64, 64}, {5, 2000}};
 
-// Simulator shapes: moderate, the same edges, one lk = 1000 on a small d.
-const std::vector<AttentionShape> kKernelShapes = {
-    {1, 1, 1, 1},     {2, 17, 127, 59}, {1, 127, 17, 16}, {1, 9, 1000, 16},
-    {1, 40, 300, 64}, {1, 33, 65, 128}, {2, 8, 33, 96},   {1, 300, 31, 1}};
+
 
 /// The K/V tiles that hold at least one (query, key) pair the mask lets through, counted by
 /// brute force over every pair: the tiles an honest causal kernel must visit, and no more.

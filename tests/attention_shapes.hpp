@@ -1,0 +1,35 @@
+// The shapes every attention chapter's tests (04, 05, 06) run on: one list, so each step of
+// the chain meets the same edges as the step before.
+#pragma once
+
+#include <vector>
+
+#include "common/attention_inputs.hpp"
+
+namespace wb::test {
+
+/// CPU steps: lq and lk of 1, 17, 127, 1000 and sizes that are multiples of no tile; every
+/// edge head dimension (1, 16, 59, 64, 96, 128); bh > 1 so that a head offset bug shows;
+/// lq > lk (fully masked rows under the causal mask) and lq < lk.
+inline const std::vector<AttentionShape> kAttentionCpuShapes = {
+    {1, 1, 1, 1},     {2, 17, 127, 59},  {1, 127, 17, 16}, {1, 33, 1000, 64}, {1, 5, 300, 96},
+    {2, 31, 129, 128}, {1, 1000, 1, 1},  {1, 1, 1000, 16}, {1, 1000, 17, 16}};
+
+/// The simulator runs one fiber per GPU thread: the same edges at moderate sizes, one with
+/// lk = 1000 on a small d.
+inline const std::vector<AttentionShape> kAttentionKernelShapes = {
+    {1, 1, 1, 1},     {2, 17, 127, 59}, {1, 127, 17, 16}, {1, 9, 1000, 16},
+    {1, 40, 300, 64}, {1, 33, 65, 128}, {2, 8, 33, 96},   {1, 300, 31, 1}};
+
+/// Q row blocks x K/V tiles of a CPU step.
+struct Tiles {
+  int br, bc;
+};
+
+/// One by one (every row and key its own tile), sizes that divide none of the shapes, the
+/// chapter kernel's own tile, and tiles larger than the whole problem.
+inline std::vector<Tiles> attention_tiles(Tiles kernel_tile) {
+  return {{1, 1}, {3, 7}, kernel_tile, {64, 64}, {5, 2000}};
+}
+
+}  // namespace wb::test
