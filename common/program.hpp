@@ -45,6 +45,16 @@ int run_guarded(const Cli& cli, const std::function<int()>& body);
 /// the L2 cache flushed before each), the wall clock of one run on the simulator.
 double time_kernel_ms(Backend backend, const std::function<void()>& launch);
 
+/// time_kernel_ms for a launch written once for both kernel backends: `launch(b)` gets
+/// std::integral_constant<Backend, B> (see with_kernel_backend), so it can name Kernels<B>:
+///   time_launch(backend, [&](auto b) { Kernels<decltype(b)::value>::fa1(...); });
+template <typename Launch>
+double time_launch(Backend backend, Launch&& launch) {
+  double ms = 0.0;
+  with_kernel_backend(backend, [&](auto b) { ms = time_kernel_ms(backend, [&] { launch(b); }); });
+  return ms;
+}
+
 /// One implementation's output on a report's input, and its time: a row of the error table.
 struct Run {
   std::string name;

@@ -79,12 +79,9 @@ void print_trace() {
 Run run_kernel(Backend backend, const AttentionInputs& in, AttentionShape shape, float scale) {
   DeviceBuffer<float> q(backend, in.q), k(backend, in.k), p(backend, shape.p_elems());
   DeviceBuffer<MD> stats(backend, shape.rows());
-  double ms = 0.0;
-  with_kernel_backend(backend, [&](auto b) {
-    ms = time_kernel_ms(backend, [&] {
-      Kernels<decltype(b)::value>::fused_softmax_qk(q.data(), k.data(), p.data(), stats.data(),
-                                                    shape, scale);
-    });
+  const double ms = time_launch(backend, [&](auto b) {
+    Kernels<decltype(b)::value>::fused_softmax_qk(q.data(), k.data(), p.data(), stats.data(),
+                                                  shape, scale);
   });
   return {std::string(to_string(backend)) + " fused kernel", p.download(), ms};
 }

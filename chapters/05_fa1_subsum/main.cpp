@@ -77,12 +77,9 @@ Run run_kernel(Backend backend, const AttentionInputs& in, AttentionShape shape,
   DeviceBuffer<float> q(backend, in.q), k(backend, in.k), v(backend, in.v),
       o(backend, shape.q_elems());
   DeviceBuffer<MD> stats(backend, shape.rows());
-  double ms = 0.0;
-  with_kernel_backend(backend, [&](auto b) {
-    ms = time_kernel_ms(backend, [&] {
-      Kernels<decltype(b)::value>::fa1(q.data(), k.data(), v.data(), o.data(), stats.data(),
-                                       shape, scale);
-    });
+  const double ms = time_launch(backend, [&](auto b) {
+    Kernels<decltype(b)::value>::fa1(q.data(), k.data(), v.data(), o.data(), stats.data(),
+                                     shape, scale);
   });
   return {std::string(to_string(backend)) + " FA1 kernel", o.download(), ms};
 }

@@ -178,12 +178,9 @@ AttentionRun run_kernel(Backend backend, const AttentionInputs& in, AttentionSha
                         float scale, bool causal) {
   DeviceBuffer<float> q(backend, in.q), k(backend, in.k), v(backend, in.v),
       o(backend, shape.q_elems()), lse(backend, shape.rows());
-  double ms = 0.0;
-  with_kernel_backend(backend, [&](auto b) {
-    ms = time_kernel_ms(backend, [&] {
-      Kernels<decltype(b)::value>::fa2(q.data(), k.data(), v.data(), o.data(), lse.data(), shape,
-                                       scale, causal);
-    });
+  const double ms = time_launch(backend, [&](auto b) {
+    Kernels<decltype(b)::value>::fa2(q.data(), k.data(), v.data(), o.data(), lse.data(), shape,
+                                     scale, causal);
   });
   return {std::string(to_string(backend)) + " FA2 kernel", o.download(), lse.download(), ms};
 }
@@ -236,12 +233,9 @@ AttentionRun run_tensor_core(Backend backend, HalfType type, const AttentionInpu
       k(backend, to_bits(rounded.k, type)), v(backend, to_bits(rounded.v, type)),
       o(backend, shape.q_elems());
   DeviceBuffer<float> lse(backend, shape.rows());
-  double ms = 0.0;
-  with_kernel_backend(backend, [&](auto b) {
-    ms = time_kernel_ms(backend, [&] {
-      TensorCoreKernels<decltype(b)::value>::fa2(type, q.data(), k.data(), v.data(), o.data(),
-                                                 lse.data(), shape, scale, causal);
-    });
+  const double ms = time_launch(backend, [&](auto b) {
+    TensorCoreKernels<decltype(b)::value>::fa2(type, q.data(), k.data(), v.data(), o.data(),
+                                               lse.data(), shape, scale, causal);
   });
   return {std::string(to_string(backend)) + " tensor-core FA2, " + to_string(type),
           from_bits(o.download(), type), lse.download(), ms};
