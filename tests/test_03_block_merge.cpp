@@ -553,25 +553,9 @@ namespace {
 
 const Dtype kDtypes[] = {Dtype::fp32, Dtype::fp16, Dtype::bf16};
 
-// The output's rounding to `t`, half an ulp: 2^-11 of |y| for fp16, 2^-8 for bf16, 0 for
-// fp32 (the float result is the output). Below `tiny` (fp16's smallest normal 2^-14; float's
-// FLT_MIN for bf16, whose exponent range is float's) the spacing stops shrinking, so the
-// rounding is at most half_ulp * tiny there: the error is measured against max(|ref|, tiny).
-struct OutputRounding {
-  double half_ulp;
-  double tiny;
-};
-OutputRounding output_rounding(Dtype t) {
-  switch (t) {
-    case Dtype::fp16:
-      return {std::ldexp(1.0, -11), std::ldexp(1.0, -14)};
-    case Dtype::bf16:
-      return {std::ldexp(1.0, -8), static_cast<double>(std::numeric_limits<float>::min())};
-    case Dtype::fp32:
-      break;
-  }
-  return {0.0, static_cast<double>(std::numeric_limits<float>::min())};
-}
+// The output's rounding to `t` is output_rounding(t) (common/dtype.hpp): half an ulp, 2^-11 of
+// |y| for fp16, 2^-8 for bf16, 0 for fp32; below `tiny` (fp16's smallest normal 2^-14; FLT_MIN
+// otherwise) the spacing stops shrinking, so the error is measured against max(|ref|, tiny).
 
 // max_i |y_i - ref_i| / max(|ref_i|, tiny), and where it is; infinity for a NaN or inf where
 // the reference is finite (compare() reports those too).

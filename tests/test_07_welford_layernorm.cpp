@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <functional>
 #include <limits>
 #include <random>
 #include <string>
@@ -14,6 +15,7 @@
 #include "common/buffer.hpp"
 #include "common/inputs.hpp"
 #include "common/reference_layernorm.hpp"
+#include "common/shared_memory.hpp"
 #include "tests/support.hpp"
 
 using namespace wb;
@@ -171,7 +173,16 @@ struct Errors {
   double G = 1, B = 0;
 };
 
-Errors scaled_errors(const Problem& p, const LayerNormOutput& out) {
+// y's error is measured net of the rounding to the output type, output_rounding() of
+// common/dtype.hpp: |round(v) - v| <= half_ulp max(|v|, tiny), half_ulp 2^-11 for fp16, 2^-8
+// for bf16, 0 for fp32. A float result within E of the reference, rounded, is within
+// E + half_ulp max(|ref| + E, tiny) <= E (1 + half_ulp) + half_ulp max(|ref|, tiny) of it; so
+// E >= (|y - ref| - half_ulp max(|ref|, tiny)) / (1 + half_ulp), and that E is what the float
+// bounds (y_bound, chain_bound) must cover. A store that truncated
+// instead of rounding leaves up to half_ulp |ref| uncovered: 2^-11 / u = 8192 units of u K
+// per unit of |y| / K for fp16, far past any bound here.
+Errors scaled_errors(const Problem& p, const LayerNormOutput& out,
+                     OutputRounding rounding = output_rounding(Dtype::fp32)) {
   Errors e;
   e.G = max_abs(p.affine.gamma, 1.0);
   e.B = max_abs(p.affine.beta, 0.0);
@@ -196,7 +207,16 @@ Errors scaled_errors(const Problem& p, const LayerNormOutput& out) {
     };
     track(out.mean[r], p.ref.mean[r], rstd_ref, &re.mean);   // in units of s: what y sees
     track(out.rstd[r], rstd_ref, 1.0 / rstd_ref, &re.rstd);  // relative
-    for (std::size_t c = 0; c < n; ++c) track(out.y[r * n + c], p.ref.y[r * n + c], 1.0, &re.y);
+    for (std::size_t c = 0; c < n; ++c) {
+      const double y = out.y[r * n + c], ref = p.ref.y[r * n + c];
+      if (!std::isfinite(y)) {
+        ++e.nonfinite;
+        continue;
+      }
+      const double allowed = rounding.half_ulp * std::max(std::fabs(ref), rounding.tiny);
+      const double excess = std::max(0.0, std::fabs(y - ref) - allowed);
+      re.y = std::max(re.y, excess / (1 + rounding.half_ulp) / unit);
+    }
     e.rows.push_back(re);
   }
   return e;
@@ -558,19 +578,20 @@ TEST_SUITE("cpu") {
 namespace {
 
 // The Welford tree each strategy computes, for a row of n values.
-Tree kernel_tree(const std::string& name, int n, std::size_t max_shared) {
+Tree kernel_tree(const std::string& name, int n, std::size_t max_shared, Dtype t = Dtype::fp32) {
   Strategy s = Strategy::block_uncached;
   if (name == "warp_per_row") s = Strategy::warp_per_row;
   if (name == "block_cached") s = Strategy::block_cached;
-  if (name == "dispatch") s = choose_strategy(n, max_shared);
+  if (name == "dispatch") s = choose_strategy(n, max_shared, dtype_bytes(t));
   if (s == Strategy::warp_per_row) {
     // A lane folds cols_per_lane values, then log2(group_width) butterfly levels.
     const WarpShape w = warp_shape(n);
     return {w.cols_per_lane, ceil_log2(w.group_width)};
   }
-  // A thread folds ceil(n / 256) values (rounded up to whole float4s), then 5 levels within
-  // the warp and 5 more over the warps' states (3 of them with the identity, exact).
-  const int per_thread = (n + kBlockThreads - 1) / kBlockThreads + kVec;
+  // A thread folds ceil(n / 256) values (rounded up to whole vectors: 4 floats, 8 halves),
+  // then 5 levels within the warp and 5 more over the warps' states (3 of them with the
+  // identity, exact).
+  const int per_thread = (n + kBlockThreads - 1) / kBlockThreads + vec_width(t);
   return {per_thread, 2 * ceil_log2(kLanes)};
 }
 
@@ -587,50 +608,87 @@ const std::vector<KernelShape> kKernelShapes = {
 // Long rows, few of them: the simulator runs 256 threads per row.
 const std::vector<KernelShape> kLongShapes = {{2, 12264}, {2, 12265}, {1, 32768}};
 
+// `values` as elements of t, `pad` bytes into a buffer with kVecBytes of zeros after them.
+std::vector<unsigned char> padded_elements(const std::vector<float>& values, Dtype t,
+                                           std::size_t pad) {
+  const std::vector<unsigned char> bytes = encode_elements(values, t);
+  std::vector<unsigned char> out(pad + bytes.size() + kVecBytes, 0);
+  std::copy(bytes.begin(), bytes.end(), out.begin() + static_cast<std::ptrdiff_t>(pad));
+  return out;
+}
+
+// Runs kernel `name` through `launch` on p's values as elements of t (p's values already
+// rounded to t) and checks it against the CPU Welford step on the same values.
+// misalign: x, gamma, beta and y one element past a 16-byte boundary, so the scalar path runs.
+// Returns whether the launch could use vectors.
 template <Backend B>
-void run_and_check(const NamedKernel& k, const Problem& p, bool misalign) {
-  const std::string kernel = k.name;
+bool run_and_check_elements(const std::string& name,
+                            const std::function<void(const TypedLayerNormArgs&)>& launch,
+                            const Problem& p, Dtype t, bool misalign) {
+  const std::string kernel = name;
+  const std::string dtype = to_string(t);
   CAPTURE(kernel);
+  CAPTURE(dtype);
   CAPTURE(p.rows);
   CAPTURE(p.cols);
   CAPTURE(misalign);
-  // The CPU step first: the tolerance policy measures the kernel against twice its error.
   const Errors cpu = scaled_errors(p, layernorm_welford(p.x, p.rows, p.cols, p.eps, p.affine));
 
-  // misalign: every buffer one float past an aligned address, so the scalar path runs.
-  const std::size_t pad = misalign ? 1 : 0;
-  auto padded = [pad](const std::vector<float>& v) {
-    std::vector<float> out(pad, 0.f);
-    out.insert(out.end(), v.begin(), v.end());
-    return out;
-  };
-  DeviceBuffer<float> dx(B, padded(p.x));
-  DeviceBuffer<float> dgamma(B, padded(p.affine.gamma));
-  DeviceBuffer<float> dbeta(B, padded(p.affine.beta));
-  DeviceBuffer<float> dy(B, pad + p.x.size());
+  const std::size_t pad = misalign ? dtype_bytes(t) : 0;
+  DeviceBuffer<unsigned char> dx(B, padded_elements(p.x, t, pad));
+  DeviceBuffer<unsigned char> dgamma(B, padded_elements(p.affine.gamma, t, pad));
+  DeviceBuffer<unsigned char> dbeta(B, padded_elements(p.affine.beta, t, pad));
+  DeviceBuffer<unsigned char> dy(B, dx.size());
+  dy.fill_zero();
   DeviceBuffer<float> dmean(B, static_cast<std::size_t>(p.rows));
   DeviceBuffer<float> drstd(B, static_cast<std::size_t>(p.rows));
-  const LayerNormArgs a{dx.data() + pad,
-                        p.affine.gamma.empty() ? nullptr : dgamma.data() + pad,
-                        p.affine.beta.empty() ? nullptr : dbeta.data() + pad,
-                        dy.data() + pad,
-                        dmean.data(),
-                        drstd.data(),
-                        p.rows,
-                        p.cols,
-                        p.eps};
-  if (misalign) CHECK_FALSE(can_vectorize(a));
-  k.launch(a);
-  std::vector<float> y = dy.download();
-  y.erase(y.begin(), y.begin() + static_cast<std::ptrdiff_t>(pad));
-  const LayerNormOutput out{y, dmean.download(), drstd.download()};
-  const Errors e = scaled_errors(p, out);
-  const Tree t = kernel_tree(k.name, p.cols, Kernels<B>::max_dynamic_shared_bytes());
-  CAPTURE(t.leaf);
-  CAPTURE(t.depth);
-  // The tolerance policy: within twice the CPU Welford step's error plus the kernel's own
-  // tree bound (a wrong combine or a dropped value is off by O(1), 1e5 units and more).
-  CHECK(worst_ratio(e, tree_bounds(t), &cpu) <= 1.0);
+  const TypedLayerNormArgs a{dx.data() + pad,
+                             p.affine.gamma.empty() ? nullptr : dgamma.data() + pad,
+                             p.affine.beta.empty() ? nullptr : dbeta.data() + pad,
+                             dy.data() + pad,
+                             dmean.data(),
+                             drstd.data(),
+                             p.rows,
+                             p.cols,
+                             p.eps,
+                             t};
+  const bool vectors = can_vectorize(a);
+  if (misalign) CHECK_FALSE(vectors);
+  launch(a);
+  const std::vector<unsigned char> out = dy.download();
+  const std::size_t bytes = p.x.size() * dtype_bytes(t);
+  const LayerNormOutput o{decode_elements(out.data() + pad, p.x.size(), t), dmean.download(),
+                          drstd.download()};
+  const Errors e = scaled_errors(p, o, output_rounding(t));
+  const Tree tree = kernel_tree(name, p.cols, Kernels<B>::max_dynamic_shared_bytes(), t);
+  CAPTURE(tree.leaf);
+  CAPTURE(tree.depth);
+  // The tolerance policy: within twice the CPU Welford step's error plus the kernel's own tree
+  // bound (a wrong combine or a dropped value is off by O(1), 1e5 units and more), for the
+  // float computation; y's rounding to a 16-bit t is allowed for by scaled_errors.
+  CHECK(worst_ratio(e, tree_bounds(tree), &cpu) <= 1.0);
+  // No byte before y or past its end is written.
+  std::size_t touched = 0;
+  for (std::size_t i = 0; i < out.size(); ++i)
+    touched += (i < pad || i >= pad + bytes) && out[i] != 0;
+  CHECK(touched == 0);
+  return vectors;
+}
+
+template <Backend B>
+bool run_and_check_typed(const TypedNamedKernel& k, const Problem& p, Dtype t, bool misalign) {
+  return run_and_check_elements<B>(k.name, k.launch, p, t, misalign);
+}
+
+// An fp32 strategy through its LayerNormArgs entry point.
+template <Backend B>
+void run_and_check(const NamedKernel& k, const Problem& p, bool misalign) {
+  const auto launch = [&k](const TypedLayerNormArgs& a) {
+    k.launch({static_cast<const float*>(a.x), static_cast<const float*>(a.gamma),
+              static_cast<const float*>(a.beta), static_cast<float*>(a.y), a.mean, a.rstd, a.rows,
+              a.cols, a.eps});
+  };
+  run_and_check_elements<B>(k.name, launch, p, Dtype::fp32, misalign);
 }
 
 template <Backend B>
@@ -675,67 +733,263 @@ void long_rows_and_the_shared_memory_boundaries() {
   }
 }
 
-template <Backend B>
-void dispatcher_reports_the_strategy_it_launched() {
-  const std::size_t limit = Kernels<B>::max_dynamic_shared_bytes();
-  const int max_cached = max_cached_cols(limit);
-  for (int cols : {1, kWarpMaxCols, kWarpMaxCols + 1, max_cached, max_cached + 1}) {
-    CAPTURE(cols);
-    const std::vector<float> x = make_input(InputKind::randn, 1, cols, kSeed);
-    DeviceBuffer<float> dx(B, x), dy(B, x.size()), dmean(B, 1), drstd(B, 1);
-    const LayerNormArgs a{dx.data(),    nullptr, nullptr, dy.data(),  dmean.data(),
-                          drstd.data(), 1,       cols,    kDefaultEps};
-    CHECK(Kernels<B>::layernorm(a) == choose_strategy(cols, limit));
-  }
-}
-
-template <Backend B>
-void constant_rows_give_rstd_one_over_sqrt_eps() {
-  for (const NamedKernel& k : kernel_ladder<B>()) {
-    for (int cols : {1, 2, 33, 1000, 1025, 4096}) {
-      if (cols > k.max_cols) continue;
-      const std::string kernel = k.name;
-      CAPTURE(kernel);
-      CAPTURE(cols);
-      const int rows = 5;
-      std::vector<float> x(static_cast<std::size_t>(rows) * cols);
-      for (int r = 0; r < rows; ++r)  // a different constant per row, 1e4 among them
-        std::fill(x.begin() + r * cols, x.begin() + (r + 1) * cols, r == 3 ? 1e4f : r - 2.f);
-      DeviceBuffer<float> dx(B, x), dy(B, x.size()), dmean(B, rows), drstd(B, rows);
-      k.launch({dx.data(), nullptr, nullptr, dy.data(), dmean.data(), drstd.data(), rows, cols,
-                kDefaultEps});
-      const std::vector<float> rstd = drstd.download(), mean = dmean.download();
-      for (int r = 0; r < rows; ++r) {
-        CAPTURE(r);
-        // Exact: every combine of equal means has delta = 0, so m2 stays 0.
-        CHECK(mean[r] == x[static_cast<std::size_t>(r) * cols]);
-        CHECK(rstd[r] == rstd_of(0.f, kDefaultEps));
-      }
-      for (float y : dy.download()) CHECK(y == 0.f);
-    }
-  }
-}
-
-template <Backend B>
-void kernels_reject_rows_they_cannot_hold() {
-  std::vector<float> x(4, 0.f);
-  DeviceBuffer<float> d(B, x);
-  LayerNormArgs a{d.data(), nullptr, nullptr,          d.data(),   d.data(),
-                  d.data(), 1,       kWarpMaxCols + 1, kDefaultEps};
-  CHECK_THROWS_AS(Kernels<B>::warp_per_row(a), std::invalid_argument);
-  a.cols = max_cached_cols(Kernels<B>::max_dynamic_shared_bytes()) + 1;
-  CHECK_THROWS_AS(Kernels<B>::block_cached(a), std::invalid_argument);
-  a.cols = 0;
-  CHECK_THROWS_AS(Kernels<B>::block_uncached(a), std::invalid_argument);
-}
-
 }  // namespace
 
 WB_KERNEL_TEST_CASE("every LayerNorm strategy equals the CPU Welford step on adversarial shapes",
                     every_strategy_equals_the_cpu_welford_step)
 WB_KERNEL_TEST_CASE("long rows up to one past the shared memory limit equal the CPU Welford step",
                     long_rows_and_the_shared_memory_boundaries)
-WB_KERNEL_TEST_CASE("the dispatcher launches the strategy its rule names",
+
+// ==========================================================================================
+// 16-bit elements: fp16 and bf16 x, gamma, beta and y, computed in float
+// ==========================================================================================
+//
+// The fp32 entry points above are the typed kernels with T = float (Kernels::*(LayerNormArgs)
+// forward to the TypedLayerNormArgs launchers with Dtype::fp32), so the tests above cover fp32;
+// these cover fp16 and bf16. A kernel on 16-bit elements reads x, gamma and beta rounded to the
+// type, so both the CPU step and the fp64 reference start from the same rounded values: the
+// kernel's float work then obeys the fp32 bounds above, and its y adds one rounding to the
+// output type (OutputRounding, scaled_errors).
+
+TEST_SUITE("cpu") {
+  TEST_CASE("16-bit rows fit twice as long in the shared-memory cache") {
+    for (std::size_t limit : {kSm90SharedBytes, kSm80SharedBytes}) {
+      CAPTURE(limit);
+      const int max_cached = max_cached_cols(limit, 2);
+      CHECK(max_cached == 2 * max_cached_cols(limit));  // (limit - 96) / 2, limit a multiple of 4
+      CHECK(cached_shared_bytes(max_cached, 2) <= limit);
+      CHECK(cached_shared_bytes(max_cached + 1, 2) > limit);
+      CHECK(choose_strategy(kWarpMaxCols, limit, 2) == Strategy::warp_per_row);
+      CHECK(choose_strategy(kWarpMaxCols + 1, limit, 2) == Strategy::block_cached);
+      CHECK(choose_strategy(max_cached, limit, 2) == Strategy::block_cached);
+      CHECK(choose_strategy(max_cached + 1, limit, 2) == Strategy::block_uncached);
+    }
+    CHECK(max_cached_cols(kSm90SharedBytes, 2) == 116176);  // (232448 - 96) / 2
+  }
+
+  TEST_CASE("16-bit vectors need aligned pointers and cols a multiple of 8") {
+    alignas(16) unsigned char buf[64] = {};
+    float stats[2] = {};
+    for (Dtype t : {Dtype::fp16, Dtype::bf16}) {
+      const std::string dtype = to_string(t);
+      CAPTURE(dtype);
+      TypedLayerNormArgs a{buf, buf, buf, buf, stats, stats, 1, 16, kDefaultEps, t};
+      CHECK(can_vectorize(a));
+      a.cols = 12;  // whole float4s, but not whole vectors of 8 halves
+      CHECK_FALSE(can_vectorize(a));
+      a.dtype = Dtype::fp32;
+      CHECK(can_vectorize(a));
+      a.dtype = t;
+      a.cols = 16;
+      a.y = buf + 2;  // one element past the 16-byte boundary
+      CHECK_FALSE(can_vectorize(a));
+      a.y = buf;
+      a.beta = buf + 8;
+      CHECK_FALSE(can_vectorize(a));
+    }
+  }
+
+  TEST_CASE("the 16-bit offsets keep sixteen levels per standard deviation") {
+    // randn_offset(): where the type's spacing is 2^-4, sigma / 16. At 1e4 fp16's spacing is 8
+    // and bf16's 64: an offset of 1e4 would round the row to a few levels.
+    const float sixteenth = 0.0625f;
+    CHECK(round_to_half(randn_offset(Dtype::fp16) + sixteenth) ==
+          randn_offset(Dtype::fp16) + sixteenth);
+    CHECK(round_to_bf16(randn_offset(Dtype::bf16) + sixteenth) ==
+          randn_offset(Dtype::bf16) + sixteenth);
+    // At 1e4, values 6 sigma apart round to the same element.
+    CHECK(round_to_half(1e4f - 3.f) == round_to_half(1e4f + 3.f));
+    CHECK(round_to_bf16(1e4f - 3.f) == round_to_bf16(1e4f + 3.f));
+  }
+}
+
+namespace {
+
+const Dtype k16BitTypes[] = {Dtype::fp16, Dtype::bf16};
+const Dtype kDtypes[] = {Dtype::fp32, Dtype::fp16, Dtype::bf16};
+
+// The input kinds that make sense in 16 bits, one per row, cycling from `first`: randn,
+// outliers x20, randn + randn_offset(t) (1e2 for fp16, 1e1 for bf16, not 1e4: see there),
+// arange modulo 2048 (fp16 overflows past 65504; it holds every integer up to 2048) and ones.
+// The kernel and the references see them rounded to t (make_rounded_problem).
+enum class Kind16 { randn, outliers, offset, arange, ones };
+constexpr int kKinds16 = 5;
+constexpr int kArangePeriod = 2048;
+
+std::vector<float> make_mixed_x(int rows, int cols, std::uint64_t seed, Dtype t, int first) {
+  std::vector<float> x;
+  for (int r = 0; r < rows; ++r) {
+    const std::uint64_t row_seed = seed + static_cast<std::uint64_t>(r);
+    std::vector<float> row;
+    switch (static_cast<Kind16>((first + r) % kKinds16)) {
+      case Kind16::randn:
+        row = make_input(InputKind::randn, 1, cols, row_seed);
+        break;
+      case Kind16::outliers:
+        row = make_input(InputKind::outliers, 1, cols, row_seed);
+        break;
+      case Kind16::offset:
+        row = make_input(InputKind::randn, 1, cols, row_seed);
+        for (float& v : row) v += randn_offset(t);
+        break;
+      case Kind16::arange:
+        row = make_input(InputKind::arange, 1, cols, row_seed);
+        for (int c = 0; c < cols; ++c) row[static_cast<std::size_t>(c)] = c % kArangePeriod;
+        break;
+      case Kind16::ones:
+        row = make_input(InputKind::ones, 1, cols, row_seed);
+        break;
+    }
+    x.insert(x.end(), row.begin(), row.end());
+  }
+  return x;
+}
+
+// x, gamma and beta rounded to t, the fp64 reference from the rounded values.
+Problem make_rounded_problem(const std::vector<float>& x, int rows, int cols, const Affine& affine,
+                             Dtype t) {
+  return make_problem(round_elements(x, t), rows, cols,
+                      {round_elements(affine.gamma, t), round_elements(affine.beta, t)});
+}
+
+// Every (kernel, type, shape): rows of every kind without gamma and beta (from randn on), rows
+// of every kind with them (from randn + offset on), and again misaligned wherever the aligned
+// run took vectors. At least `min_rows` rows: 3 make the two runs' rows cover all five kinds
+// (and 3 is no multiple of any rows per block, 4 to 128). The block strategies give each row a
+// block of its own, so more rows only repeat it: they take at most 5 rows (one of each kind),
+// keeping the simulator's time down; the warp strategy keeps every row, where the count matters.
+template <Backend B>
+void check_typed_shapes(const std::vector<KernelShape>& shapes, int min_rows) {
+  for (Dtype t : k16BitTypes) {
+    for (const TypedNamedKernel& k : typed_kernel_ladder<B>(t)) {
+      for (const KernelShape& shape : shapes) {
+        if (shape.cols > k.max_cols) continue;
+        const bool per_block = std::string(k.name) == "block_cached" ||
+                               std::string(k.name) == "block_uncached" ||
+                               choose_strategy(shape.cols, Kernels<B>::max_dynamic_shared_bytes(),
+                                               2) != Strategy::warp_per_row;
+        const int rows = std::max(shape.rows, min_rows);
+        const KernelShape s{per_block ? std::min(rows, kKinds16) : rows, shape.cols};
+        const Problem plain =
+            make_rounded_problem(make_mixed_x(s.rows, s.cols, kSeed, t, 0), s.rows, s.cols, {}, t);
+        const Problem affine = make_rounded_problem(make_mixed_x(s.rows, s.cols, kSeed + 9, t, 2),
+                                                    s.rows, s.cols, make_affine(s.cols, kSeed), t);
+        const bool vectors = run_and_check_typed<B>(k, plain, t, false);
+        CHECK(vectors == (s.cols % vec_width(t) == 0));  // DeviceBuffers are 16-byte aligned
+        run_and_check_typed<B>(k, affine, t, false);
+        if (vectors) run_and_check_typed<B>(k, affine, t, true);
+      }
+    }
+  }
+}
+
+// The fp32 shapes: every group width, every registers-per-lane bucket with one past it, the
+// warp limit and one past it (vectors of 8 halves from 136 columns in the warp strategy).
+template <Backend B>
+void every_strategy_equals_the_cpu_welford_step_in_16_bits() {
+  check_typed_shapes<B>(
+      test::kRaceMode ? std::vector<KernelShape>{{5, 17}, {3, 136}, {3, 1032}} : kKernelShapes, 3);
+}
+
+// The 16-bit boundaries of block_cached: the first row past 48 KiB (24529 halves, opted in)
+// and the device's limit (116176 on the simulator) with one past it (uncached). One row per
+// run, as for fp32's long rows: randn, and randn + offset with gamma and beta.
+template <Backend B>
+void long_16_bit_rows_equal_the_cpu_welford_step() {
+  const int default_cached = max_cached_cols(kDefaultDynamicSharedBytes, 2);
+  const int max_cached = max_cached_cols(Kernels<B>::max_dynamic_shared_bytes(), 2);
+  std::vector<KernelShape> shapes = {{1, default_cached + 1}};
+  if (!test::kRaceMode) {
+    shapes.push_back({1, max_cached});
+    shapes.push_back({1, max_cached + 1});
+  }
+  check_typed_shapes<B>(shapes, 1);
+}
+
+// The strategy at each boundary of the rule, for every element type (16-bit rows cache
+// twice as long).
+template <Backend B>
+void dispatcher_reports_the_strategy_it_launched() {
+  const std::size_t limit = Kernels<B>::max_dynamic_shared_bytes();
+  for (Dtype t : kDtypes) {
+    const int max_cached = max_cached_cols(limit, dtype_bytes(t));
+    for (int cols : {1, kWarpMaxCols, kWarpMaxCols + 1, max_cached, max_cached + 1}) {
+      const std::string dtype = to_string(t);
+      CAPTURE(dtype);
+      CAPTURE(cols);
+      const std::vector<float> x = make_input(InputKind::randn, 1, cols, kSeed);
+      DeviceBuffer<unsigned char> dx(B, encode_elements(x, t)), dy(B, dx.size());
+      DeviceBuffer<float> dmean(B, 1), drstd(B, 1);
+      const TypedLayerNormArgs a{dx.data(),    nullptr, nullptr, dy.data(),   dmean.data(),
+                                 drstd.data(), 1,       cols,    kDefaultEps, t};
+      CHECK(Kernels<B>::layernorm(a) == choose_strategy(cols, limit, dtype_bytes(t)));
+    }
+  }
+}
+
+template <Backend B>
+void constant_rows_give_rstd_one_over_sqrt_eps() {
+  for (Dtype t : kDtypes) {
+    for (const TypedNamedKernel& k : typed_kernel_ladder<B>(t)) {
+      for (int cols : {1, 2, 33, 1000, 1025, 4096}) {
+        if (cols > k.max_cols) continue;
+        const std::string kernel = k.name;
+        const std::string dtype = to_string(t);
+        CAPTURE(kernel);
+        CAPTURE(dtype);
+        CAPTURE(cols);
+        const int rows = 5;
+        std::vector<float> x(static_cast<std::size_t>(rows) * cols);
+        for (int r = 0; r < rows; ++r)  // a different constant per row, 1e4 among them
+          std::fill(x.begin() + r * cols, x.begin() + (r + 1) * cols, r == 3 ? 1e4f : r - 2.f);
+        x = round_elements(x, t);  // 1e4 is 9984 in bf16: the kernel's constant
+        DeviceBuffer<unsigned char> dx(B, encode_elements(x, t)), dy(B, dx.size());
+        DeviceBuffer<float> dmean(B, rows), drstd(B, rows);
+        k.launch({dx.data(), nullptr, nullptr, dy.data(), dmean.data(), drstd.data(), rows, cols,
+                  kDefaultEps, t});
+        const std::vector<float> rstd = drstd.download(), mean = dmean.download();
+        for (int r = 0; r < rows; ++r) {
+          CAPTURE(r);
+          // Exact: every combine of equal means has delta = 0, so m2 stays 0.
+          CHECK(mean[r] == x[static_cast<std::size_t>(r) * cols]);
+          CHECK(rstd[r] == rstd_of(0.f, kDefaultEps));
+        }
+        // y = 0 * rstd * 1 + 0 = +0 in every type: every byte of y is zero.
+        const std::vector<unsigned char> y = dy.download();
+        CHECK(std::count(y.begin(), y.end(), 0) == static_cast<std::ptrdiff_t>(y.size()));
+      }
+    }
+  }
+}
+
+template <Backend B>
+void kernels_reject_rows_they_cannot_hold() {
+  DeviceBuffer<unsigned char> d(B, 16);
+  DeviceBuffer<float> stats(B, 4);
+  for (Dtype t : kDtypes) {
+    const std::string dtype = to_string(t);
+    CAPTURE(dtype);
+    TypedLayerNormArgs a{d.data(),     nullptr, nullptr,          d.data(),    stats.data(),
+                         stats.data(), 1,       kWarpMaxCols + 1, kDefaultEps, t};
+    CHECK_THROWS_AS(Kernels<B>::warp_per_row(a), std::invalid_argument);
+    a.cols = max_cached_cols(Kernels<B>::max_dynamic_shared_bytes(), dtype_bytes(t)) + 1;
+    CHECK_THROWS_AS(Kernels<B>::block_cached(a), std::invalid_argument);
+    a.cols = 0;
+    CHECK_THROWS_AS(Kernels<B>::block_uncached(a), std::invalid_argument);
+  }
+  // The fp32 entry points check the same way (they forward to the typed ones).
+  const LayerNormArgs a{stats.data(), nullptr, nullptr,          stats.data(), stats.data(),
+                        stats.data(), 1,       kWarpMaxCols + 1, kDefaultEps};
+  CHECK_THROWS_AS(Kernels<B>::warp_per_row(a), std::invalid_argument);
+}
+
+}  // namespace
+
+WB_KERNEL_TEST_CASE("every LayerNorm strategy equals the CPU Welford step in fp16 and bf16",
+                    every_strategy_equals_the_cpu_welford_step_in_16_bits)
+WB_KERNEL_TEST_CASE("long fp16 and bf16 rows up to one past the shared memory limit are right",
+                    long_16_bit_rows_equal_the_cpu_welford_step)
+WB_KERNEL_TEST_CASE("the dispatcher launches the strategy its rule names in every type",
                     dispatcher_reports_the_strategy_it_launched)
 WB_KERNEL_TEST_CASE("constant rows give mean exact and rstd 1 over sqrt(eps) on every strategy",
                     constant_rows_give_rstd_one_over_sqrt_eps)

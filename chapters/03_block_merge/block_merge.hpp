@@ -10,7 +10,6 @@
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
-#include <cstring>
 #include <random>
 #include <stdexcept>
 #include <string>
@@ -21,7 +20,7 @@
 #include "chapters/02_online_softmax/online_update.hpp"
 #include "chapters/03_block_merge/md_merge.hpp"
 #include "common/backend.hpp"
-#include "common/half.hpp"
+#include "common/dtype.hpp"
 
 namespace wb::ch03 {
 
@@ -192,34 +191,11 @@ std::vector<NamedKernel> kernel_ladder() {
 // The fast rungs (fast_softmax_kernels.cuh): the row in registers, vector loads, 16-bit types
 // ------------------------------------------------------------------------------------------
 
-/// Element type of x and y for the fast rungs. Every rung computes in float; fp16 and bf16
-/// are converted on load and rounded to nearest even on store.
-enum class Dtype { fp32, fp16, bf16 };
-
-inline const char* to_string(Dtype t) {
-  switch (t) {
-    case Dtype::fp32:
-      return "fp32";
-    case Dtype::fp16:
-      return "fp16";
-    case Dtype::bf16:
-      return "bf16";
-  }
-  return "?";
-}
-
-/// Bytes per element: 4 for fp32, 2 for fp16 and bf16 (the host holds them as bit patterns,
-/// common/half.hpp).
-inline std::size_t dtype_bytes(Dtype t) {
-  return t == Dtype::fp32 ? 4 : 2;
-}
+// Element types (Dtype, dtype_bytes, vec_width, and the host's encode_elements,
+// decode_elements and round_elements) come from common/dtype.hpp: every rung computes in
+// float; fp16 and bf16 are converted on load and rounded to nearest even on store.
 
 inline constexpr int kLanes = 32;
-/// One vector access moves 16 bytes (ld.global.v4.b32): 4 floats or 8 halves.
-inline constexpr int kVecBytes = 16;
-inline int vec_width(Dtype t) {
-  return kVecBytes / static_cast<int>(dtype_bytes(t));
-}
 
 /// warp_registers holds each lane's share of the row in at most this many float registers,
 /// so it takes rows of up to kWarpRegistersMaxCols = 32 x 32 = 1024 entries.
@@ -308,43 +284,6 @@ struct FastKernel {
   FastLauncher launch;
   int max_cols;  ///< the longest row it takes
 };
-
-/// x as the bytes of `dtype` elements (16-bit types rounded to nearest even, as the GPU's
-/// conversions do): what a fast rung reads.
-inline std::vector<unsigned char> encode_elements(const std::vector<float>& x, Dtype dtype) {
-  std::vector<unsigned char> bytes(x.size() * dtype_bytes(dtype));
-  for (std::size_t i = 0; i < x.size(); ++i) {
-    if (dtype == Dtype::fp32) {
-      std::memcpy(&bytes[4 * i], &x[i], 4);
-    } else {
-      const std::uint16_t bits = dtype == Dtype::fp16 ? to_half_bits(x[i]) : to_bf16_bits(x[i]);
-      std::memcpy(&bytes[2 * i], &bits, 2);
-    }
-  }
-  return bytes;
-}
-
-/// `count` elements of `dtype` at `bytes`, widened to float (exactly).
-inline std::vector<float> decode_elements(const unsigned char* bytes, std::size_t count,
-                                          Dtype dtype) {
-  std::vector<float> y(count);
-  for (std::size_t i = 0; i < count; ++i) {
-    if (dtype == Dtype::fp32) {
-      std::memcpy(&y[i], bytes + 4 * i, 4);
-    } else {
-      std::uint16_t bits;
-      std::memcpy(&bits, bytes + 2 * i, 2);
-      y[i] = dtype == Dtype::fp16 ? half_bits_to_float(bits) : bf16_bits_to_float(bits);
-    }
-  }
-  return y;
-}
-
-/// x rounded to `dtype` and back: the values a fast rung sees.
-inline std::vector<float> round_elements(const std::vector<float>& x, Dtype dtype) {
-  const std::vector<unsigned char> bytes = encode_elements(x, dtype);
-  return decode_elements(bytes.data(), x.size(), dtype);
-}
 
 /// A fast rung on fp32 with the ladder's signature (ch01::Launcher), for the reports.
 template <FastLauncher kLaunch>

@@ -17,7 +17,8 @@
 //   block_vec       one block of 256 threads per row; rows blocks
 //   fast_softmax    the dispatcher: plan_fast_softmax(x, y, cols, dtype) in block_merge.hpp
 // Vectors: when can_vectorize() (both pointers 16-byte aligned, cols a multiple of 16 /
-//           sizeof(T)) every access is one 16-byte Vec<T>; otherwise one element at a time.
+//           sizeof(T)) every access is one 16-byte Vec<T> (common/vector_types.cuh);
+//           otherwise one element at a time.
 // Limits: rows in [1, 2^31 - 4]; cols in [1, 1024] for warp_registers (checked), in
 //           [1, 2^30] for block_vec.
 // Memory traffic per element: warp_registers 1 read + 1 write; block_vec 2 reads + 1 write.
@@ -28,6 +29,7 @@
 #include <string>
 
 #include "common/kernel.cuh"
+#include "common/vector_types.cuh"
 
 #include "chapters/01_safe_softmax/softmax.hpp"
 #include "chapters/02_online_softmax/online_update.hpp"
@@ -38,59 +40,6 @@ namespace wb::ch03 {
 namespace {  // kernels have internal linkage: one copy per backend's translation unit
 
 constexpr unsigned kFullMask = 0xffffffffu;
-
-// ==========================================================================================
-// Elements: float in registers, T in memory; 16-byte vectors
-// ==========================================================================================
-
-__device__ __forceinline__ float to_float(float v) {
-  return v;
-}
-__device__ __forceinline__ float to_float(__half v) {
-  return __half2float(v);
-}
-__device__ __forceinline__ float to_float(__nv_bfloat16 v) {
-  return __bfloat162float(v);
-}
-
-// Rounds to T, to nearest even (the only rounding a 16-bit output adds).
-template <typename T>
-__device__ __forceinline__ T from_float(float v);
-template <>
-__device__ __forceinline__ float from_float<float>(float v) {
-  return v;
-}
-template <>
-__device__ __forceinline__ __half from_float<__half>(float v) {
-  return __float2half_rn(v);
-}
-template <>
-__device__ __forceinline__ __nv_bfloat16 from_float<__nv_bfloat16>(float v) {
-  return __float2bfloat16_rn(v);
-}
-
-// [fast_vec]
-// kVecBytes (16) bytes of T: 4 floats or 8 halves. Aligned to its size, so that copying one
-// is a single 128-bit access (ld.global.v4 / st.global.v4) on the GPU.
-template <typename T>
-struct alignas(kVecBytes) Vec {
-  static constexpr int kWidth = kVecBytes / static_cast<int>(sizeof(T));
-  T v[kWidth];
-};
-static_assert(sizeof(Vec<float>) == kVecBytes && sizeof(Vec<__half>) == kVecBytes &&
-                  sizeof(Vec<__nv_bfloat16>) == kVecBytes,
-              "a vector is exactly one 16-byte access");
-
-// The kWidth elements p[c .. c + kWidth), c a multiple of kWidth, p 16-byte aligned.
-template <typename T>
-__device__ __forceinline__ Vec<T> load_vec(const T* p, int c) {
-  return *reinterpret_cast<const Vec<T>*>(p + c);
-}
-template <typename T>
-__device__ __forceinline__ void store_vec(T* p, int c, const Vec<T>& q) {
-  *reinterpret_cast<Vec<T>*>(p + c) = q;
-}
-// [fast_vec]
 
 // ==========================================================================================
 // The merges: the butterfly of block_merge_kernels.cuh's warp_all_merge and its block
@@ -315,20 +264,11 @@ void launch_block_plan(const FastPlan& plan, const void* x, void* y, int rows, i
 
 // Runs `plan` with T the C++ type of `dtype`.
 void run_plan(const FastPlan& plan, const void* x, void* y, int rows, int cols, Dtype dtype) {
-  const auto run = [&](auto tag) {
+  with_element_type(dtype, [&](auto tag) {
     using T = decltype(tag);
     if (plan.path == FastPath::warp_registers) return launch_warp_plan<T>(plan, x, y, rows, cols);
     launch_block_plan<T>(plan, x, y, rows, cols);
-  };
-  switch (dtype) {
-    case Dtype::fp32:
-      return run(float{});
-    case Dtype::fp16:
-      return run(__half{});
-    case Dtype::bf16:
-      return run(__nv_bfloat16{});
-  }
-  throw std::invalid_argument("fast softmax: unknown dtype");
+  });
 }
 
 }  // namespace

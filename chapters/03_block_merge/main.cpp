@@ -119,13 +119,6 @@ std::vector<NamedKernel> fast_fp32_rungs(int cols) {
   return rungs;
 }
 
-std::vector<Dtype> selected_dtypes(const std::string& dtype) {
-  if (dtype == "fp32") return {Dtype::fp32};
-  if (dtype == "fp16") return {Dtype::fp16};
-  if (dtype == "bf16") return {Dtype::bf16};
-  return {Dtype::fp32, Dtype::fp16, Dtype::bf16};
-}
-
 // The fast rungs on 16-bit x and y: randn rounded to `dtype`, against the fp64 softmax of the
 // rounded values and against the CPU blocked step on them.
 void report_16bit(Backend backend, const std::vector<FastKernel>& fast, Dtype dtype, int rows,
@@ -203,7 +196,7 @@ int main(int argc, char** argv) {
       options.backend, [cols](auto b) { return fast_fp32_rungs<decltype(b)::value>(cols); });
   const std::vector<FastKernel> fast = select_kernel_backend(
       options.backend, [](auto b) { return fast_ladder<decltype(b)::value>(); });
-  const std::vector<Dtype> dtypes = selected_dtypes(dtype);
+  const std::vector<Dtype> dtypes = dtypes_of_option(dtype);
   if (options.bench.enabled)
     return run_guarded(
         cli, [&] { return bench(ladder, fast, dtypes, options.bench, rows, cols, options.seed); });

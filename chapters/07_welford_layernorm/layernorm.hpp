@@ -18,6 +18,7 @@
 
 #include "chapters/07_welford_layernorm/welford.hpp"
 #include "common/backend.hpp"
+#include "common/dtype.hpp"
 #include "common/hd.hpp"
 
 namespace wb::ch07 {
@@ -27,6 +28,22 @@ inline constexpr float kDefaultEps = 1e-5f;
 
 /// The longest row any step accepts: a Welford count must stay exact in a float.
 inline constexpr int kMaxCols = 1 << 24;
+
+/// The offset the tests and the program add to randn rows (sigma = 1) to show cancellation,
+/// per element type: 1e4 in fp32 (the type's spacing there is 2^-10), 1e2 in fp16 and 1e1 in
+/// bf16 (spacing 2^-4 = sigma / 16 in both). At 1e4 fp16's spacing is 8 and bf16's 64: the
+/// offset would dominate, rounding a row to a few levels, no longer randn moved by an offset.
+inline float randn_offset(Dtype t) {
+  switch (t) {
+    case Dtype::fp16:
+      return 1e2f;
+    case Dtype::bf16:
+      return 1e1f;
+    case Dtype::fp32:
+      break;
+  }
+  return 1e4f;
+}
 
 // ------------------------------------------------------------------------------------------
 // The normalization, shared by the CPU steps and the kernels
@@ -215,9 +232,10 @@ inline constexpr int kBlockWarps = kBlockThreads / kLanes;
 static_assert(kBlockThreads % kLanes == 0 && kBlockWarps <= kLanes,
               "whole warps, and one warp can reduce the warps' states");
 
-/// A float4 is 4 floats, loaded in one 16-byte access when its address is 16-byte aligned.
-inline constexpr int kVec = 4;
-inline constexpr std::uintptr_t kVecAlignment = 16;
+/// A 16-byte vector (common/dtype.hpp) is 4 floats (a float4) or 8 halves, loaded in one
+/// access when its address is 16-byte aligned. kVec is fp32's width.
+inline constexpr int kVec = kVecBytes / static_cast<int>(sizeof(float));
+inline constexpr std::uintptr_t kVecAlignment = kVecBytes;
 
 /// How warp_per_row maps a row onto lanes: a group of group_width lanes (a power of 2 up to
 /// 32) serves one row, each lane holding cols_per_lane values (a power of 2 up to 32).
@@ -242,17 +260,21 @@ inline WarpShape warp_shape(int cols) {
 }
 
 /// block_cached's dynamic shared memory: the kBlockWarps warp states (rounded up to keep the
-/// row 16-byte aligned for float4), then the row.
+/// row 16-byte aligned for vectors), then the row, as it was read: `elem_bytes` per value
+/// (4 for fp32, 2 for fp16 and bf16, so a 16-bit row twice as long fits).
 inline constexpr std::size_t kCachedScratchBytes =
     (kBlockWarps * sizeof(Welford) + kVecAlignment - 1) / kVecAlignment * kVecAlignment;
-inline std::size_t cached_shared_bytes(int cols) {
-  return kCachedScratchBytes + static_cast<std::size_t>(cols) * sizeof(float);
+inline std::size_t cached_shared_bytes(int cols, std::size_t elem_bytes = sizeof(float)) {
+  return kCachedScratchBytes + static_cast<std::size_t>(cols) * elem_bytes;
 }
 
-/// The longest row block_cached can hold when one block may use `max_dynamic_shared_bytes`.
-inline int max_cached_cols(std::size_t max_dynamic_shared_bytes) {
+/// The longest row block_cached can hold when one block may use `max_dynamic_shared_bytes`,
+/// capped at kMaxCols.
+inline int max_cached_cols(std::size_t max_dynamic_shared_bytes,
+                           std::size_t elem_bytes = sizeof(float)) {
   if (max_dynamic_shared_bytes <= kCachedScratchBytes) return 0;
-  return static_cast<int>((max_dynamic_shared_bytes - kCachedScratchBytes) / sizeof(float));
+  const std::size_t cols = (max_dynamic_shared_bytes - kCachedScratchBytes) / elem_bytes;
+  return cols < static_cast<std::size_t>(kMaxCols) ? static_cast<int>(cols) : kMaxCols;
 }
 
 enum class Strategy { warp_per_row, block_cached, block_uncached };
@@ -275,10 +297,13 @@ inline const char* to_string(Strategy s) {
 ///   the row fits in one block's shared memory  block_cached: the row in shared memory, 1 read;
 ///   otherwise                                  block_uncached: x read twice.
 /// `max_dynamic_shared_bytes` is what one block may opt in to on the device: queried from
-/// the CUDA runtime on a GPU (227 KiB on an H100), sm_90's value in the simulator.
-inline Strategy choose_strategy(int cols, std::size_t max_dynamic_shared_bytes) {
+/// the CUDA runtime on a GPU (227 KiB on an H100), sm_90's value in the simulator. The cache
+/// holds the row's elements as they are (`elem_bytes` each): 16-bit rows fit twice as long.
+inline Strategy choose_strategy(int cols, std::size_t max_dynamic_shared_bytes,
+                                std::size_t elem_bytes = sizeof(float)) {
   if (cols <= kWarpMaxCols) return Strategy::warp_per_row;
-  if (cached_shared_bytes(cols) <= max_dynamic_shared_bytes) return Strategy::block_cached;
+  if (cached_shared_bytes(cols, elem_bytes) <= max_dynamic_shared_bytes)
+    return Strategy::block_cached;
   return Strategy::block_uncached;
 }
 // [dispatch]
@@ -287,7 +312,7 @@ inline Strategy choose_strategy(int cols, std::size_t max_dynamic_shared_bytes) 
 // Kernel launchers (defined in layernorm_kernels.cuh, once per kernel backend)
 // ------------------------------------------------------------------------------------------
 
-/// One LayerNorm call. Device pointers of the kernel's backend.
+/// One LayerNorm call on fp32. Device pointers of the kernel's backend.
 struct LayerNormArgs {
   const float* x;      ///< (rows, cols), row-major
   const float* gamma;  ///< (cols), or nullptr for gamma = 1
@@ -297,22 +322,49 @@ struct LayerNormArgs {
   float* rstd;         ///< (rows)
   int rows;            ///< >= 1
   int cols;            ///< in [1, kMaxCols]
-  float eps;           ///< >= 0, added to the variance
+  float eps;           ///< > 0, added to the variance
 };
+
+/// One LayerNorm call on elements of `dtype`: x, gamma, beta and y hold `dtype` elements
+/// (__half or __nv_bfloat16 in the kernels; bit patterns on the host, common/dtype.hpp);
+/// mean and rstd are float whatever the type, and the kernels compute in float: x, gamma and
+/// beta are widened exactly, y is rounded once, to nearest even. Device pointers of the
+/// kernel's backend.
+struct TypedLayerNormArgs {
+  const void* x;      ///< (rows, cols), row-major
+  const void* gamma;  ///< (cols), or nullptr for gamma = 1
+  const void* beta;   ///< (cols), or nullptr for beta = 0
+  void* y;            ///< (rows, cols), row-major
+  float* mean;        ///< (rows)
+  float* rstd;        ///< (rows)
+  int rows;           ///< >= 1
+  int cols;           ///< in [1, kMaxCols]
+  float eps;          ///< > 0, added to the variance
+  Dtype dtype;        ///< the element type of x, gamma, beta and y
+};
+
+/// An fp32 call as a typed one: the T = float instantiation of every kernel.
+inline TypedLayerNormArgs typed(const LayerNormArgs& a) {
+  return {a.x, a.gamma, a.beta, a.y, a.mean, a.rstd, a.rows, a.cols, a.eps, Dtype::fp32};
+}
 
 inline bool aligned_for_vec(const void* p) {
   return p == nullptr || reinterpret_cast<std::uintptr_t>(p) % kVecAlignment == 0;
 }
 
-/// True when the kernels may use float4 loads and stores: cols a multiple of 4 (so every row
-/// starts 16-byte aligned) and every pointer 16-byte aligned. Otherwise they use scalars.
-inline bool can_vectorize(const LayerNormArgs& a) {
-  return a.cols % kVec == 0 && aligned_for_vec(a.x) && aligned_for_vec(a.y) &&
+/// True when the kernels may use 16-byte vector loads and stores: cols a multiple of the
+/// vector width (4 floats, 8 halves; so every row starts 16-byte aligned) and every pointer
+/// 16-byte aligned. Otherwise they access one element at a time.
+inline bool can_vectorize(const TypedLayerNormArgs& a) {
+  return a.cols % vec_width(a.dtype) == 0 && aligned_for_vec(a.x) && aligned_for_vec(a.y) &&
          aligned_for_vec(a.gamma) && aligned_for_vec(a.beta);
+}
+inline bool can_vectorize(const LayerNormArgs& a) {
+  return can_vectorize(typed(a));
 }
 
 /// Throws std::invalid_argument, naming the limit, for arguments no strategy accepts.
-inline void check_args(const LayerNormArgs& a) {
+inline void check_args(const TypedLayerNormArgs& a) {
   if (a.rows < 1 || a.cols < 1 || a.cols > kMaxCols)
     throw std::invalid_argument("layernorm: rows must be >= 1 and cols in [1, " +
                                 std::to_string(kMaxCols) + "], got (" + std::to_string(a.rows) +
@@ -322,24 +374,37 @@ inline void check_args(const LayerNormArgs& a) {
   if (a.x == nullptr || a.y == nullptr || a.mean == nullptr || a.rstd == nullptr)
     throw std::invalid_argument("layernorm: x, y, mean and rstd must not be null");
 }
+inline void check_args(const LayerNormArgs& a) {
+  check_args(typed(a));
+}
 
+/// The launchers, each in two forms: on fp32 (LayerNormArgs) and on any element type
+/// (TypedLayerNormArgs); the fp32 form is the typed one with dtype fp32.
 template <Backend B>
 struct Kernels {
   /// Strategy 1: a group of lanes per row, the row in registers. cols <= kWarpMaxCols.
-  static void warp_per_row(const LayerNormArgs& a);
+  static void warp_per_row(const TypedLayerNormArgs& a);
   /// Strategy 2: a block per row, the row cached in dynamic shared memory.
-  /// cached_shared_bytes(cols) <= max_dynamic_shared_bytes().
-  static void block_cached(const LayerNormArgs& a);
+  /// cached_shared_bytes(cols, dtype_bytes(dtype)) <= max_dynamic_shared_bytes().
+  static void block_cached(const TypedLayerNormArgs& a);
   /// Strategy 3: a block per row, x read twice. Any cols.
-  static void block_uncached(const LayerNormArgs& a);
+  static void block_uncached(const TypedLayerNormArgs& a);
   /// What one block may opt in to on this backend's device.
   static std::size_t max_dynamic_shared_bytes();
-  /// The dispatcher: choose_strategy(cols, max_dynamic_shared_bytes()), launched.
-  static Strategy layernorm(const LayerNormArgs& a);
+  /// The dispatcher: choose_strategy(cols, max_dynamic_shared_bytes(), dtype_bytes(dtype)),
+  /// launched.
+  static Strategy layernorm(const TypedLayerNormArgs& a);
+  static void dispatch(const TypedLayerNormArgs& a) { layernorm(a); }
+
+  static void warp_per_row(const LayerNormArgs& a) { warp_per_row(typed(a)); }
+  static void block_cached(const LayerNormArgs& a) { block_cached(typed(a)); }
+  static void block_uncached(const LayerNormArgs& a) { block_uncached(typed(a)); }
+  static Strategy layernorm(const LayerNormArgs& a) { return layernorm(typed(a)); }
   static void dispatch(const LayerNormArgs& a) { layernorm(a); }
 };
 
 using Launcher = void (*)(const LayerNormArgs& a);
+using TypedLauncher = void (*)(const TypedLayerNormArgs& a);
 
 struct NamedKernel {
   const char* name;
@@ -348,12 +413,29 @@ struct NamedKernel {
   int max_cols;
 };
 
-/// The three strategies and the dispatcher, each with the rows it accepts.
+struct TypedNamedKernel {
+  const char* name;
+  TypedLauncher launch;
+  /// The longest row of `dtype` it takes on this device (kMaxCols where any row goes).
+  int max_cols;
+};
+
+/// The three strategies and the dispatcher on fp32, each with the rows it accepts.
 template <Backend B>
 std::vector<NamedKernel> kernel_ladder() {
   return {{"warp_per_row", &Kernels<B>::warp_per_row, kWarpMaxCols},
           {"block_cached", &Kernels<B>::block_cached,
            max_cached_cols(Kernels<B>::max_dynamic_shared_bytes())},
+          {"block_uncached", &Kernels<B>::block_uncached, kMaxCols},
+          {"dispatch", &Kernels<B>::dispatch, kMaxCols}};
+}
+
+/// The same on elements of `dtype`: block_cached holds 16-bit rows twice as long.
+template <Backend B>
+std::vector<TypedNamedKernel> typed_kernel_ladder(Dtype dtype) {
+  return {{"warp_per_row", &Kernels<B>::warp_per_row, kWarpMaxCols},
+          {"block_cached", &Kernels<B>::block_cached,
+           max_cached_cols(Kernels<B>::max_dynamic_shared_bytes(), dtype_bytes(dtype))},
           {"block_uncached", &Kernels<B>::block_uncached, kMaxCols},
           {"dispatch", &Kernels<B>::dispatch, kMaxCols}};
 }

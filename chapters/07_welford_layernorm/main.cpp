@@ -10,9 +10,10 @@
 #include "common/bench.hpp"
 #include "common/buffer.hpp"
 #include "common/cli.hpp"
-#include "common/program.hpp"
 #include "common/compare.hpp"
+#include "common/dtype.hpp"
 #include "common/inputs.hpp"
+#include "common/program.hpp"
 #include "common/reference_layernorm.hpp"
 #include "common/shared_memory.hpp"
 #include "common/table.hpp"
@@ -104,28 +105,33 @@ void print_trace() {
             << "\n\n";
 }
 
-// Which strategy the dispatcher picks for each row length, with the device's limit.
-void print_dispatch(Backend backend) {
+// Which strategy the dispatcher picks for each row length, with the device's limit, for
+// elements of `elem_bytes` (4: fp32; 2: fp16 and bf16, whose rows cache twice as long).
+void print_dispatch(Backend backend, std::size_t elem_bytes) {
   const std::size_t limit = select_kernel_backend(
       backend, [](auto b) { return Kernels<decltype(b)::value>::max_dynamic_shared_bytes(); });
-  const int max_cached = max_cached_cols(limit);
-  const int default_cached = max_cached_cols(kDefaultDynamicSharedBytes);
-  std::cout << "The dispatcher on " << to_string(backend) << ": " << limit
+  const int max_cached = max_cached_cols(limit, elem_bytes);
+  const int default_cached = max_cached_cols(kDefaultDynamicSharedBytes, elem_bytes);
+  const int width = kVecBytes / static_cast<int>(elem_bytes);
+  const std::string type = elem_bytes == sizeof(float) ? "fp32" : "fp16 and bf16";
+  std::cout << "The dispatcher on " << to_string(backend) << " for " << type << " rows: " << limit
             << " bytes of shared memory per block (opt-in), so block_cached holds up to "
             << max_cached << " columns.\n";
-  Table t({"cols", "strategy", "launch", "float4 (aligned x, cols % 4 == 0)"});
+  Table t({"cols", "strategy", "launch",
+           "vectors of " + std::to_string(width) + " (aligned, cols % " + std::to_string(width) +
+               " == 0)"});
   for (int cols : {1, 2, 17, 32, 33, 1000, 1024, 1025, 4096, default_cached, default_cached + 1,
                    32768, max_cached, max_cached + 1}) {
-    const Strategy s = choose_strategy(cols, limit);
+    const Strategy s = choose_strategy(cols, limit, elem_bytes);
     std::string how;
-    bool vec = cols % kVec == 0;
+    bool vec = cols % width == 0;
     if (s == Strategy::warp_per_row) {
       const WarpShape w = warp_shape(cols);
       how = std::to_string(w.group_width) + " lanes x " + std::to_string(w.cols_per_lane) +
             " registers per row, " + std::to_string(w.rows_per_block()) + " rows per block";
-      vec = vec && w.cols_per_lane % kVec == 0;
+      vec = vec && w.cols_per_lane % width == 0;
     } else if (s == Strategy::block_cached) {
-      const std::size_t bytes = cached_shared_bytes(cols);
+      const std::size_t bytes = cached_shared_bytes(cols, elem_bytes);
       how = "256 threads per row, " + std::to_string(bytes) + " B shared" +
             (bytes > kDefaultDynamicSharedBytes ? " (opt-in)" : "");
     } else {
@@ -143,38 +149,56 @@ struct LayerNormRun {
   double ms;
 };
 
-// Runs a strategy once for its output and times it (time_kernel_ms, common/program.hpp).
-template <Backend B>
-LayerNormRun run_kernel(const NamedKernel& k, const std::vector<float>& x, const Affine& affine, int rows,
-               int cols) {
-  DeviceBuffer<float> dx(B, x);
-  DeviceBuffer<float> dgamma(B, affine.gamma);
-  DeviceBuffer<float> dbeta(B, affine.beta);
-  DeviceBuffer<float> dy(B, x.size());
-  DeviceBuffer<float> dmean(B, static_cast<std::size_t>(rows));
-  DeviceBuffer<float> drstd(B, static_cast<std::size_t>(rows));
-  const LayerNormArgs a{dx.data(),    dgamma.data(), dbeta.data(), dy.data(),  dmean.data(),
-                        drstd.data(), rows,          cols,         kDefaultEps};
-  const double ms = time_kernel_ms(B, [&] { k.launch(a); });
-  return {std::string(to_string(B)) + " " + k.name,
-          {dy.download(), dmean.download(), drstd.download()},
-          ms};
-}
+// Device buffers of one LayerNorm call on `dtype` elements (x, gamma, beta and y as bytes; mean
+// and rstd float) and the arguments pointing at them.
+struct DeviceProblem {
+  DeviceBuffer<unsigned char> x, gamma, beta, y;
+  DeviceBuffer<float> mean, rstd;
+  TypedLayerNormArgs args;
 
+  DeviceProblem(Backend b, const std::vector<float>& hx, const Affine& affine, int rows, int cols,
+                Dtype dtype)
+      : x(b, encode_elements(hx, dtype)),
+        gamma(b, encode_elements(affine.gamma, dtype)),
+        beta(b, encode_elements(affine.beta, dtype)),
+        y(b, x.size()),
+        mean(b, static_cast<std::size_t>(rows)),
+        rstd(b, static_cast<std::size_t>(rows)),
+        args{x.data(),    gamma.data(), beta.data(), y.data(),    mean.data(),
+             rstd.data(), rows,         cols,        kDefaultEps, dtype} {}
+
+  LayerNormOutput download() {
+    const std::vector<unsigned char> bytes = y.download();
+    return {decode_elements(bytes.data(), bytes.size() / dtype_bytes(args.dtype), args.dtype),
+            mean.download(), rstd.download()};
+  }
+};
+
+// Runs every strategy that takes `cols` once for its output and times it (time_kernel_ms,
+// common/program.hpp), on x, gamma and beta already rounded to `dtype`.
 template <Backend B>
-void add_kernel_runs(std::vector<LayerNormRun>* runs, const std::vector<float>& x, const Affine& affine,
-                     int rows, int cols) {
-  for (const NamedKernel& k : kernel_ladder<B>()) {
+void add_kernel_runs(std::vector<LayerNormRun>* runs, const std::vector<float>& x,
+                     const Affine& affine, int rows, int cols, Dtype dtype) {
+  DeviceProblem d(B, x, affine, rows, cols, dtype);
+  for (const TypedNamedKernel& k : typed_kernel_ladder<B>(dtype)) {
     if (cols > k.max_cols) continue;
-    runs->push_back(run_kernel<B>(k, x, affine, rows, cols));
+    const double ms = time_kernel_ms(B, [&] { k.launch(d.args); });
+    runs->push_back({std::string(to_string(B)) + " " + k.name, d.download(), ms});
   }
 }
 
-void report_shape(Backend backend, int rows, int cols, std::uint64_t seed) {
-  const Affine affine{randn(static_cast<std::size_t>(cols), seed, 1.f, 0.5f),
-                      randn(static_cast<std::size_t>(cols), seed + 1, 0.f, 0.5f)};
-  for (InputKind kind : {InputKind::randn, InputKind::large_offset}) {
-    const std::vector<float> x = make_input(kind, rows, cols, seed);
+// The error table of every step on (rows, cols) of `dtype`: randn, then randn moved by
+// randn_offset(dtype) (1e4 in fp32; 1e2 in fp16 and 1e1 in bf16, where 1e4 would round the
+// rows to a few levels). x, gamma and beta are rounded to `dtype` first, and the CPU steps and
+// the fp64 reference start from those rounded values, as the kernels do.
+void report_shape(Backend backend, Dtype dtype, int rows, int cols, std::uint64_t seed) {
+  const Affine affine{
+      round_elements(randn(static_cast<std::size_t>(cols), seed, 1.f, 0.5f), dtype),
+      round_elements(randn(static_cast<std::size_t>(cols), seed + 1, 0.f, 0.5f), dtype)};
+  for (const float offset : {0.f, randn_offset(dtype)}) {
+    std::vector<float> x = make_input(InputKind::randn, rows, cols, seed);
+    for (float& v : x) v += offset;
+    x = round_elements(x, dtype);
     const ref::LayerNorm ref =
         ref::layernorm(x, rows, cols, kDefaultEps, affine.gamma, affine.beta);
     std::vector<LayerNormRun> runs;
@@ -189,14 +213,20 @@ void report_shape(Backend backend, int rows, int cols, std::uint64_t seed) {
     cpu("cpu blocked Welford (32)",
         [&] { return layernorm_blocked_welford(x, rows, cols, 32, kDefaultEps, affine); });
     with_kernel_backend(backend, [&](auto b) {
-      add_kernel_runs<decltype(b)::value>(&runs, x, affine, rows, cols);
+      add_kernel_runs<decltype(b)::value>(&runs, x, affine, rows, cols, dtype);
     });
 
     std::cout << "Error vs the fp64 reference on (" << rows << ", " << cols << ") "
-              << to_string(kind) << ", gamma ~ 1 + 0.5 randn, beta ~ 0.5 randn, seed " << seed
+              << to_string(dtype) << " randn";
+    if (offset != 0.f)  // a power of 10: "1e4"
+      std::cout << " + 1e" << static_cast<int>(std::lround(std::log10(offset)));
+    std::cout << ", gamma ~ 1 + 0.5 randn, beta ~ 0.5 randn, seed " << seed
+              << (dtype == Dtype::fp32 ? ""
+                                       : " (all rounded to " + std::string(to_string(dtype)) +
+                                             ", y too; mean and rstd float)")
               << ":\n";
     // Bytes moved: x read once and y written once, gamma and beta once, mean and rstd.
-    const double bytes = sizeof(float) * (2.0 * x.size() + 2.0 * cols + 2.0 * rows);
+    const double bytes = layernorm_bytes(rows, cols, dtype_bytes(dtype));
     Table t({"implementation", "y max abs err", "rstd max rel err", "mean max abs err",
              "non-finite", "time ms", "GB/s"});
     for (const LayerNormRun& run : runs) {
@@ -211,34 +241,43 @@ void report_shape(Backend backend, int rows, int cols, std::uint64_t seed) {
     t.print(std::cout);
     std::cout << '\n';
   }
-  std::cout << "  Every kernel stays within a small multiple of the CPU Welford step's error\n"
-               "  (they fold 4 to 32 values per thread and combine along a tree, which rounds\n"
-               "  less than one long chain). At +1e4 the naive step's variance collapses: its\n"
-               "  rstd is off by orders of magnitude.\n\n";
-  print_sim_time_note(std::cout, backend);
+  if (dtype == Dtype::fp32) {
+    std::cout << "  Every kernel stays within a small multiple of the CPU Welford step's error\n"
+                 "  (they fold 4 to 32 values per thread and combine along a tree, which rounds\n"
+                 "  less than one long chain). At +1e4 the naive step's variance collapses: its\n"
+                 "  rstd is off by orders of magnitude.\n\n";
+  } else {
+    std::cout << "  The kernels read " << to_string(dtype)
+              << " and compute in float: mean and rstd match fp32's accuracy on the\n"
+                 "  same values, and y carries one more rounding, to "
+              << to_string(dtype) << " (half an ulp, a relative\n  "
+              << (dtype == Dtype::fp16 ? "2^-11 = 4.9e-4 above 2^-14" : "2^-8 = 3.9e-3")
+              << "): it dominates y's error. The CPU steps keep y in float.\n\n";
+  }
 }
 
-// --bench: the three strategies and the dispatcher on (rows, cols) of randn, on the GPU.
-int run_bench(const BenchOptions& options, int rows, int cols, std::uint64_t seed) {
+// --bench: the three strategies and the dispatcher on (rows, cols) of randn, on the GPU, in
+// every selected element type.
+int run_bench(const BenchOptions& options, const std::vector<Dtype>& dtypes, int rows, int cols,
+              std::uint64_t seed) {
   Bench bench("07_welford_layernorm", "layernorm", options);
   const std::size_t n = static_cast<std::size_t>(cols);
-  DeviceBuffer<float> dx(Backend::cuda, bench_input(rows, cols, seed));
-  DeviceBuffer<float> dgamma(Backend::cuda, randn(n, seed, 1.f, 0.5f));
-  DeviceBuffer<float> dbeta(Backend::cuda, randn(n, seed + 1, 0.f, 0.5f));
-  DeviceBuffer<float> dy(Backend::cuda, dx.size());
-  DeviceBuffer<float> dmean(Backend::cuda, static_cast<std::size_t>(rows));
-  DeviceBuffer<float> drstd(Backend::cuda, static_cast<std::size_t>(rows));
-  const LayerNormArgs a{dx.data(),    dgamma.data(), dbeta.data(), dy.data(),  dmean.data(),
-                        drstd.data(), rows,          cols,         kDefaultEps};
-  const Work work = Work::moving(layernorm_bytes(rows, cols, sizeof(float)));
-  const std::vector<NamedKernel> ladder = select_kernel_backend(
-      Backend::cuda, [](auto b) { return kernel_ladder<decltype(b)::value>(); });
-  for (const NamedKernel& k : ladder) {
-    if (cols > k.max_cols) {
-      bench.skip(k.name, "cols > " + std::to_string(k.max_cols) + " on this device");
-      continue;
+  const std::vector<float> x = bench_input(rows, cols, seed);
+  const Affine affine{randn(n, seed, 1.f, 0.5f), randn(n, seed + 1, 0.f, 0.5f)};
+  for (Dtype dtype : dtypes) {
+    DeviceProblem d(Backend::cuda, x, affine, rows, cols, dtype);
+    const Work work = Work::moving(layernorm_bytes(rows, cols, dtype_bytes(dtype)));
+    const std::vector<TypedNamedKernel> ladder = select_kernel_backend(
+        Backend::cuda, [dtype](auto b) { return typed_kernel_ladder<decltype(b)::value>(dtype); });
+    for (const TypedNamedKernel& k : ladder) {
+      if (cols > k.max_cols) {
+        bench.skip(std::string(k.name) + " " + to_string(dtype),
+                   "cols > " + std::to_string(k.max_cols) + " on this device");
+        continue;
+      }
+      bench.time(k.name, to_string(dtype), shape_string(rows, cols), work,
+                 [&] { k.launch(d.args); });
     }
-    bench.time(k.name, "fp32", shape_string(rows, cols), work, [&] { k.launch(a); });
   }
   return bench.finish();
 }
@@ -248,22 +287,30 @@ int run_bench(const BenchOptions& options, int rows, int cols, std::uint64_t see
 int main(int argc, char** argv) {
   int rows = 512;
   int cols = 1000;
+  std::string dtype = "all";
   Cli cli("ch07", "Chapter 07: Welford LayerNorm, on the CPU and as three CUDA strategies.");
   cli.option("--rows", &rows, "rows of x (default 512)")
-      .option("--cols", &cols, "columns of x, the normalized length (default 1000)", kMaxCols);
+      .option("--cols", &cols, "columns of x, the normalized length (default 1000)", kMaxCols)
+      .option("--dtype", &dtype, {"fp32", "fp16", "bf16", "all"},
+              "element type of x, gamma, beta and y in the kernels (default all)");
   ProgramOptions options;
   if (const int code = parse_program(cli, argc, argv, &options); code >= 0) return code;
   if (const int code = check_matrix_size(cli, options, rows, cols); code >= 0) return code;
+  const std::vector<Dtype> dtypes = dtypes_of_option(dtype);
   if (options.bench.enabled)
-    return run_guarded(cli, [&] { return run_bench(options.bench, rows, cols, options.seed); });
+    return run_guarded(cli,
+                       [&] { return run_bench(options.bench, dtypes, rows, cols, options.seed); });
 
   print_intro();
   print_cancellation_demo();
   print_trace();
   if (options.trace_only) return 0;
   return run_guarded(cli, [&] {
-    print_dispatch(options.backend == Backend::cuda ? Backend::cuda : Backend::sim);
-    report_shape(options.backend, rows, cols, options.seed);
+    const Backend kernels = options.backend == Backend::cuda ? Backend::cuda : Backend::sim;
+    print_dispatch(kernels, sizeof(float));
+    if (dtypes.back() != Dtype::fp32) print_dispatch(kernels, 2);
+    for (Dtype t : dtypes) report_shape(options.backend, t, rows, cols, options.seed);
+    print_sim_time_note(std::cout, options.backend);
     std::cout << "This is the workbook's last chapter. The chapter map on the docs main page (and\n"
                  "README.md) leads back to every step, from chapter 01's safe softmax on.\n";
     return 0;
