@@ -178,9 +178,10 @@ struct Errors {
 // for bf16, 0 for fp32. A float result within E of the reference, rounded, is within
 // E + half_ulp max(|ref| + E, tiny) <= E (1 + half_ulp) + half_ulp max(|ref|, tiny) of it; so
 // E >= (|y - ref| - half_ulp max(|ref|, tiny)) / (1 + half_ulp), and that E is what the float
-// bounds (y_bound, chain_bound) must cover. A store that truncated
-// instead of rounding leaves up to half_ulp |ref| uncovered: 2^-11 / u = 8192 units of u K
-// per unit of |y| / K for fp16, far past any bound here.
+// bounds (y_bound, chain_bound) must cover: eq. (14) of welford_layernorm.md. A store that
+// truncated instead of rounding leaves up to half_ulp |ref| uncovered, 2^-11 |y| / (u K) =
+// 8192 |y| / K units for fp16: about 2000 |y| on randn rows (K about 4), past the bound of
+// every row up to thousands of columns (it grows with the values folded per thread).
 Errors scaled_errors(const Problem& p, const LayerNormOutput& out,
                      OutputRounding rounding = output_rounding(Dtype::fp32)) {
   Errors e;

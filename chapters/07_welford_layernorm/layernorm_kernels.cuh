@@ -88,7 +88,7 @@ __device__ __forceinline__ float beta_at(const T* beta, int c) {
 // Eq. (1) for the kWidth columns c .. c + kWidth of a row, v their values (in float), stored
 // to yr as T: one 16-byte vector (gamma and beta loaded as vectors too) when kWidth > 1, c
 // then a multiple of kWidth and the pointers aligned; one element when kWidth == 1. The
-// store's from_float is the one rounding a 16-bit output adds.
+// store's from_float is the one rounding a 16-bit output adds, eq. (14).
 template <typename T, int kWidth>
 __device__ __forceinline__ void normalize_store(const float* v, T* yr, int c, float mean,
                                                 float rstd, const T* gamma, const T* beta) {
