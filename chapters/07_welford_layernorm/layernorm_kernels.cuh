@@ -16,7 +16,7 @@
 //   block_cached    one block of 256 threads per row; the row, as T, in dynamic shared memory
 //                   (cached_shared_bytes(cols, sizeof(T)), opted in above 48 KiB)
 //   block_uncached  one block of 256 threads per row; x read twice, no row cache
-//   layernorm       the dispatcher: choose_strategy(cols, device limit) in layernorm.hpp
+//   layernorm       the dispatcher: choose_strategy(cols, device limit, sizeof(T)) in layernorm.hpp
 // All three use 16-byte vector loads and stores (Vec<T>, common/vector_types.cuh: 4 floats or
 // 8 halves) when cols is a multiple of the width and every pointer is 16-byte aligned
 // (can_vectorize), scalar accesses otherwise.
