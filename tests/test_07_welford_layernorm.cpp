@@ -608,6 +608,10 @@ const std::vector<KernelShape> kKernelShapes = {
     {5, 97},  {5, 128}, {3, 129}, {5, 1000}, {3, 1023}, {3, 1024}, {3, 1025}, {2, 4096}};
 // Long rows, few of them: the simulator runs 256 threads per row.
 const std::vector<KernelShape> kLongShapes = {{2, 12264}, {2, 12265}, {1, 32768}};
+// Race mode checks every shared-memory access: narrow groups, a partial warp, several
+// values per lane, and one long row past the default shared-memory limit still run there.
+const std::vector<KernelShape> kRaceShapes = {{5, 17}, {3, 136}, {3, 1032}};
+const std::vector<KernelShape> kRaceLongShapes = {{1, 12265}};
 
 // `values` as elements of t, `pad` bytes into a buffer with kVecBytes of zeros after them.
 std::vector<unsigned char> padded_elements(const std::vector<float>& values, Dtype t,
@@ -695,7 +699,7 @@ void run_and_check(const NamedKernel& k, const Problem& p, bool misalign) {
 template <Backend B>
 void every_strategy_equals_the_cpu_welford_step() {
   for (const NamedKernel& k : kernel_ladder<B>()) {
-    for (const KernelShape& s : kKernelShapes) {
+    for (const KernelShape& s : test::kRaceMode ? kRaceShapes : kKernelShapes) {
       if (s.cols > k.max_cols) continue;
       for (Kind kind : kKinds) {
         const std::string input = to_string(kind);
@@ -715,9 +719,11 @@ void every_strategy_equals_the_cpu_welford_step() {
 template <Backend B>
 void long_rows_and_the_shared_memory_boundaries() {
   const int max_cached = max_cached_cols(Kernels<B>::max_dynamic_shared_bytes());
-  std::vector<KernelShape> shapes = kLongShapes;
-  shapes.push_back({1, max_cached});      // the longest cached row: all of shared memory
-  shapes.push_back({1, max_cached + 1});  // one past: uncached
+  std::vector<KernelShape> shapes = test::kRaceMode ? kRaceLongShapes : kLongShapes;
+  if (!test::kRaceMode) {
+    shapes.push_back({1, max_cached});      // the longest cached row: all of shared memory
+    shapes.push_back({1, max_cached + 1});  // one past: uncached
+  }
   for (const NamedKernel& k : kernel_ladder<B>()) {
     for (const KernelShape& s : shapes) {
       if (s.cols > k.max_cols) continue;
@@ -889,7 +895,7 @@ void check_typed_shapes(const std::vector<KernelShape>& shapes, int min_rows) {
 template <Backend B>
 void every_strategy_equals_the_cpu_welford_step_in_16_bits() {
   check_typed_shapes<B>(
-      test::kRaceMode ? std::vector<KernelShape>{{5, 17}, {3, 136}, {3, 1032}} : kKernelShapes, 3);
+      test::kRaceMode ? kRaceShapes : kKernelShapes, 3);
 }
 
 // The 16-bit boundaries of block_cached: the first row past 48 KiB (24529 halves, opted in)
