@@ -9,6 +9,7 @@
 #include "common/buffer.hpp"
 #include "common/inputs.hpp"
 #include "common/reference.hpp"
+#include "tests/softmax_checks.hpp"
 #include "tests/support.hpp"
 
 using namespace wb;
@@ -18,13 +19,8 @@ namespace {
 
 constexpr std::uint64_t kSeed = 2024;
 
-// Shapes that are multiples of nothing, and the edges: one column, one short of a warp,
-// one past, more than the 256-thread block, Triton's irregular 1823 x 781.
-struct Shape {
-  int rows, cols;
-};
-const std::vector<Shape> kShapes = {{1, 1},  {3, 2},   {2, 31},   {5, 32},  {7, 33},
-                                    {4, 127}, {3, 257}, {11, 1000}, {1823, 781}};
+using Shape = test::RowShape;
+const std::vector<Shape>& kShapes = test::kSoftmaxShapes;
 
 // Bound on the CPU safe softmax's error against fp64, relative to each element:
 // - x_i - m rounds once: an absolute error of up to u |x_i - m| in the exponent, so a
@@ -122,37 +118,13 @@ TEST_SUITE("cpu") {
 
 namespace {
 
-// In race mode every shared-memory access is checked: the shapes up to 257 columns still
-// cover partial warps, strided loops and more columns than threads.
-const std::vector<Shape> kRaceShapes = {{1, 1}, {2, 31}, {3, 33}, {2, 257}};
-
-template <Backend B>
-void kernel_equals_the_cpu_step(const NamedKernel& k) {
-  for (const Shape& s : test::kRaceMode ? kRaceShapes : kShapes) {
-    for (InputKind kind : all_input_kinds()) {
-      const std::string input = to_string(kind);
-      CAPTURE(s.rows);
-      CAPTURE(s.cols);
-      CAPTURE(input);
-      const std::vector<float> x = make_input(kind, s.rows, s.cols, kSeed);
-      const std::vector<double> ref = ref::softmax(x, s.rows, s.cols);
-      const ErrorReport cpu = compare(softmax_safe(x, s.rows, s.cols), ref);
-      DeviceBuffer<float> dx(B, x);
-      DeviceBuffer<float> dy(B, x.size());
-      k.launch(dx.data(), dy.data(), s.rows, s.cols);
-      const ErrorReport kernel = compare(dy.download(), ref);
-      // The tolerance policy: at most twice the CPU step's error, plus the float-sum floor.
-      WB_CHECK_WITHIN_REL(kernel, chain_bound(cpu.max_rel, kernel_floor(s.cols)));
-    }
-  }
-}
-
-// One SUBCASE per kernel of the ladder, so a failure names its rung.
 template <Backend B>
 void every_kernel_equals_the_cpu_step() {
-  for (const NamedKernel& k : kernel_ladder<B>()) {
-    SUBCASE(k.name) { kernel_equals_the_cpu_step<B>(k); }
-  }
+  test::check_softmax_ladder(
+      B, kernel_ladder<B>(),
+      [](const std::vector<float>& x, int rows, int cols) { return softmax_safe(x, rows, cols); },
+      // The tolerance policy: at most twice the CPU step's error, plus the float-sum floor.
+      [](const NamedKernel&, int cols) { return kernel_floor(cols); }, kSeed);
 }
 
 }  // namespace

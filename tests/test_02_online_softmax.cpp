@@ -11,6 +11,7 @@
 #include "common/buffer.hpp"
 #include "common/inputs.hpp"
 #include "common/reference.hpp"
+#include "tests/softmax_checks.hpp"
 #include "tests/support.hpp"
 
 using namespace wb;
@@ -21,12 +22,8 @@ namespace {
 constexpr std::uint64_t kSeed = 2024;
 constexpr float kInf = std::numeric_limits<float>::infinity();
 
-// Shapes that are multiples of nothing, and the edges (the same list as chapter 01).
-struct Shape {
-  int rows, cols;
-};
-const std::vector<Shape> kShapes = {{1, 1},   {3, 2},   {2, 31},    {5, 32},    {7, 33},
-                                    {4, 127}, {3, 257}, {11, 1000}, {1823, 781}};
+using Shape = test::RowShape;
+const std::vector<Shape>& kShapes = test::kSoftmaxShapes;
 
 // Relative error bound of d'_N from the float recurrence (1), (4) over n entries, with an exp
 // whose relative error is at most `exp_err`. Follow the term e^{x_j - m_N} through the
@@ -155,33 +152,13 @@ TEST_SUITE("cpu") {
 
 namespace {
 
-// In race mode every shared-memory access is checked: the shapes up to 257 columns still
-// cover partial warps, strided loops and more columns than threads.
-const std::vector<Shape> kRaceShapes = {{1, 1}, {2, 31}, {3, 33}, {2, 257}};
-
 template <Backend B>
 void every_kernel_equals_the_cpu_step() {
-  for (const NamedKernel& k : kernel_ladder<B>()) {
-    for (const Shape& s : test::kRaceMode ? kRaceShapes : kShapes) {
-      for (InputKind kind : all_input_kinds()) {
-        const std::string kernel_name = k.name;
-        CAPTURE(kernel_name);
-        CAPTURE(s.rows);
-        CAPTURE(s.cols);
-        const std::string input = to_string(kind);
-        CAPTURE(input);
-        const std::vector<float> x = make_input(kind, s.rows, s.cols, kSeed);
-        const std::vector<double> ref = ref::softmax(x, s.rows, s.cols);
-        const ErrorReport cpu = compare(softmax_online(x, s.rows, s.cols), ref);
-        DeviceBuffer<float> dx(B, x);
-        DeviceBuffer<float> dy(B, x.size());
-        k.launch(dx.data(), dy.data(), s.rows, s.cols);
-        const ErrorReport kernel = compare(dy.download(), ref);
-        // The tolerance policy: at most twice the CPU step's error, plus the floor above.
-        WB_CHECK_WITHIN_REL(kernel, chain_bound(cpu.max_rel, online_kernel_floor(s.cols)));
-      }
-    }
-  }
+  test::check_softmax_ladder(
+      B, kernel_ladder<B>(),
+      [](const std::vector<float>& x, int rows, int cols) { return softmax_online(x, rows, cols); },
+      // The tolerance policy: at most twice the CPU step's error, plus the floor above.
+      [](const NamedKernel&, int cols) { return online_kernel_floor(cols); }, kSeed);
 }
 
 }  // namespace

@@ -18,6 +18,7 @@
 #include "common/half.hpp"
 #include "common/inputs.hpp"
 #include "common/reference.hpp"
+#include "tests/softmax_checks.hpp"
 #include "tests/support.hpp"
 
 using namespace wb;
@@ -292,12 +293,8 @@ MD merge_without_inf_guard(MD a, MD b) {
 // Shapes and floors for the softmax steps
 // ------------------------------------------------------------------------------------------
 
-// Shapes that are multiples of nothing, and the edges (the same list as chapters 01 and 02).
-struct Shape {
-  int rows, cols;
-};
-const std::vector<Shape> kShapes = {{1, 1},   {3, 2},   {2, 31},    {5, 32},    {7, 33},
-                                    {4, 127}, {3, 257}, {11, 1000}, {1823, 781}};
+using Shape = test::RowShape;
+const std::vector<Shape>& kShapes = test::kSoftmaxShapes;
 
 // The block size of the CPU step the kernels are compared with: divides none of the shapes.
 constexpr int kCpuBlock = 100;
@@ -454,35 +451,19 @@ TEST_SUITE("cpu") {
 
 namespace {
 
-// In race mode every shared-memory access is checked: the shapes up to 257 columns still
-// cover partial warps, strided loops and more columns than threads.
-const std::vector<Shape> kRaceShapes = {{1, 1}, {2, 31}, {3, 33}, {2, 257}};
-
 template <Backend B>
 void every_kernel_equals_the_cpu_step() {
-  for (const NamedKernel& k : kernel_ladder<B>()) {
-    const KernelShape ks = kernel_shape(k.name);
-    for (const Shape& s : test::kRaceMode ? kRaceShapes : kShapes) {
-      for (InputKind kind : all_input_kinds()) {
-        const std::string kernel_name = k.name;
-        CAPTURE(kernel_name);
-        CAPTURE(s.rows);
-        CAPTURE(s.cols);
-        const std::string input = to_string(kind);
-        CAPTURE(input);
-        const std::vector<float> x = make_input(kind, s.rows, s.cols, kSeed);
-        const std::vector<double> ref = ref::softmax(x, s.rows, s.cols);
-        const ErrorReport cpu = compare(softmax_blocked(x, s.rows, s.cols, kCpuBlock), ref);
-        DeviceBuffer<float> dx(B, x);
-        DeviceBuffer<float> dy(B, x.size());
-        k.launch(dx.data(), dy.data(), s.rows, s.cols);
-        const ErrorReport kernel = compare(dy.download(), ref);
-        // The tolerance policy: at most twice the CPU step's error, plus the floor above.
-        WB_CHECK_WITHIN_REL(kernel,
-                            chain_bound(cpu.max_rel, kernel_floor(s.cols, ks.threads, ks.merges)));
-      }
-    }
-  }
+  test::check_softmax_ladder(
+      B, kernel_ladder<B>(),
+      [](const std::vector<float>& x, int rows, int cols) {
+        return softmax_blocked(x, rows, cols, kCpuBlock);
+      },
+      // The tolerance policy: at most twice the CPU step's error, plus the floor above.
+      [](const NamedKernel& k, int cols) {
+        const KernelShape ks = kernel_shape(k.name);
+        return kernel_floor(cols, ks.threads, ks.merges);
+      },
+      kSeed);
 }
 
 }  // namespace
