@@ -253,16 +253,25 @@ std::size_t copy_buffer_bytes() {
 // The mode in a chapter program
 // ------------------------------------------------------------------------------------------
 
-void BenchOptions::add_to(Cli& cli) {
+void BenchOptions::add_to(Cli& cli, bool offers_bench) {
+  if (!offers_bench) {
+    cli.option("--csv", &csv_path, "with --list, write the ladder as CSV to this file (- for stdout)");
+    return;
+  }
   cli.flag("--bench", &enabled, "time every kernel on the GPU (see the benchmark section)")
       .option("--reps", &reps, "timed runs per kernel with --bench", kBenchMaxReps)
-      .option("--csv", &csv_path, "with --bench, append one row per kernel to this file");
+      .option("--csv", &csv_path,
+              "with --bench, append one row per kernel to this file; with --list, write the "
+              "ladder as CSV to it (- for stdout)");
   cli.epilog(usage());
 }
 
-int BenchOptions::validate(const Cli& cli) {
-  if (!enabled && (reps != 0 || !csv_path.empty()))
-    return cli.error(std::string(reps != 0 ? "--reps" : "--csv") + " only applies with --bench");
+int BenchOptions::validate(const Cli& cli, bool listing) {
+  if (enabled && listing) return cli.error("--list and --bench do not go together");
+  if (!enabled && reps != 0) return cli.error("--reps only applies with --bench");
+  if (!enabled && !listing && !csv_path.empty())
+    return cli.error("--csv only applies with --bench or --list");
+  if (enabled && csv_path == "-") return cli.error("--bench --csv needs a file name, not -");
   if (reps == 0) reps = kBenchDefaultReps;
   return -1;
 }

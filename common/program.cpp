@@ -1,9 +1,11 @@
 #include "common/program.hpp"
 
 #include <exception>
+#include <iostream>
 #include <ostream>
 
 #include "common/compare.hpp"
+#include "common/ladder_run.hpp"
 #include "common/table.hpp"
 #include "common/timer.hpp"
 
@@ -14,10 +16,13 @@ int parse_program(Cli& cli, int argc, char** argv, ProgramOptions* options) {
   cli.option("--seed", &options->seed, "input seed (default 1)")
       .option("--backend", &backend_name, {"cpu", "sim", "cuda"},
               "where the kernels run (default cuda with a GPU, else sim)")
-      .flag("--trace", &options->trace_only, "print the worked trace only");
-  if (options->offers_bench) options->bench.add_to(cli);
+      .flag("--trace", &options->trace_only, "print the worked trace only")
+      .flag("--list", &options->list,
+            "print the kernel ladder: each rung, what it changes, what it takes (--csv FILE, "
+            "or - for standard output: as CSV)");
+  options->bench.add_to(cli, options->offers_bench);
   if (const int code = cli.parse(argc, argv); code >= 0) return code;
-  if (const int code = options->bench.validate(cli); code >= 0) return code;
+  if (const int code = options->bench.validate(cli, options->list); code >= 0) return code;
   if (std::string why; !parse_backend(backend_name, &options->backend, &why))
     return cli.error(why);
   return options->bench.check_backend(cli, options->backend);
@@ -80,6 +85,11 @@ void print_sim_time_note(std::ostream& out, Backend backend) {
   if (backend != Backend::sim) return;
   out << "  sim times are the simulator running every GPU thread on this CPU: they\n"
          "  check the kernels, they do not predict GPU speed (throughput: on a GPU only).\n\n";
+}
+
+void print_skipped(const std::vector<std::string>& skipped) {
+  for (const std::string& s : skipped) std::cout << "  skipped " << s << '\n';
+  if (!skipped.empty()) std::cout << '\n';
 }
 
 }  // namespace wb

@@ -10,13 +10,14 @@
 #include <cstddef>
 #include <cstdint>
 #include <functional>
-#include <iosfwd>
+#include <iostream>
 #include <string>
 #include <vector>
 
 #include "common/backend.hpp"
 #include "common/bench.hpp"
 #include "common/cli.hpp"
+#include "common/rung_list.hpp"
 
 namespace wb {
 
@@ -26,12 +27,24 @@ struct ProgramOptions {
   Backend backend = Backend::sim;
   BenchOptions bench;
   bool offers_bench = true;  ///< set false before parsing where the program has no --bench
+  bool list = false;         ///< --list: print the kernel ladder (--csv FILE: as CSV) and stop
 };
 
-/// Adds --seed, --backend (default: cuda with a GPU, else sim), --trace and the benchmark
-/// options to `cli`, parses argv, resolves the backend. Returns -1 when the program should go
+/// Adds --seed, --backend (default: cuda with a GPU, else sim), --trace, --list and the
+/// benchmark options to `cli`, parses argv, resolves the backend. Returns -1 when the program should go
 /// on, else the exit code: 0 after --help, 2 after a one-line error.
 int parse_program(Cli& cli, int argc, char** argv, ProgramOptions* options);
+
+/// --list: the ladder of the program's backend (sim where the backend is cpu) as a table, or as
+/// CSV with --csv FILE. `make(b)` returns the ladder of kernel backend b (see
+/// select_kernel_backend). Returns the program's exit code.
+template <typename Make>
+int list_ladder(const ProgramOptions& options, const std::string& chapter, const std::string& op,
+                Make&& make) {
+  const Backend backend = options.backend == Backend::cpu ? Backend::sim : options.backend;
+  return print_ladder(std::cout, chapter, op, rung_infos(select_kernel_backend(backend, make)),
+                      options.bench.csv_path);
+}
 
 /// A row-wise chapter's size check: rows x cols at most 2^28 elements (1 GiB per float
 /// matrix), or 2^31 with --bench. -1 when it fits, else prints one line and returns 2.
@@ -55,12 +68,15 @@ double time_launch(Backend backend, Launch&& launch) {
   return ms;
 }
 
-/// One implementation's output on a report's input, and its time: a row of the error table.
-struct Run {
-  std::string name;
-  std::vector<float> out;
+/// One implementation's output (`Out`: a vector, or an op's outputs) on a report's input, and
+/// its time: a row of an error table.
+template <typename Out>
+struct RungRun {
+  std::string name;  ///< "cpu safe", "sim warp_shuffle"
+  Out out;
   double ms;
 };
+using Run = RungRun<std::vector<float>>;
 
 /// Runs and times one CPU step.
 Run run_cpu(std::string name, const std::function<std::vector<float>()>& step);

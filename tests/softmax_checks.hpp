@@ -1,15 +1,19 @@
-// What the softmax chapters' tests (01, 02, 03) share: the shapes, and the check of a kernel
-// ladder against the chapter's CPU step under the tolerance policy.
+// What the softmax chapters' tests (01, 02, 03) share: the shapes, and the chain check of a
+// kernel ladder (tests/ladder_checks.hpp) against the chapter's CPU step under the tolerance
+// policy.
 #pragma once
 
 #include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
-#include "chapters/01_safe_softmax/softmax.hpp"
 #include "common/buffer.hpp"
+#include "common/dtype.hpp"
 #include "common/inputs.hpp"
 #include "common/reference.hpp"
+#include "common/rung_buffers.hpp"
+#include "tests/ladder_checks.hpp"
 #include "tests/support.hpp"
 
 namespace wb::test {
@@ -34,35 +38,48 @@ inline const std::vector<RowShape>& softmax_kernel_shapes() {
 
 /// A chapter's CPU step: y = step(x, rows, cols).
 using SoftmaxStep = std::function<std::vector<float>(const std::vector<float>& x, int rows, int cols)>;
-/// The floor of the tolerance policy for kernel `k` on rows of `cols`.
-using KernelFloor = std::function<double(const ch01::NamedKernel& k, int cols)>;
+/// The floor of the tolerance policy for rung `rung` on rows of `cols` elements of `dtype`.
+using KernelFloor = std::function<double(const Rung<RowArgs>& rung, int cols, Dtype dtype)>;
 
-/// Every kernel of `ladder` (kernels of `backend`, a SUBCASE each so a failure names its
-/// rung) against `cpu_step` on every shape of this binary and every input kind: the kernel's
-/// relative error against fp64 may be at most twice the CPU step's, plus `floor`.
-inline void check_softmax_ladder(Backend backend, const std::vector<ch01::NamedKernel>& ladder,
+/// One case of a softmax ladder check: a shape, an input kind, an element type.
+struct SoftmaxCase {
+  RowShape shape;
+  InputKind kind;
+  Dtype dtype;
+};
+
+/// Every shape of this binary times every input kind, in each of `dtypes`.
+inline std::vector<SoftmaxCase> softmax_cases(const std::vector<Dtype>& dtypes = {Dtype::fp32}) {
+  std::vector<SoftmaxCase> cases;
+  for (Dtype t : dtypes)
+    for (const RowShape& s : softmax_kernel_shapes())
+      for (InputKind kind : all_input_kinds()) cases.push_back({s, kind, t});
+  return cases;
+}
+
+/// Every rung of `ladder` (kernels of `backend`) against `cpu_step` and the rung before, on
+/// every case (tests/ladder_checks.hpp), inputs rounded to the case's type: a rung's relative
+/// error against fp64 may be at most twice the CPU step's (and twice the rung before's), plus
+/// `floor`. A rung whose limits refuse a case is not run on it.
+inline void check_softmax_ladder(Backend backend, const Ladder<RowArgs>& ladder,
                                  const SoftmaxStep& cpu_step, const KernelFloor& floor,
-                                 std::uint64_t seed) {
-  for (const ch01::NamedKernel& k : ladder) {
-    SUBCASE(k.name) {
-      for (const RowShape& s : softmax_kernel_shapes()) {
-        for (InputKind kind : all_input_kinds()) {
-          const std::string input = to_string(kind);
-          CAPTURE(s.rows);
-          CAPTURE(s.cols);
-          CAPTURE(input);
-          const std::vector<float> x = make_input(kind, s.rows, s.cols, seed);
-          const std::vector<double> reference = ref::softmax(x, s.rows, s.cols);
-          const ErrorReport cpu = compare(cpu_step(x, s.rows, s.cols), reference);
-          DeviceBuffer<float> dx(backend, x);
-          DeviceBuffer<float> dy(backend, x.size());
-          k.launch(dx.data(), dy.data(), s.rows, s.cols);
-          const ErrorReport kernel = compare(dy.download(), reference);
-          WB_CHECK_WITHIN_REL(kernel, chain_bound(cpu.max_rel, floor(k, s.cols)));
-        }
-      }
-    }
-  }
+                                 std::uint64_t seed,
+                                 const std::vector<SoftmaxCase>& cases = softmax_cases()) {
+  check_ladder(ladder, cases,
+               [&](const Rung<RowArgs>& rung, const SoftmaxCase& c) -> std::optional<RungError> {
+                 const int rows = c.shape.rows, cols = c.shape.cols;
+                 const std::vector<float> x =
+                     round_elements(make_input(c.kind, rows, cols, seed), c.dtype);
+                 RowBuffers buffers(backend, x, rows, cols, c.dtype);
+                 if (!why_refused(rung, buffers.args).empty()) return std::nullopt;
+                 run_rung(rung, buffers.args);
+                 const std::vector<double> reference = ref::softmax(x, rows, cols);
+                 return RungError{compare(buffers.download_y(), reference), true,
+                                  compare(cpu_step(x, rows, cols), reference).max_rel,
+                                  floor(rung, cols, c.dtype),
+                                  std::to_string(rows) + "x" + std::to_string(cols) + " " +
+                                      to_string(c.kind) + " " + to_string(c.dtype)};
+               });
 }
 
 }  // namespace wb::test

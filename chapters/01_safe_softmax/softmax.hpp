@@ -1,4 +1,4 @@
-// Chapter 01: safe softmax. CPU reference and the kernel ladder's launchers.
+// Chapter 01: safe softmax. CPU reference and the kernel ladder.
 //
 // softmax(x)_i = e^{x_i} / sum_j e^{x_j}                          eq. (1), overflows
 //             = e^{x_i - m} / sum_j e^{x_j - m},  m = max_j x_j   eq. (2), safe
@@ -12,6 +12,8 @@
 
 #include "common/backend.hpp"
 #include "common/hd.hpp"
+#include "common/rung.hpp"
+#include "common/rung_args.hpp"
 
 namespace wb::ch01 {
 
@@ -79,27 +81,26 @@ inline std::vector<float> softmax_safe(const std::vector<float>& x, int rows, in
 // Kernel launchers (defined in softmax_kernels.cuh, once per kernel backend)
 // ------------------------------------------------------------------------------------------
 
-/// x, y: device pointers of backend B to (rows, cols), row-major. Any rows, cols >= 1.
+/// The launchers of the ladder's rungs; x, y of `a`: fp32 (rows, cols), row-major, device
+/// pointers of backend B. Any rows, cols >= 1.
 template <Backend B>
 struct Kernels {
-  static void thread_per_row(const float* x, float* y, int rows, int cols);
-  static void block_per_row(const float* x, float* y, int rows, int cols);
-  static void warp_shuffle(const float* x, float* y, int rows, int cols);
+  static void thread_per_row(const RowArgs& a);
+  static void block_per_row(const RowArgs& a);
+  static void warp_shuffle(const RowArgs& a);
 };
 
-using Launcher = void (*)(const float* x, float* y, int rows, int cols);
-
-struct NamedKernel {
-  const char* name;
-  Launcher launch;
-};
-
-/// The ladder in order: each rung changes one thing (see softmax_kernels.cuh).
+// [ladder]
+/// The ladder in order, each rung one idea better than the one before (softmax_kernels.cuh).
 template <Backend B>
-std::vector<NamedKernel> kernel_ladder() {
-  return {{"thread_per_row", &Kernels<B>::thread_per_row},
-          {"block_per_row", &Kernels<B>::block_per_row},
-          {"warp_shuffle", &Kernels<B>::warp_shuffle}};
+Ladder<RowArgs> kernel_ladder() {
+  return {{"thread_per_row", "the CPU loop, one thread per row", row_limits(kAnyCols),
+           &Kernels<B>::thread_per_row},
+          {"block_per_row", "256 threads share a row, partial results reduced by a shared-memory tree",
+           row_limits(kAnyCols), &Kernels<B>::block_per_row},
+          {"warp_shuffle", "the reductions go through warp shuffles: 2 barriers instead of 10",
+           row_limits(kAnyCols), &Kernels<B>::warp_shuffle}};
 }
+// [ladder]
 
 }  // namespace wb::ch01

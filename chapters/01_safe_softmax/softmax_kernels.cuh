@@ -163,20 +163,23 @@ __global__ void __launch_bounds__(kWarpShuffleBlock)
 // ==========================================================================================
 
 template <>
-void Kernels<kThisBackend>::thread_per_row(const float* x, float* y, int rows, int cols) {
-  launch<thread_per_row_kernel>(dim3(ceil_div(rows, kThreadPerRowBlock)), dim3(kThreadPerRowBlock),
-                                0, x, y, rows, cols);
+void Kernels<kThisBackend>::thread_per_row(const RowArgs& a) {
+  launch<thread_per_row_kernel>(dim3(ceil_div(a.rows, kThreadPerRowBlock)), dim3(kThreadPerRowBlock),
+                                0, static_cast<const float*>(a.x), static_cast<float*>(a.y), a.rows,
+                                a.cols);
 }
 
 template <>
-void Kernels<kThisBackend>::block_per_row(const float* x, float* y, int rows, int cols) {
-  launch<block_per_row_kernel<kBlockPerRowBlock>>(dim3(rows), dim3(kBlockPerRowBlock), 0, x, y,
-                                                  cols);
+void Kernels<kThisBackend>::block_per_row(const RowArgs& a) {
+  launch<block_per_row_kernel<kBlockPerRowBlock>>(dim3(a.rows), dim3(kBlockPerRowBlock), 0,
+                                                  static_cast<const float*>(a.x),
+                                                  static_cast<float*>(a.y), a.cols);
 }
 
 template <>
-void Kernels<kThisBackend>::warp_shuffle(const float* x, float* y, int rows, int cols) {
-  launch<warp_shuffle_kernel>(dim3(rows), dim3(kWarpShuffleBlock), 0, x, y, cols);
+void Kernels<kThisBackend>::warp_shuffle(const RowArgs& a) {
+  launch<warp_shuffle_kernel>(dim3(a.rows), dim3(kWarpShuffleBlock), 0,
+                              static_cast<const float*>(a.x), static_cast<float*>(a.y), a.cols);
 }
 
 }  // namespace wb::ch01

@@ -9,12 +9,13 @@
 #include <string>
 #include <vector>
 
-#include "chapters/01_safe_softmax/softmax.hpp"
 #include "common/bench.hpp"
-#include "common/buffer.hpp"
+#include "common/dtype.hpp"
 #include "common/inputs.hpp"
+#include "common/ladder_run.hpp"
 #include "common/program.hpp"
 #include "common/reference.hpp"
+#include "common/rung_buffers.hpp"
 
 namespace wb::ch01 {
 
@@ -24,46 +25,47 @@ struct CpuStep {
   std::function<std::vector<float>(const std::vector<float>& x, int rows, int cols)> run;
 };
 
-/// Runs kernel `k` on `backend` once for its output and times it (common/program.hpp).
-inline Run run_kernel(Backend backend, const NamedKernel& k, const std::vector<float>& x,
-                      int rows, int cols) {
-  DeviceBuffer<float> dx(backend, x);
-  DeviceBuffer<float> dy(backend, x.size());
-  const double ms = time_kernel_ms(backend, [&] { k.launch(dx.data(), dy.data(), rows, cols); });
-  return {std::string(to_string(backend)) + " " + k.name, dy.download(), ms};
-}
-
-/// For randn and randn + 1e4 on (rows, cols): every CPU step, then every kernel of `ladder`
-/// (kernels of `backend`), against fp64, and against the first CPU step when
-/// `previous_label` names it (the previous chapter's step).
+/// For randn and randn + 1e4 on (rows, cols) of `dtype`: every CPU step, then every rung of
+/// `ladder` (kernels of `backend`) that takes the shape, against fp64 on the same (rounded)
+/// inputs, and against the first CPU step when `previous_label` names it (the previous
+/// chapter's step).
 inline void report_softmax(Backend backend, const std::vector<CpuStep>& cpu_steps,
-                           const std::vector<NamedKernel>& ladder,
-                           const std::string& previous_label, int rows, int cols,
-                           std::uint64_t seed) {
+                           const Ladder<RowArgs>& ladder, const std::string& previous_label,
+                           int rows, int cols, std::uint64_t seed, Dtype dtype = Dtype::fp32) {
   for (InputKind kind : {InputKind::randn, InputKind::large_offset}) {
-    const std::vector<float> x = make_input(kind, rows, cols, seed);
+    const std::vector<float> x = round_elements(make_input(kind, rows, cols, seed), dtype);
     std::vector<Run> runs;
     for (const CpuStep& step : cpu_steps)
       runs.push_back(run_cpu(step.name, [&] { return step.run(x, rows, cols); }));
-    for (const NamedKernel& k : ladder) runs.push_back(run_kernel(backend, k, x, rows, cols));
+    std::vector<std::string> skipped;
+    if (backend != Backend::cpu) {
+      RowBuffers buffers(backend, x, rows, cols, dtype);
+      for (Run& run : run_ladder(backend, ladder, buffers.args,
+                                 [&](const auto&) { return buffers.download_y(); }, &skipped))
+        runs.push_back(std::move(run));
+    }
     std::cout << "Error vs the fp64 reference"
               << (previous_label.empty() ? "" : " and vs " + previous_label) << " on (" << rows
-              << ", " << cols << ") " << to_string(kind) << ", seed " << seed << ":\n";
+              << ", " << cols << ") " << to_string(dtype) << " " << to_string(kind) << ", seed "
+              << seed << ":\n";
     print_error_table(std::cout, runs, ref::softmax(x, rows, cols), previous_label,
-                      softmax_bytes(rows, cols, sizeof(float)));
+                      softmax_bytes(rows, cols, dtype_bytes(dtype)));
+    print_skipped(skipped);
   }
 }
 
-/// --bench: every kernel of `ladder` (cuda kernels) on (rows, cols) of randn, on the GPU.
-inline int bench_softmax(const std::string& chapter, const std::vector<NamedKernel>& ladder,
-                         const BenchOptions& options, int rows, int cols, std::uint64_t seed) {
+/// --bench: every rung of `ladder` (cuda kernels) on (rows, cols) of randn in `dtype`, on the
+/// GPU; the rungs that cannot take it are listed as skipped.
+inline int bench_softmax(const std::string& chapter, const Ladder<RowArgs>& ladder,
+                         const BenchOptions& options, int rows, int cols, std::uint64_t seed,
+                         const std::vector<Dtype>& dtypes = {Dtype::fp32}) {
   Bench bench(chapter, "softmax", options);
-  DeviceBuffer<float> dx(Backend::cuda, bench_input(rows, cols, seed));
-  DeviceBuffer<float> dy(Backend::cuda, dx.size());
-  const Work work = Work::moving(softmax_bytes(rows, cols, sizeof(float)));
-  for (const NamedKernel& k : ladder)
-    bench.time(k.name, "fp32", shape_string(rows, cols), work,
-               [&] { k.launch(dx.data(), dy.data(), rows, cols); });
+  const std::vector<float> x = bench_input(rows, cols, seed);
+  for (Dtype dtype : dtypes) {
+    RowBuffers buffers(Backend::cuda, x, rows, cols, dtype);
+    bench_ladder(bench, ladder, buffers.args, shape_string(rows, cols),
+                 Work::moving(softmax_bytes(rows, cols, dtype_bytes(dtype))));
+  }
   return bench.finish();
 }
 

@@ -51,7 +51,12 @@ endif()
 
 # Kept as global properties: the functions run in other directories' scopes.
 set_property(GLOBAL PROPERTY WB_SIM_RACE_AVAILABLE ${WB_SIM_RACE_AVAILABLE})
-set_property(GLOBAL PROPERTY WB_SIM_RACE_FLAGS -fsanitize=thread -fno-omit-frame-pointer)
+# A race report must name the kernel's file and line in every build type, so the race twins
+# always carry debug information (-g, with its records of inlined calls) and frame pointers,
+# whatever CMAKE_BUILD_TYPE adds: Release and MinSizeRel would otherwise leave ThreadSanitizer
+# nothing to symbolize but `<null>`. The flags follow the build type's, so they win.
+set_property(GLOBAL PROPERTY WB_SIM_RACE_FLAGS
+  -fsanitize=thread -g -fno-omit-frame-pointer -fno-optimize-sibling-calls)
 set_property(GLOBAL PROPERTY WB_SIM_TSAN_OPTIONS "${WB_SIM_TSAN_OPTIONS}")
 
 # Copies the build properties of <from> to <to>, rewriting link items with _wb_sim_race_item.

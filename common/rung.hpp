@@ -1,0 +1,143 @@
+// The rung: one kernel of a chapter's ladder, described once for every consumer.
+//
+// Each chapter's kernels form a ladder, each rung one idea better than the rung before. A rung
+// is its name, the one thing it changes (a line), its limits (the shapes and element types it
+// takes, checked before every launch) and its launch, over the arguments of its op:
+//   RowArgs         softmax rows             (common/rung_args.hpp)
+//   LayerNormArgs   LayerNorm rows, gamma, beta, mean, rstd
+//   AttentionArgs   Q, K, V, O, logsumexp, causal, and the chapters' extra outputs
+// A chapter declares its ladder once per kernel backend:
+//
+//   template <Backend B>
+//   Ladder<RowArgs> kernel_ladder() {
+//     return {{"thread_per_row", "the CPU loop, one row per thread", row_limits(kAnyCols),
+//              &Kernels<B>::thread_per_row},
+//             {"block_per_row", "a block of 256 threads per row, shared-memory tree reductions",
+//              row_limits(kAnyCols), &Kernels<B>::block_per_row}};
+//   }
+//
+// and everything else iterates it: the program's report and --bench (common/ladder_report.hpp),
+// `chNN --list` (common/rung_list.hpp), the tests' chain check (tests/ladder_checks.hpp), and
+// bench/bench_vs_torch.py, which reads `chNN --list --csv -`. Adding a rung is one entry here
+// plus its kernel. docs/rungs.md explains it for a learner.
+#pragma once
+
+#include <climits>
+#include <cstddef>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "common/dtype.hpp"
+
+namespace wb {
+
+/// A row-wise rung that takes any row length (up to the int columns the launches index).
+inline constexpr int kAnyCols = INT_MAX;
+
+/// Bits of AttentionArgs' outputs a rung writes (and so needs).
+enum AttentionOutput : unsigned {
+  kWritesO = 1u << 0,    ///< o: (bh, lq, d)
+  kWritesLse = 1u << 1,  ///< lse: (bh, lq), float
+  kWritesMd = 1u << 2,   ///< md: (bh, lq) running (m, d) pairs, float (chapters 04, 05)
+  kWritesP = 1u << 3,    ///< p: (bh, lq, lk) probabilities, float (chapter 04)
+};
+
+/// What a rung takes. A field that does not apply to the rung's op keeps its default.
+struct RungLimits {
+  std::vector<Dtype> dtypes = {Dtype::fp32};  ///< element types of its inputs and outputs
+
+  // Row-wise ops (softmax, LayerNorm): rows >= 1 and 1 <= cols <= max_cols, and when
+  // max_row_bytes > 0, cols x the element's bytes <= max_row_bytes (a row cached on chip).
+  int max_cols = 0;
+  std::size_t max_row_bytes = 0;
+
+  // Attention: lq, lk >= 1; d in head_dims when given, else 1 <= d <= max_head_dim;
+  // 1 <= bh <= max_bh; the causal mask only when `causal`; `outputs` the buffers it writes.
+  int max_head_dim = 0;
+  std::vector<int> head_dims;
+  int max_bh = 0;
+  bool causal = false;
+  unsigned outputs = 0;
+
+  bool takes(Dtype t) const {
+    for (Dtype d : dtypes)
+      if (d == t) return true;
+    return false;
+  }
+  /// The longest row of `t` it takes (0 for attention rungs).
+  int max_cols_of(Dtype t) const {
+    if (max_row_bytes == 0) return max_cols;
+    const std::size_t fit = max_row_bytes / dtype_bytes(t);
+    return fit < static_cast<std::size_t>(max_cols) ? static_cast<int>(fit) : max_cols;
+  }
+  bool takes_head_dim(int d) const {
+    if (head_dims.empty()) return d >= 1 && d <= max_head_dim;
+    for (int h : head_dims)
+      if (h == d) return true;
+    return false;
+  }
+};
+
+/// The limits of a row-wise rung on fp32 only, or on the given types.
+inline RungLimits row_limits(int max_cols, std::vector<Dtype> dtypes = {Dtype::fp32},
+                             std::size_t max_row_bytes = 0) {
+  RungLimits l;
+  l.dtypes = std::move(dtypes);
+  l.max_cols = max_cols;
+  l.max_row_bytes = max_row_bytes;
+  return l;
+}
+
+/// The limits of an attention rung.
+inline RungLimits attention_limits(std::vector<Dtype> dtypes, int max_head_dim,
+                                   std::vector<int> head_dims, int max_bh, bool causal,
+                                   unsigned outputs) {
+  RungLimits l;
+  l.dtypes = std::move(dtypes);
+  l.max_head_dim = max_head_dim;
+  l.head_dims = std::move(head_dims);
+  l.max_bh = max_bh;
+  l.causal = causal;
+  l.outputs = outputs;
+  return l;
+}
+
+/// One rung of a ladder over the arguments `Args` of its op.
+template <typename Args>
+struct Rung {
+  const char* name;    ///< the kernel's name, as the tests, tables and CSVs print it
+  const char* change;  ///< the one thing it changes from the rung before
+  RungLimits limits;
+  void (*launch)(const Args& args);  ///< launches on the ladder's backend
+};
+
+template <typename Args>
+using Ladder = std::vector<Rung<Args>>;
+
+/// Why `rung` cannot take `args` (empty when it can): refusal(limits, args), an overload per
+/// op in common/rung_args.hpp, found by argument-dependent lookup.
+template <typename Args>
+std::string why_refused(const Rung<Args>& rung, const Args& args) {
+  return refusal(rung.limits, args);
+}
+
+/// Checks `args` against the rung's limits, then launches. A refusal throws
+/// std::invalid_argument with one line, "<rung>: <why>", before anything runs: the programs
+/// print it as their one-line error.
+template <typename Args>
+void run_rung(const Rung<Args>& rung, const Args& args) {
+  if (const std::string why = why_refused(rung, args); !why.empty())
+    throw std::invalid_argument(std::string(rung.name) + ": " + why);
+  rung.launch(args);
+}
+
+/// The rung named `name`, or nullptr.
+template <typename Args>
+const Rung<Args>* find_rung(const Ladder<Args>& ladder, const std::string& name) {
+  for (const Rung<Args>& r : ladder)
+    if (name == r.name) return &r;
+  return nullptr;
+}
+
+}  // namespace wb

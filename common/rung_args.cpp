@@ -1,0 +1,87 @@
+#include "common/rung_args.hpp"
+
+#include <string>
+
+namespace wb {
+namespace {
+
+std::string shape_of(int rows, int cols) {
+  return "(" + std::to_string(rows) + ", " + std::to_string(cols) + ")";
+}
+
+std::string dtype_refusal(const RungLimits& limits, Dtype t) {
+  if (limits.takes(t)) return "";
+  return std::string("takes ") + dtypes_string(limits.dtypes) + " elements, not " + to_string(t);
+}
+
+std::string row_refusal(const RungLimits& limits, int rows, int cols, Dtype t) {
+  if (std::string why = dtype_refusal(limits, t); !why.empty()) return why;
+  const int max_cols = limits.max_cols_of(t);
+  if (rows < 1 || cols < 1 || cols > max_cols)
+    return "rows must be >= 1 and cols in [1, " + std::to_string(max_cols) + "] for " +
+           to_string(t) + ", got " + shape_of(rows, cols);
+  return "";
+}
+
+}  // namespace
+
+std::string dtypes_string(const std::vector<Dtype>& dtypes, const char* separator) {
+  std::string s;
+  for (Dtype t : dtypes) s += (s.empty() ? "" : separator) + std::string(to_string(t));
+  return s;
+}
+
+std::string refusal(const RungLimits& limits, const RowArgs& a) {
+  if (std::string why = row_refusal(limits, a.rows, a.cols, a.dtype); !why.empty()) return why;
+  if (a.x == nullptr || a.y == nullptr) return "x and y must not be null";
+  return "";
+}
+
+std::string refusal(const RungLimits& limits, const LayerNormArgs& a) {
+  if (std::string why = row_refusal(limits, a.rows, a.cols, a.dtype); !why.empty()) return why;
+  // eps > 0 keeps rstd finite on a constant row (variance 0): 1 / sqrt(eps).
+  if (!(a.eps > 0.f)) return "eps must be > 0";
+  if (a.x == nullptr || a.y == nullptr || a.mean == nullptr || a.rstd == nullptr)
+    return "x, y, mean and rstd must not be null";
+  return "";
+}
+
+std::string refusal(const RungLimits& limits, const AttentionArgs& a) {
+  if (std::string why = dtype_refusal(limits, a.dtype); !why.empty()) return why;
+  const AttentionShape& s = a.shape;
+  if (s.lq < 1 || s.lk < 1) return "lq and lk must be >= 1";
+  if (s.bh < 1 || s.bh > limits.max_bh)
+    return "bh = " + std::to_string(s.bh) + " is outside [1, " + std::to_string(limits.max_bh) +
+           "]";
+  if (!limits.takes_head_dim(s.d)) {
+    std::string takes;
+    for (int h : limits.head_dims) takes += (takes.empty() ? "" : " or ") + std::to_string(h);
+    if (takes.empty()) takes = "[1, " + std::to_string(limits.max_head_dim) + "]";
+    return "d = " + std::to_string(s.d) + " is not one it takes: d in " + takes;
+  }
+  if (a.causal && !limits.causal) return "takes no causal mask";
+  const unsigned need = limits.outputs;
+  if (a.q == nullptr || a.k == nullptr || a.v == nullptr || ((need & kWritesO) && !a.o) ||
+      ((need & kWritesLse) && !a.lse) || ((need & kWritesMd) && !a.md) ||
+      ((need & kWritesP) && !a.p))
+    return "an input or an output it writes is null";
+  return "";
+}
+
+std::string describe(const RungLimits& l) {
+  std::string s;
+  if (l.max_cols > 0) {
+    s = l.max_cols == kAnyCols ? std::string("any cols") : "cols <= " + std::to_string(l.max_cols);
+    if (l.max_row_bytes > 0)
+      s += ", a row of at most " + std::to_string(l.max_row_bytes) + " bytes (fp32: cols <= " +
+           std::to_string(l.max_cols_of(Dtype::fp32)) + ")";
+  } else if (l.max_bh > 0) {
+    std::string dims;
+    for (int h : l.head_dims) dims += (dims.empty() ? "" : " or ") + std::to_string(h);
+    s = "d " + (dims.empty() ? "<= " + std::to_string(l.max_head_dim) : "= " + dims) +
+        ", bh <= " + std::to_string(l.max_bh) + (l.causal ? ", causal or not" : ", no mask");
+  }
+  return s + "; " + dtypes_string(l.dtypes);
+}
+
+}  // namespace wb

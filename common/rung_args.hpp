@@ -1,0 +1,69 @@
+// The arguments of the workbook's three ops, as every rung of their ladders takes them, and
+// the check of a call against a rung's limits (common/rung.hpp).
+//
+// Pointers are device pointers of the ladder's backend. Elements of `dtype` are float for
+// fp32 and CUDA's __half / __nv_bfloat16 for fp16 / bf16 (bit patterns on the host,
+// common/dtype.hpp); statistics (mean, rstd, logsumexp, (m, d)) are float whatever the type.
+#pragma once
+
+#include <cstddef>
+#include <string>
+
+#include "common/attention_inputs.hpp"
+#include "common/dtype.hpp"
+#include "common/rung.hpp"
+
+namespace wb {
+
+/// Softmax over each row (chapters 01-03).
+struct RowArgs {
+  const void* x;  ///< (rows, cols) of dtype, row-major
+  void* y;        ///< (rows, cols) of dtype, row-major
+  int rows;
+  int cols;
+  Dtype dtype = Dtype::fp32;
+};
+
+/// LayerNorm over each row (chapter 07): y = (x - mean) * rstd * gamma + beta.
+struct LayerNormArgs {
+  const void* x;      ///< (rows, cols) of dtype, row-major
+  const void* gamma;  ///< (cols) of dtype, or nullptr for gamma = 1
+  const void* beta;   ///< (cols) of dtype, or nullptr for beta = 0
+  void* y;            ///< (rows, cols) of dtype, row-major
+  float* mean;        ///< (rows)
+  float* rstd;        ///< (rows)
+  int rows;
+  int cols;
+  float eps;  ///< > 0, added to the variance
+  Dtype dtype = Dtype::fp32;
+};
+
+/// Attention (chapters 04-06): O = softmax(scale Q K^T) V per (batch x head), with the
+/// bottom-right causal mask when `causal`. A rung writes the outputs its limits name
+/// (RungLimits::outputs); the others may be nullptr.
+struct AttentionArgs {
+  const void* q;  ///< (bh, lq, d) of dtype
+  const void* k;  ///< (bh, lk, d) of dtype
+  const void* v;  ///< (bh, lk, d) of dtype
+  void* o;        ///< (bh, lq, d) of dtype
+  float* lse;     ///< (bh, lq): logsumexp of each row, -inf for a fully masked one
+  float* md;      ///< (bh, lq) pairs (m, d), laid out as chapter 02's MD (chapters 04, 05)
+  float* p;       ///< (bh, lq, lk): the probabilities (chapter 04)
+  AttentionShape shape;
+  float scale;
+  bool causal = false;
+  Dtype dtype = Dtype::fp32;
+  int* tiles_visited = nullptr;  ///< nullptr, or (bh, Q tiles) K/V tiles each block loaded
+};
+
+/// Why a rung with `limits` cannot take `a`, or "" when it can.
+std::string refusal(const RungLimits& limits, const RowArgs& a);
+std::string refusal(const RungLimits& limits, const LayerNormArgs& a);
+std::string refusal(const RungLimits& limits, const AttentionArgs& a);
+
+/// "fp32, fp16, bf16".
+std::string dtypes_string(const std::vector<Dtype>& dtypes, const char* separator = ", ");
+/// The limits in a few words: "cols <= 1024; fp32, fp16, bf16".
+std::string describe(const RungLimits& limits);
+
+}  // namespace wb

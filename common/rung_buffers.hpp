@@ -1,0 +1,110 @@
+// Device buffers for one call of each op, and the Args over them (common/rung_args.hpp): what
+// the programs' reports, their --bench and the tests allocate before running a ladder.
+// Host values are floats; a buffer of fp16 or bf16 elements holds them rounded to nearest even
+// (encode_elements), and outputs come back widened to float, exactly.
+#pragma once
+
+#include <cstddef>
+#include <vector>
+
+#include "common/attention_inputs.hpp"
+#include "common/buffer.hpp"
+#include "common/dtype.hpp"
+#include "common/rung.hpp"
+#include "common/rung_args.hpp"
+
+namespace wb {
+
+/// `host` as `dtype` elements in a new device buffer of `backend`.
+inline DeviceBuffer<unsigned char> upload_elements(Backend backend, const std::vector<float>& host,
+                                                   Dtype dtype) {
+  return DeviceBuffer<unsigned char>(backend, encode_elements(host, dtype));
+}
+
+/// A device buffer of `count` elements of `dtype`, widened to float.
+inline std::vector<float> download_elements(const DeviceBuffer<unsigned char>& buffer,
+                                            Dtype dtype) {
+  const std::vector<unsigned char> bytes = buffer.download();
+  return decode_elements(bytes.data(), bytes.size() / dtype_bytes(dtype), dtype);
+}
+
+/// Softmax: x uploaded, y allocated, `args` over them.
+struct RowBuffers {
+  DeviceBuffer<unsigned char> x, y;
+  RowArgs args;
+  RowBuffers(Backend backend, const std::vector<float>& x_host, int rows, int cols, Dtype dtype)
+      : x(upload_elements(backend, x_host, dtype)), y(backend, x.size()),
+        args{x.data(), y.data(), rows, cols, dtype} {}
+  std::vector<float> download_y() const { return download_elements(y, args.dtype); }
+};
+
+/// LayerNorm's outputs, widened to float.
+struct LayerNormOut {
+  std::vector<float> y, mean, rstd;
+};
+
+/// LayerNorm: x, gamma and beta uploaded (empty gamma or beta: nullptr, the identity), y,
+/// mean and rstd allocated, `args` over them.
+struct LayerNormBuffers {
+  DeviceBuffer<unsigned char> x, gamma, beta, y;
+  DeviceBuffer<float> mean, rstd;
+  LayerNormArgs args;
+  LayerNormBuffers(Backend backend, const std::vector<float>& x_host,
+                   const std::vector<float>& gamma_host, const std::vector<float>& beta_host,
+                   int rows, int cols, float eps, Dtype dtype)
+      : x(upload_elements(backend, x_host, dtype)),
+        gamma(upload_elements(backend, gamma_host, dtype)),
+        beta(upload_elements(backend, beta_host, dtype)), y(backend, x.size()),
+        mean(backend, static_cast<std::size_t>(rows)), rstd(backend, static_cast<std::size_t>(rows)),
+        args{x.data(),  gamma_host.empty() ? nullptr : gamma.data(),
+             beta_host.empty() ? nullptr : beta.data(),
+             y.data(),  mean.data(), rstd.data(), rows, cols, eps, dtype} {}
+  LayerNormOut download() const {
+    return {download_elements(y, args.dtype), mean.download(), rstd.download()};
+  }
+};
+
+/// Attention's outputs, widened to float; those a rung does not write stay empty.
+struct AttentionOut {
+  std::vector<float> o, lse, md, p;
+};
+
+/// Attention: Q, K, V uploaded as `dtype`, the outputs `outputs` (AttentionOutput bits: the
+/// union of what the ladder's rungs write) allocated, `args` over them.
+struct AttentionBuffers {
+  DeviceBuffer<unsigned char> q, k, v, o;
+  DeviceBuffer<float> lse, md, p;
+  AttentionArgs args;
+  unsigned outputs;
+  AttentionBuffers(Backend backend, const AttentionInputs& in, AttentionShape shape, float scale,
+                   bool causal, Dtype dtype, unsigned outputs_)
+      : q(upload_elements(backend, in.q, dtype)), k(upload_elements(backend, in.k, dtype)),
+        v(upload_elements(backend, in.v, dtype)),
+        o(backend, (outputs_ & kWritesO) ? shape.q_elems() * dtype_bytes(dtype) : 0),
+        lse(backend, (outputs_ & kWritesLse) ? shape.rows() : 0),
+        md(backend, (outputs_ & kWritesMd) ? 2 * shape.rows() : 0),
+        p(backend, (outputs_ & kWritesP) ? shape.p_elems() : 0),
+        args{q.data(), k.data(), v.data(), o.size() ? o.data() : nullptr,
+             lse.size() ? lse.data() : nullptr, md.size() ? md.data() : nullptr,
+             p.size() ? p.data() : nullptr, shape, scale, causal, dtype},
+        outputs(outputs_) {}
+  /// What `rung_outputs` (a rung's RungLimits::outputs) wrote.
+  AttentionOut download(unsigned rung_outputs) const {
+    AttentionOut out;
+    if (rung_outputs & kWritesO) out.o = download_elements(o, args.dtype);
+    if (rung_outputs & kWritesLse) out.lse = lse.download();
+    if (rung_outputs & kWritesMd) out.md = md.download();
+    if (rung_outputs & kWritesP) out.p = p.download();
+    return out;
+  }
+};
+
+/// The union of the outputs of a ladder's rungs.
+template <typename Args>
+unsigned ladder_outputs(const Ladder<Args>& ladder) {
+  unsigned outputs = 0;
+  for (const Rung<Args>& r : ladder) outputs |= r.limits.outputs;
+  return outputs;
+}
+
+}  // namespace wb

@@ -1,0 +1,91 @@
+// The tests' chain check over a kernel ladder (common/rung.hpp), shared by every chapter:
+// every rung equals the CPU step and the rung before it, on every case of a list, under the
+// tolerance policy (DESIGN.md): a rung's error against fp64 is at most twice the CPU step's
+// error plus the rung's floor, and at most twice the error of the rung before it (the last
+// earlier rung that takes the case) plus the same floor.
+//
+//   test::check_ladder(ladder, cases, [&](const Rung<RowArgs>& rung, const Case& c)
+//       -> std::optional<test::RungError> { ... run it, compare with fp64 ... });
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "common/compare.hpp"
+#include "common/rung.hpp"
+#include "tests/support.hpp"
+
+namespace wb::test {
+
+/// One rung on one case, against fp64.
+struct RungError {
+  ErrorReport report;  ///< the rung's output against the fp64 reference
+  bool relative;       ///< the bound applies to report.max_rel (else to report.max_abs)
+  double cpu_error;    ///< the CPU step's error on the same case, in the same measure
+  double floor;        ///< the rung's floor on this case (its reason: at the caller)
+  std::string where;   ///< the case, for the failure message: "1823x781 randn"
+  double error() const { return relative ? report.max_rel : report.max_abs; }
+  bool within(double bound) const {
+    return relative ? report.within_rel(bound) : report.within(bound);
+  }
+};
+
+namespace detail {
+/// The errors of the rungs already checked, so that rung i compares with rung i - 1 without
+/// running it again: doctest enters the test case once per SUBCASE, in ladder order.
+/// Key: (the ladder's first launch, rung index, case index).
+inline std::map<std::tuple<const void*, std::size_t, std::size_t>, double>& rung_errors() {
+  static std::map<std::tuple<const void*, std::size_t, std::size_t>, double> errors;
+  return errors;
+}
+}  // namespace detail
+
+/// For every rung of `ladder` (a SUBCASE each, so a failure names its rung) and every case:
+/// `run(rung, case)` runs the rung (std::nullopt when its limits refuse the case) and returns
+/// its error; the check is the chain rule above.
+template <typename Args, typename Case, typename Run>
+void check_ladder(const Ladder<Args>& ladder, const std::vector<Case>& cases, Run&& run) {
+  if (ladder.empty()) return;
+  const void* id = reinterpret_cast<const void*>(ladder.front().launch);
+  auto& errors = detail::rung_errors();
+  // The error of rung r on case c, from the cache or by running it.
+  auto error_of = [&](std::size_t r, std::size_t c) -> std::optional<double> {
+    const auto key = std::make_tuple(id, r, c);
+    if (auto it = errors.find(key); it != errors.end()) return it->second;
+    const std::optional<RungError> e = run(ladder[r], cases[c]);
+    if (!e) return std::nullopt;
+    return errors[key] = e->error();
+  };
+  for (std::size_t r = 0; r < ladder.size(); ++r) {
+    SUBCASE(ladder[r].name) {
+      int ran = 0;
+      for (std::size_t c = 0; c < cases.size(); ++c) {
+        const std::optional<RungError> e = run(ladder[r], cases[c]);
+        if (!e) continue;
+        ++ran;
+        const std::string& where = e->where;
+        CAPTURE(where);
+        errors[std::make_tuple(id, r, c)] = e->error();
+        const double vs_cpu = chain_bound(e->cpu_error, e->floor);
+        CHECK_MESSAGE(e->within(vs_cpu), "error ", e->report.describe(),
+                      " exceeds 2 x the CPU step's + floor = ", vs_cpu);
+        for (std::size_t p = r; p-- > 0;) {  // the last earlier rung that takes the case
+          const std::optional<double> previous = error_of(p, c);
+          if (!previous) continue;
+          const double vs_previous = chain_bound(*previous, e->floor);
+          CHECK_MESSAGE(e->within(vs_previous), "error ", e->report.describe(), " exceeds 2 x ",
+                        ladder[p].name, "'s + floor = ", vs_previous);
+          break;
+        }
+      }
+      // A rung no case exercises would pass without a check: the list must reach every rung.
+      CHECK_MESSAGE(ran > 0, ladder[r].name, " takes none of the cases");
+    }
+  }
+}
+
+}  // namespace wb::test
