@@ -7,9 +7,10 @@
 #                   against common/sim (target chNN_sim) and by nvcc (target chNN_cuda)
 #   main.cpp        the chapter program, target chNN
 #   *.md            the chapter page, added to the docs
-#   tests/test_NN_name.cpp   the chapter's doctest file, registered with CTest as
-#                   NN_name/cpu, NN_name/sim, NN_name/sim-race (race mode), NN_name/cuda,
-#                   and NN_name/exercise-stub-fails when the chapter has an exercise
+#   tests/test_NN_name*.cpp  the chapter's doctest files (one, or several split by concern),
+#                   one binary registered with CTest as NN_name/cpu, NN_name/sim,
+#                   NN_name/sim-race (race mode), NN_name/cuda, and
+#                   NN_name/exercise-stub-fails when the chapter has an exercise
 include_guard(GLOBAL)
 
 # A static library of kernels for one backend: one generated translation unit per header in
@@ -111,18 +112,19 @@ function(wb_add_chapter)
   set_property(GLOBAL APPEND PROPERTY WB_CHAPTER_PROGRAMS ${ch})
   set_property(GLOBAL APPEND PROPERTY WB_CHAPTER_PAGES ${pages})
 
-  set(test_source ${PROJECT_SOURCE_DIR}/tests/test_${chapter}.cpp)
-  if(EXISTS ${test_source})
-    wb_add_chapter_tests(${chapter} ${ch} ${test_source})
-    _wb_add_chapter_exercise(${chapter} ${ch} ${test_source} "${kernels}")
+  file(GLOB test_sources CONFIGURE_DEPENDS ${PROJECT_SOURCE_DIR}/tests/test_${chapter}*.cpp)
+  if(test_sources)
+    wb_add_chapter_tests(${chapter} ${ch} "${test_sources}")
+    _wb_add_chapter_exercise(${chapter} ${ch} "${test_sources}" "${kernels}")
   endif()
 endfunction()
 
-# The chapter's doctest binary, one CTest entry per backend label. The `cuda` entry exits
-# with 77 (reported as skipped by CTest) when no GPU can run it, never as passed.
-function(wb_add_chapter_tests chapter ch test_source)
+# The chapter's doctest binary, built from the files `test_sources`, one CTest entry per
+# backend label. The `cuda` entry exits with 77 (reported as skipped by CTest) when no GPU
+# can run it, never as passed.
+function(wb_add_chapter_tests chapter ch test_sources)
   set(exe test_${chapter})
-  add_executable(${exe} ${test_source})
+  add_executable(${exe} ${test_sources})
   target_link_libraries(${exe} PRIVATE ${ch}_lib wb_test_main wb_warnings)
   foreach(label cpu sim)
     add_test(NAME ${chapter}/${label} COMMAND ${exe} --test-suite=${label})
@@ -144,7 +146,7 @@ endfunction()
 #   values (a `[FAIL]` line, no exception or simulator fault): a stub that passes is a bug.
 # - test_NN_name_learner (not built by default): the tests against the learner's copy,
 #   exercises/NN_name/<file>, built and run by `./wb exercise check NN`.
-function(_wb_add_chapter_exercise chapter ch test_source kernels)
+function(_wb_add_chapter_exercise chapter ch test_sources kernels)
   set(exercise_kernel)
   foreach(kernel IN LISTS kernels)
     file(STRINGS ${kernel} markers REGEX "// \\[exercise\\]")
@@ -169,7 +171,7 @@ function(_wb_add_chapter_exercise chapter ch test_source kernels)
   add_custom_target(${ch}_exercise_stub DEPENDS ${stub})
 
   _wb_exercise_kernels(${ch} stub "${kernels}" ${exercise_kernel} ${stub})
-  add_executable(test_${chapter}_stub ${test_source})
+  add_executable(test_${chapter}_stub ${test_sources})
   target_link_libraries(test_${chapter}_stub PRIVATE ${ch}_base ${exercise_libs} wb_test_main wb_warnings)
   add_test(NAME ${chapter}/exercise-stub-fails
            COMMAND test_${chapter}_stub --test-suite=sim --reporters=wb-check --abort-after=1)
@@ -178,7 +180,7 @@ function(_wb_add_chapter_exercise chapter ch test_source kernels)
 
   _wb_exercise_kernels(${ch} learner "${kernels}" ${exercise_kernel}
                        ${PROJECT_SOURCE_DIR}/exercises/${chapter}/${name})
-  add_executable(test_${chapter}_learner EXCLUDE_FROM_ALL ${test_source})
+  add_executable(test_${chapter}_learner EXCLUDE_FROM_ALL ${test_sources})
   target_link_libraries(test_${chapter}_learner PRIVATE ${ch}_base ${exercise_libs} wb_test_main)
   foreach(lib IN LISTS exercise_libs)
     set_target_properties(${lib} PROPERTIES EXCLUDE_FROM_ALL ON)
