@@ -109,6 +109,10 @@ function(wb_add_chapter)
                      -P ${PROJECT_SOURCE_DIR}/common/cmake/expect_refusal.cmake)
     set_tests_properties(${chapter}/refuses-${what} PROPERTIES LABELS cpu)
   endforeach()
+  # `chNN --list --csv -`: the ladder as bench/bench_vs_torch.py reads it (common/rung_list.cpp).
+  add_test(NAME ${chapter}/lists-its-ladder COMMAND ${ch} --list --csv -)
+  set_tests_properties(${chapter}/lists-its-ladder PROPERTIES LABELS cpu
+                       PASS_REGULAR_EXPRESSION "^chapter,op,rung,name,change,[^\n]*\n${chapter},")
   set_property(GLOBAL APPEND PROPERTY WB_CHAPTER_PROGRAMS ${ch})
   set_property(GLOBAL APPEND PROPERTY WB_CHAPTER_PAGES ${pages})
 

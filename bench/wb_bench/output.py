@@ -1,0 +1,128 @@
+"""Output of a run: the CSV, the ratio table, the plots (matplotlib)."""
+
+import csv
+import os
+import statistics
+import sys
+
+from .counting import COLUMNS
+
+
+def write_csv(path, rows):
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    with open(path, "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=COLUMNS, extrasaction="ignore")
+        w.writeheader()
+        w.writerows(rows)
+
+
+def read_csv(path):
+    with open(path, newline="") as f:
+        return list(csv.DictReader(f))
+
+
+def print_table(header, rows, out=sys.stdout):
+    widths = [max(len(str(c)) for c in col) for col in zip(header, *rows)]
+    line = lambda cells: "  ".join(str(c).ljust(w) for c, w in zip(cells, widths))  # noqa: E731
+    out.write(line(header) + "\n" + "  ".join("-" * w for w in widths) + "\n")
+    for r in rows:
+        out.write(line(r) + "\n")
+
+
+def ratio_table(rows):
+    """Per (op, dtype, shape): the best workbook kernel and each torch kernel, with the ratio."""
+    groups = {}
+    for r in rows:
+        if r["op"] != "copy":
+            groups.setdefault((r["op"], r["dtype"], r["shape"]), []).append(r)
+    table = []
+    for (op, dtype, shape), rs in groups.items():
+        ours = [r for r in rs if r["source"] == "workbook"]
+        best = max(ours, key=lambda r: float(r["throughput"])) if ours else None
+        for t in [r for r in rs if r["source"] == "torch"] or [None]:
+            if best is None and t is None:
+                continue
+            ratio = (f"{float(best['throughput']) / float(t['throughput']):.2f}"
+                     if best and t and float(t["throughput"]) > 0 else "-")
+            ref = best or t
+            table.append([op, dtype, shape,
+                          best["kernel"] if best else "-",
+                          f"{float(best['throughput']):.1f}" if best else "-",
+                          f"{100 * float(best['fraction_of_copy']):.1f}%" if best else "-",
+                          t["kernel"] if t else "-",
+                          f"{float(t['throughput']):.1f}" if t else "-",
+                          ratio, ref["unit"]])
+    return ["op", "dtype", "shape", "best workbook kernel", "workbook", "of copy bw",
+            "torch", "torch value", "workbook / torch", "unit"], table
+
+
+def series_for(rows, op, dtype, x_of, extra=lambda r: True):
+    """{label: [(x, y)]}, one series per (source, kernel)."""
+    series = {}
+    for r in rows:
+        if r["op"] == op and r["dtype"] == dtype and extra(r):
+            label = (r["chapter"] + " " if r["source"] == "workbook" else "") + r["kernel"]
+            series.setdefault(label, []).append((x_of(r), float(r["throughput"])))
+    return {k: sorted(v) for k, v in series.items()}
+
+
+def plot(path_stem, title, xlabel, ylabel, series, hline, notes):
+    """One log2-x line plot, SVG and PNG, with matplotlib (Debian: python3-matplotlib)."""
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        notes.append(f"matplotlib not installed (apt-get install python3-matplotlib): "
+                     f"no {path_stem}.svg")
+        return
+    fig, ax = plt.subplots(figsize=(9, 5.2))
+    for label, pts in series.items():
+        ax.plot([x for x, _ in pts], [y for _, y in pts], marker="o", label=label)
+    if hline:
+        ax.axhline(hline[1], color="black", linestyle="--", label=hline[0])
+    ax.set_xscale("log", base=2)
+    ax.set(title=title, xlabel=xlabel, ylabel=ylabel)
+    ax.grid(True, alpha=0.3)
+    ax.legend(fontsize=8, loc="center left", bbox_to_anchor=(1, 0.5))
+    fig.tight_layout()
+    fig.savefig(path_stem + ".svg")
+    fig.savefig(path_stem + ".png", dpi=120)
+    plt.close(fig)
+
+
+def draw_plots(rows, plots_dir, notes):
+    os.makedirs(plots_dir, exist_ok=True)
+    device = next((r["device"] for r in rows if r["device"]), "?")
+    date = next((r["date"][:10] for r in rows if r["date"]), "?")
+    for op in ("softmax", "layernorm"):
+        for dtype in sorted({r["dtype"] for r in rows if r["op"] == op}):
+            s = series_for(rows, op, dtype, lambda r: int(r["shape"].split("x")[1]))
+            copies = [float(r["copy_gbps"]) for r in rows
+                      if r["op"] == op and r["source"] == "workbook" and float(r["copy_gbps"]) > 0]
+            hline = (f"copy roofline {statistics.median(copies):.0f} GB/s",
+                     statistics.median(copies)) if copies else None
+            rows_ = next(r["shape"].split("x")[0] for r in rows if r["op"] == op)
+            plot(os.path.join(plots_dir, f"{op}_{dtype}_gbps_vs_cols"),
+                 f"{op} {dtype}, ({rows_}, cols), {device}, {date}", "cols", "GB/s", s, hline, notes)
+    att = [r for r in rows if r["op"] == "attention"]
+    for dtype in sorted({r["dtype"] for r in att}):
+        for key in sorted({" ".join(r["shape"].split()[i] for i in (0, 3, 4)) for r in att}):
+            bh, d, mask = key.split()
+            s = series_for(att, "attention", dtype,
+                           lambda r: int(r["shape"].split()[1][2:]),
+                           lambda r, k=key: " ".join(r["shape"].split()[i] for i in (0, 3, 4)) == k)
+            plot(os.path.join(plots_dir, f"attention_{dtype}_{d}_{mask}_tflops_vs_seqlen"),
+                 f"attention {dtype}, {bh} {d} {mask}, {device}, {date}", "sequence length",
+                 "TFLOP/s", s, None, notes)
+
+
+def report(rows, args, notes):
+    header, table = ratio_table(rows)
+    if table:
+        print("\nWorkbook vs PyTorch (ratio > 1: the workbook is faster):")
+        print_table(header, table)
+    draw_plots(rows, args.plots, notes)
+    print(f"\nCSV: {args.out}; plots: {args.plots}")
+
+

@@ -1,0 +1,134 @@
+"""The PyTorch side of a run: the same method as common/timer.cpp, on the same shapes."""
+
+import csv
+import os
+import statistics
+import subprocess
+import tempfile
+
+from .counting import WARMUP, gb_per_s, make_row, summarize, utc_now
+
+
+class TorchTimer:
+    """time_cuda of common/timer.cpp in torch: warm-up, then each run after a write of twice
+    the L2 cache, timed with CUDA events."""
+
+    def __init__(self, torch, warmup, reps):
+        self.torch, self.warmup, self.reps = torch, warmup, reps
+        props = torch.cuda.get_device_properties(0)
+        l2 = getattr(props, "L2_cache_size", 0) or (64 << 20)
+        self.flush = torch.empty(2 * max(l2, 1 << 20), dtype=torch.uint8, device="cuda")
+
+    def time(self, fn):
+        torch = self.torch
+        for _ in range(self.warmup):
+            fn()
+        start = torch.cuda.Event(enable_timing=True)
+        stop = torch.cuda.Event(enable_timing=True)
+        samples = []
+        for i in range(self.reps):
+            self.flush.fill_(i & 0xFF)  # evict the inputs from L2
+            start.record()
+            fn()
+            stop.record()
+            stop.synchronize()
+            samples.append(start.elapsed_time(stop))
+        return samples
+
+
+def torch_dtype(torch, name):
+    return {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}[name]
+
+
+def run_torch_job(torch, timer, job):
+    """[(kernel, samples or None, note)] for the job's torch calls."""
+    F = torch.nn.functional
+    dt = torch_dtype(torch, job.dtype)
+    out = []
+    if job.op in ("softmax", "layernorm"):
+        rows, cols = job.params["rows"], job.params["cols"]
+        x = torch.randn(rows, cols, device="cuda", dtype=dt)
+        if job.op == "softmax":
+            out.append(("torch.softmax", timer.time(lambda: torch.softmax(x, dim=-1)), ""))
+        else:
+            g = torch.randn(cols, device="cuda", dtype=dt) * 0.5 + 1
+            b = torch.randn(cols, device="cuda", dtype=dt) * 0.5
+            out.append(("F.layer_norm", timer.time(lambda: F.layer_norm(x, (cols,), g, b, 1e-5)), ""))
+        del x
+    else:
+        p = job.params
+        q, k, v = (torch.randn(1, p["bh"], p["seqlen"], p["d"], device="cuda", dtype=dt)
+                   for _ in range(3))
+        try:
+            from torch.nn.attention import SDPBackend, sdpa_kernel
+        except ImportError:
+            return [("sdpa", None, "torch.nn.attention.sdpa_kernel missing (torch < 2.3)")]
+        for name, backend in (("sdpa flash", "FLASH_ATTENTION"), ("sdpa cudnn", "CUDNN_ATTENTION")):
+            if not hasattr(SDPBackend, backend):
+                out.append((name, None, f"SDPBackend.{backend} not in this torch"))
+                continue
+            try:
+                with sdpa_kernel(getattr(SDPBackend, backend)):
+                    fn = lambda: F.scaled_dot_product_attention(q, k, v, is_causal=p["causal"])  # noqa: E731
+                    out.append((name, timer.time(fn), ""))
+            except RuntimeError as e:  # the backend cannot take this dtype, shape or device
+                out.append((name, None, str(e).splitlines()[0][:120]))
+    torch.cuda.empty_cache()
+    return out
+
+
+def torch_copy_gbps(torch, timer):
+    nbytes = 1 << 30
+    src = torch.ones(nbytes, dtype=torch.uint8, device="cuda")
+    dst = torch.empty_like(src)
+    samples = timer.time(lambda: dst.copy_(src))
+    del src, dst
+    torch.cuda.empty_cache()
+    return samples, 2.0 * nbytes
+
+
+def real_run(args, jobs, notes):
+    try:
+        import torch
+    except ImportError:
+        raise SystemExit("bench_vs_torch: error: PyTorch is not installed (pip install torch); "
+                         "--dry-run checks the plan without it")
+    if not torch.cuda.is_available():
+        raise SystemExit("bench_vs_torch: error: torch sees no CUDA GPU; absolute times only "
+                         "come from one (--dry-run prints the plan without it)")
+    device, date = torch.cuda.get_device_name(0), utc_now()
+    timer = TorchTimer(torch, WARMUP, args.reps)
+    copy_samples, copy_bytes = torch_copy_gbps(torch, timer)
+    torch_copy = gb_per_s(copy_bytes, summarize(copy_samples)[0])
+    rows = [make_row("copy", "torch", "torch", "Tensor.copy_", "u8", "1073741824", copy_samples,
+                     copy_bytes, 0.0, torch_copy, device, date)]
+    print(f"device: {device}; torch {torch.__version__}; torch copy roofline {torch_copy:.1f} GB/s")
+    with tempfile.TemporaryDirectory() as tmp:
+        for job in jobs:
+            csv_path = os.path.join(tmp, "workbook.csv")
+            workbook = []
+            for name, argv in job.commands:
+                if os.path.exists(csv_path):
+                    os.remove(csv_path)
+                argv = [a.replace("{csv}", csv_path) for a in argv]
+                done = subprocess.run(argv, capture_output=True, text=True)
+                if done.returncode != 0:
+                    notes.append(f"{name} {job.shape}: exit {done.returncode}: "
+                                 f"{(done.stderr or done.stdout).strip().splitlines()[-1:]}")
+                    continue
+                with open(csv_path, newline="") as f:
+                    workbook += list(csv.DictReader(f))
+            rows += workbook
+            copies = [float(r["copy_gbps"]) for r in workbook if float(r["copy_gbps"]) > 0]
+            copy = statistics.median(copies) if copies else torch_copy
+            for kernel, samples, note in run_torch_job(torch, timer, job):
+                if samples is None:
+                    notes.append(f"{kernel} {job.dtype} {job.shape}: skipped: {note}")
+                    continue
+                rows.append(make_row(job.op, "torch", "torch", kernel, job.dtype, job.shape,
+                                     samples, job.nbytes, job.flops, copy, device, date))
+            print(f"  {job.op} {job.dtype} {job.shape}: {len(workbook)} workbook rows, torch done",
+                  flush=True)
+    return rows
+
+
