@@ -7,7 +7,8 @@
 #   ThreadSanitizer about fibers and barriers through the runtime's API. <var> receives the
 #   new target's name, or is empty when race mode is unavailable (then nothing is added):
 #   under another sanitizer (WB_SANITIZE, -fsanitize= in CMAKE_CXX_FLAGS), with a compiler
-#   that cannot link -fsanitize=thread, or with -DWB_SIM_RACE_MODE=OFF.
+#   that cannot link -fsanitize=thread, or with -DWB_SIM_RACE_MODE=OFF. The custom target
+#   wb_race_tests depends on every <target>_race.
 #
 # wb_sim_add_race_test(NAME <name> COMMAND <command>... [EXPECT_RACE <regex>] [LABELS <l>...])
 #   Registers a CTest test for a race binary, labelled `sim;race`, with TSAN_OPTIONS that make
@@ -58,6 +59,10 @@ set_property(GLOBAL PROPERTY WB_SIM_RACE_AVAILABLE ${WB_SIM_RACE_AVAILABLE})
 set_property(GLOBAL PROPERTY WB_SIM_RACE_FLAGS
   -fsanitize=thread -g -fno-omit-frame-pointer -fno-optimize-sibling-calls)
 set_property(GLOBAL PROPERTY WB_SIM_TSAN_OPTIONS "${WB_SIM_TSAN_OPTIONS}")
+
+# `wb_race_tests` builds every race twin and nothing else: what `ctest -L race` runs (the
+# release-race preset builds only this target).
+add_custom_target(wb_race_tests)
 
 # Copies the build properties of <from> to <to>, rewriting link items with _wb_sim_race_item.
 function(_wb_sim_race_copy_properties from to)
@@ -181,6 +186,7 @@ function(wb_sim_race_variant target)
     target_compile_options(${race} PRIVATE ${flags})
     target_compile_definitions(${race} PRIVATE WB_SIM_RACE_MODE=1)
     target_link_options(${race} PRIVATE -fsanitize=thread)
+    add_dependencies(wb_race_tests ${race})
   endif()
   if(arg_OUTPUT_VARIABLE)
     set(${arg_OUTPUT_VARIABLE} "${race}" PARENT_SCOPE)
