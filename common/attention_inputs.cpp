@@ -31,19 +31,9 @@ const std::vector<ScoreKind>& all_score_kinds() {
 }
 
 const char* to_string(ScoreKind kind) {
-  switch (kind) {
-    case ScoreKind::randn:
-      return "randn";
-    case ScoreKind::outliers:
-      return "outliers x20";
-    case ScoreKind::large_offset:
-      return "scores 1e4 + randn";
-    case ScoreKind::ones:
-      return "ones (uniform P)";
-    case ScoreKind::arange:
-      return "arange (s_ij = j)";
-  }
-  return "?";
+  constexpr const char* kNames[] = {"randn", "outliers x20", "scores 1e4 + randn",
+                                    "ones (uniform P)", "arange (s_ij = j)"};  // enum order
+  return kNames[static_cast<int>(kind)];
 }
 
 std::string to_string(const AttentionShape& s) {

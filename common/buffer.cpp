@@ -59,30 +59,30 @@ void device_free(Backend backend, void* ptr) noexcept {
   std::free(ptr);
 }
 
-void copy_to_device(Backend backend, void* dst, const void* src, std::size_t bytes) {
+namespace {
+// cudaMemcpy in `kind`'s direction on cuda, memcpy on the simulator's heap.
+void copy_bytes(Backend backend, void* dst, const void* src, std::size_t bytes, bool to_device) {
   if (bytes == 0) return;
   if (backend == Backend::cuda) {
 #if WB_HAVE_CUDA
-    WB_CUDA_CHECK(cudaMemcpy(dst, src, bytes, cudaMemcpyHostToDevice));
+    WB_CUDA_CHECK(
+        cudaMemcpy(dst, src, bytes, to_device ? cudaMemcpyHostToDevice : cudaMemcpyDeviceToHost));
     return;
 #else
+    (void)to_device;
     no_cuda();
 #endif
   }
   std::memcpy(dst, src, bytes);
 }
+}  // namespace
+
+void copy_to_device(Backend backend, void* dst, const void* src, std::size_t bytes) {
+  copy_bytes(backend, dst, src, bytes, true);
+}
 
 void copy_to_host(Backend backend, void* dst, const void* src, std::size_t bytes) {
-  if (bytes == 0) return;
-  if (backend == Backend::cuda) {
-#if WB_HAVE_CUDA
-    WB_CUDA_CHECK(cudaMemcpy(dst, src, bytes, cudaMemcpyDeviceToHost));
-    return;
-#else
-    no_cuda();
-#endif
-  }
-  std::memcpy(dst, src, bytes);
+  copy_bytes(backend, dst, src, bytes, false);
 }
 
 void device_fill_zero(Backend backend, void* dst, std::size_t bytes) {

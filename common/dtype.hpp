@@ -24,15 +24,8 @@ namespace wb {
 enum class Dtype { fp32, fp16, bf16 };
 
 inline const char* to_string(Dtype t) {
-  switch (t) {
-    case Dtype::fp32:
-      return "fp32";
-    case Dtype::fp16:
-      return "fp16";
-    case Dtype::bf16:
-      return "bf16";
-  }
-  return "?";
+  constexpr const char* kNames[] = {"fp32", "fp16", "bf16"};  // in the enum's order
+  return kNames[static_cast<int>(t)];
 }
 
 /// Bytes per element: 4 for fp32, 2 for fp16 and bf16.

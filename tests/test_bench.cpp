@@ -19,6 +19,16 @@ using namespace wb;
 // is double's, so 1e-12 relative is far more than enough and catches any factor of 2 or 1000.
 constexpr double kExact = 1e-12;
 
+
+TimingStats timing(double median_ms, double min_ms, double max_ms, int repetitions) {
+  TimingStats t;
+  t.median_ms = median_ms;
+  t.min_ms = min_ms;
+  t.max_ms = max_ms;
+  t.repetitions = repetitions;
+  return t;
+}
+
 }  // namespace
 
 TEST_CASE("GB/s is bytes over seconds in units of 1e9" * doctest::test_suite("cpu")) {
@@ -62,11 +72,7 @@ TEST_CASE("attention counts 4 BH Lq Lk D FLOPs and half of that when causal" *
 
 TEST_CASE("a row's throughput is GB/s for bytes and TFLOP/s when FLOPs are counted" *
           doctest::test_suite("cpu")) {
-  TimingStats t;
-  t.median_ms = 2.0;
-  t.min_ms = 1.5;
-  t.max_ms = 3.0;
-  t.repetitions = 5;
+  const TimingStats t = timing(2.0, 1.5, 3.0, 5);
   SUBCASE("bandwidth-bound") {
     const BenchRow r = make_bench_row("softmax", "01_safe_softmax", "warp_shuffle", "fp32", "4x8",
                                       Work::moving(4e9), t, 2500.0);
@@ -136,11 +142,7 @@ TEST_CASE("CSV fields are quoted only when they must be" * doctest::test_suite("
 
 TEST_CASE("a CSV line has one field per header column in the header's order" *
           doctest::test_suite("cpu")) {
-  TimingStats t;
-  t.median_ms = 0.5;
-  t.min_ms = 0.25;
-  t.max_ms = 1.0;
-  t.repetitions = 50;
+  const TimingStats t = timing(0.5, 0.25, 1.0, 50);
   BenchRow r = make_bench_row("softmax", "01_safe_softmax", "warp_shuffle", "fp32", "49152x1024",
                               Work::moving(1e9), t, 2500.0);
   r.device = "GPU, rev 2";
@@ -156,8 +158,7 @@ TEST_CASE("a CSV line has one field per header column in the header's order" *
 TEST_CASE("append_csv writes the header once and appends rows" * doctest::test_suite("cpu")) {
   const std::string path = "test_bench_append.csv";
   std::remove(path.c_str());
-  TimingStats t;
-  t.median_ms = 1.0;
+  const TimingStats t = timing(1.0, 1.0, 1.0, 1);
   const BenchRow r = make_bench_row("softmax", "c", "k", "fp32", "1x1", Work::moving(1e9), t, 0.0);
   append_csv(path, {});  // creates the file with its header
   append_csv(path, {r});
