@@ -8,6 +8,7 @@
 
 #include <cstddef>
 #include <string>
+#include <vector>
 
 #include "common/attention_inputs.hpp"
 #include "common/dtype.hpp"
@@ -36,6 +37,14 @@ struct LayerNormArgs {
   int cols;
   float eps;  ///< > 0, added to the variance
   Dtype dtype = Dtype::fp32;
+};
+
+/// LayerNorm's outputs, as float whatever the element type: what the CPU steps return and what
+/// LayerNormBuffers downloads (y widened from dtype, exactly).
+struct LayerNormOut {
+  std::vector<float> y;     ///< (rows, cols)
+  std::vector<float> mean;  ///< (rows)
+  std::vector<float> rstd;  ///< (rows)
 };
 
 /// Attention (chapters 04-06): O = softmax(scale Q K^T) V per (batch x head), with the

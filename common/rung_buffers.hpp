@@ -38,11 +38,6 @@ struct RowBuffers {
   std::vector<float> download_y() const { return download_elements(y, args.dtype); }
 };
 
-/// LayerNorm's outputs, widened to float.
-struct LayerNormOut {
-  std::vector<float> y, mean, rstd;
-};
-
 /// LayerNorm: x, gamma and beta uploaded (empty gamma or beta: nullptr, the identity), y,
 /// mean and rstd allocated, `args` over them.
 struct LayerNormBuffers {
