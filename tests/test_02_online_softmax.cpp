@@ -158,7 +158,7 @@ void every_kernel_equals_the_cpu_step() {
       B, kernel_ladder<B>(),
       [](const std::vector<float>& x, int rows, int cols) { return softmax_online(x, rows, cols); },
       // The tolerance policy: at most twice the CPU step's error, plus the floor above.
-      [](const NamedKernel&, int cols) { return online_kernel_floor(cols); }, kSeed);
+      [](const Rung<RowArgs>&, int cols, Dtype) { return online_kernel_floor(cols); }, kSeed);
 }
 
 }  // namespace

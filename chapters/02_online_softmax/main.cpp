@@ -65,9 +65,10 @@ int main(int argc, char** argv) {
       .option("--cols", &cols, "columns of x, the softmax length (default 1024)");
   ProgramOptions options;
   if (const int code = parse_program(cli, argc, argv, &options); code >= 0) return code;
+  const auto make_ladder = [](auto b) { return kernel_ladder<decltype(b)::value>(); };
+  if (options.list) return list_ladder(options, "02_online_softmax", "softmax", make_ladder);
   if (const int code = check_matrix_size(cli, options, rows, cols); code >= 0) return code;
-  const std::vector<NamedKernel> ladder = select_kernel_backend(
-      options.backend, [](auto b) { return kernel_ladder<decltype(b)::value>(); });
+  const Ladder<RowArgs> ladder = select_kernel_backend(options.backend, make_ladder);
   if (options.bench.enabled)
     return run_guarded(cli, [&] {
       return ch01::bench_softmax("02_online_softmax", ladder, options.bench, rows, cols,

@@ -13,11 +13,10 @@
 #include "chapters/01_safe_softmax/softmax.hpp"
 #include "chapters/02_online_softmax/online_update.hpp"
 #include "common/backend.hpp"
+#include "common/rung.hpp"
+#include "common/rung_args.hpp"
 
 namespace wb::ch02 {
-
-using ch01::Launcher;
-using ch01::NamedKernel;
 
 // ------------------------------------------------------------------------------------------
 // CPU step
@@ -56,16 +55,19 @@ inline std::vector<float> softmax_online(const std::vector<float>& x, int rows, 
 // Kernel launchers (defined in online_softmax_kernels.cuh, once per kernel backend)
 // ------------------------------------------------------------------------------------------
 
-/// x, y: device pointers of backend B to (rows, cols), row-major. Any rows, cols >= 1.
+/// The launchers of the ladder's rungs; x, y of `a`: fp32 (rows, cols), row-major, device
+/// pointers of backend B. Any rows, cols >= 1.
 template <Backend B>
 struct Kernels {
-  static void online_thread_per_row(const float* x, float* y, int rows, int cols);
+  static void online_thread_per_row(const RowArgs& a);
 };
 
-/// This chapter's kernels (one: the direct port of the CPU step).
+/// This chapter's ladder (one rung: the direct port of the CPU step).
 template <Backend B>
-std::vector<NamedKernel> kernel_ladder() {
-  return {{"online_thread_per_row", &Kernels<B>::online_thread_per_row}};
+Ladder<RowArgs> kernel_ladder() {
+  return {{"online_thread_per_row",
+           "chapter 01's thread_per_row with its max and sum passes fused: 2 reads per element",
+           row_limits(kAnyCols), &Kernels<B>::online_thread_per_row}};
 }
 
 }  // namespace wb::ch02

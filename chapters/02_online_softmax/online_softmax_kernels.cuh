@@ -62,9 +62,10 @@ __global__ void __launch_bounds__(kThreadPerRowBlock)
 // ==========================================================================================
 
 template <>
-void Kernels<kThisBackend>::online_thread_per_row(const float* x, float* y, int rows, int cols) {
-  launch<online_thread_per_row_kernel>(dim3(ceil_div(rows, kThreadPerRowBlock)),
-                                       dim3(kThreadPerRowBlock), 0, x, y, rows, cols);
+void Kernels<kThisBackend>::online_thread_per_row(const RowArgs& a) {
+  launch<online_thread_per_row_kernel>(dim3(ceil_div(a.rows, kThreadPerRowBlock)),
+                                       dim3(kThreadPerRowBlock), 0, static_cast<const float*>(a.x),
+                                       static_cast<float*>(a.y), a.rows, a.cols);
 }
 
 }  // namespace wb::ch02

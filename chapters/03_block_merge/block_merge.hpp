@@ -21,11 +21,10 @@
 #include "chapters/03_block_merge/md_merge.hpp"
 #include "common/backend.hpp"
 #include "common/dtype.hpp"
+#include "common/rung.hpp"
+#include "common/rung_args.hpp"
 
 namespace wb::ch03 {
-
-using ch01::Launcher;
-using ch01::NamedKernel;
 
 // ------------------------------------------------------------------------------------------
 // CPU: block statistics and the blocked online softmax
@@ -170,25 +169,7 @@ inline MD reduce_tree(const MergeTree& tree, const std::vector<MD>& leaves,
 }
 
 // ------------------------------------------------------------------------------------------
-// Kernel launchers (defined in block_merge_kernels.cuh, once per kernel backend)
-// ------------------------------------------------------------------------------------------
-
-/// x, y: device pointers of backend B to (rows, cols), row-major. Any rows, cols >= 1.
-template <Backend B>
-struct Kernels {
-  static void block_per_row_online(const float* x, float* y, int rows, int cols);
-  static void warp_per_row_online(const float* x, float* y, int rows, int cols);
-};
-
-/// This chapter's kernels, in order (see block_merge_kernels.cuh).
-template <Backend B>
-std::vector<NamedKernel> kernel_ladder() {
-  return {{"block_per_row_online", &Kernels<B>::block_per_row_online},
-          {"warp_per_row_online", &Kernels<B>::warp_per_row_online}};
-}
-
-// ------------------------------------------------------------------------------------------
-// The fast rungs (fast_softmax_kernels.cuh): the row in registers, vector loads, 16-bit types
+// The fast rungs' plans (fast_softmax_kernels.cuh): the row in registers, vector loads
 // ------------------------------------------------------------------------------------------
 
 // Element types (Dtype, dtype_bytes, vec_width, and the host's encode_elements,
@@ -202,7 +183,7 @@ inline constexpr int kLanes = 32;
 inline constexpr int kMaxColsPerLane = 32;
 inline constexpr int kWarpRegistersMaxCols = kLanes * kMaxColsPerLane;
 
-/// The longest row any rung takes (the launches index rows with int; columns with int too).
+/// The longest row block_vec and the dispatcher take (the launches index columns with int).
 inline constexpr int kFastMaxCols = 1 << 30;
 
 /// True when both pointers are 16-byte aligned and cols is a multiple of the vector width,
@@ -228,7 +209,7 @@ inline const char* to_string(FastPath p) {
   return p == FastPath::warp_registers ? "warp_registers" : "block_vec";
 }
 
-/// What a fast launch does: the rung, the registers per lane (warp_registers' compile-time
+/// What a fast launch does: the kernel, the registers per lane (warp_registers' compile-time
 /// bucket; 0 for block_vec) and whether it moves 16-byte vectors.
 struct FastPlan {
   FastPath path;
@@ -237,66 +218,66 @@ struct FastPlan {
 };
 
 // [fast_dispatch]
+/// warp_registers on rows of `cols` entries: the registers per lane are bucketed to the next
+/// power of 2 of ceil(cols / 32) (1, 2, 4, ..., 32: one kernel instantiation each), so
+/// cols = 32, 64, ..., 1024 are the last columns of each bucket. Vectors need can_vectorize()
+/// and whole vectors per lane (cols_per_lane a multiple of the vector width: cols > 64 for
+/// fp32, cols > 128 for fp16 and bf16).
+inline FastPlan warp_registers_plan(const void* x, const void* y, int cols, Dtype t) {
+  const int per_lane = next_pow2((cols + kLanes - 1) / kLanes);
+  return {FastPath::warp_registers, per_lane,
+          can_vectorize(x, y, cols, t) && per_lane % vec_width(t) == 0};
+}
+
+/// block_vec on rows of `cols` entries: vectors wherever can_vectorize().
+inline FastPlan block_vec_plan(const void* x, const void* y, int cols, Dtype t) {
+  return {FastPath::block_vec, 0, can_vectorize(x, y, cols, t)};
+}
+
 /// The dispatcher's rule. Rows of up to 1024 entries fit in one warp's registers (32 lanes x
 /// at most 32 floats): warp_registers reads x once. Longer rows go to block_vec, 256 threads
-/// per row, which reads x twice (the second time mostly from L2). The registers per lane are
-/// bucketed to the next power of 2 of ceil(cols / 32) (1, 2, 4, ..., 32: one kernel
-/// instantiation each), so cols = 32, 64, ..., 1024 are the last columns of each bucket.
-/// Vectors need can_vectorize() and, in warp_registers, whole vectors per lane (cols_per_lane
-/// a multiple of the vector width: cols > 64 for fp32, cols > 128 for fp16 and bf16).
+/// per row, which reads x twice (the second time mostly from L2).
 inline FastPlan plan_fast_softmax(const void* x, const void* y, int cols, Dtype t) {
-  const bool vec = can_vectorize(x, y, cols, t);
-  if (cols <= kWarpRegistersMaxCols) {
-    const int per_lane = next_pow2((cols + kLanes - 1) / kLanes);
-    return {FastPath::warp_registers, per_lane, vec && per_lane % vec_width(t) == 0};
-  }
-  return {FastPath::block_vec, 0, vec};
+  if (cols <= kWarpRegistersMaxCols) return warp_registers_plan(x, y, cols, t);
+  return block_vec_plan(x, y, cols, t);
 }
 // [fast_dispatch]
 
-/// Throws std::invalid_argument, naming the limit, for a shape no fast rung takes.
-inline void check_fast_args(const char* rung, int rows, int cols, int max_cols) {
-  if (rows < 1 || cols < 1 || cols > max_cols)
-    throw std::invalid_argument(std::string(rung) + ": rows must be >= 1 and cols in [1, " +
-                                std::to_string(max_cols) + "], got (" + std::to_string(rows) +
-                                ", " + std::to_string(cols) + ")");
-}
+// ------------------------------------------------------------------------------------------
+// Kernel launchers (defined in block_merge_kernels.cuh and fast_softmax_kernels.cuh, once per
+// kernel backend) and the ladder
+// ------------------------------------------------------------------------------------------
 
-/// x, y: device pointers of backend B to (rows, cols) elements of `dtype`, row-major (16-bit
-/// types as their bit patterns). Any alignment: misaligned pointers take the scalar path.
+/// The launchers of the ladder's rungs; x, y of `a`: device pointers of backend B to (rows,
+/// cols) elements of a.dtype, row-major (16-bit types as their bit patterns), any alignment
+/// (misaligned rows take the scalar path). The shapes and types each takes are its limits in
+/// kernel_ladder(), checked before launch (run_rung).
 template <Backend B>
-struct FastKernels {
-  /// Rung 3: a warp per row, the row in registers. cols <= kWarpRegistersMaxCols.
-  static void warp_registers(const void* x, void* y, int rows, int cols, Dtype dtype);
-  /// Rung 4: a block per row, vector loads. Any cols up to kFastMaxCols.
-  static void block_vec(const void* x, void* y, int rows, int cols, Dtype dtype);
-  /// The dispatcher: plan_fast_softmax(), launched; returns the plan it ran.
-  static FastPlan softmax(const void* x, void* y, int rows, int cols, Dtype dtype);
-  static void dispatch(const void* x, void* y, int rows, int cols, Dtype dtype) {
-    softmax(x, y, rows, cols, dtype);
-  }
+struct Kernels {
+  static void block_per_row_online(const RowArgs& a);  // block_merge_kernels.cuh
+  static void warp_per_row_online(const RowArgs& a);
+  static void warp_registers(const RowArgs& a);  // fast_softmax_kernels.cuh
+  static void block_vec(const RowArgs& a);
+  static void fast_softmax(const RowArgs& a);  ///< runs plan_fast_softmax()
 };
 
-using FastLauncher = void (*)(const void* x, void* y, int rows, int cols, Dtype dtype);
-
-struct FastKernel {
-  const char* name;
-  FastLauncher launch;
-  int max_cols;  ///< the longest row it takes
-};
-
-/// A fast rung on fp32 with the ladder's signature (ch01::Launcher), for the reports.
-template <FastLauncher kLaunch>
-void launch_fp32(const float* x, float* y, int rows, int cols) {
-  kLaunch(x, y, rows, cols, Dtype::fp32);
-}
-
-/// The fast rungs and the dispatcher, in order (see fast_softmax_kernels.cuh).
+// [ladder]
+/// The ladder in order, each rung one idea better than the one before.
 template <Backend B>
-std::vector<FastKernel> fast_ladder() {
-  return {{"warp_registers", &FastKernels<B>::warp_registers, kWarpRegistersMaxCols},
-          {"block_vec", &FastKernels<B>::block_vec, kFastMaxCols},
-          {"fast_softmax", &FastKernels<B>::dispatch, kFastMaxCols}};
+Ladder<RowArgs> kernel_ladder() {
+  const std::vector<Dtype> all_types = {Dtype::fp32, Dtype::fp16, Dtype::bf16};
+  return {{"block_per_row_online",
+           "chapter 02's recurrence split over 256 threads per row, their (m, d) pairs merged",
+           row_limits(kAnyCols), &Kernels<B>::block_per_row_online},
+          {"warp_per_row_online", "one warp per row: the merge stays in registers, no barrier",
+           row_limits(kAnyCols), &Kernels<B>::warp_per_row_online},
+          {"warp_registers", "the row kept in registers: x read once; 16-byte vectors, 16-bit types",
+           row_limits(kWarpRegistersMaxCols, all_types), &Kernels<B>::warp_registers},
+          {"block_vec", "a block per row for any length, each 16-byte vector one block of eq. (1)",
+           row_limits(kFastMaxCols, all_types), &Kernels<B>::block_vec},
+          {"fast_softmax", "the dispatcher: warp_registers up to 1024 columns, block_vec beyond",
+           row_limits(kFastMaxCols, all_types), &Kernels<B>::fast_softmax}};
 }
+// [ladder]
 
 }  // namespace wb::ch03

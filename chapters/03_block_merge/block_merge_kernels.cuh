@@ -139,15 +139,17 @@ __global__ void __launch_bounds__(kWarpPerRowBlock)
 // ==========================================================================================
 
 template <>
-void Kernels<kThisBackend>::block_per_row_online(const float* x, float* y, int rows, int cols) {
-  launch<block_per_row_online_kernel<kBlockPerRowBlock>>(dim3(rows), dim3(kBlockPerRowBlock), 0, x,
-                                                         y, cols);
+void Kernels<kThisBackend>::block_per_row_online(const RowArgs& a) {
+  launch<block_per_row_online_kernel<kBlockPerRowBlock>>(
+      dim3(a.rows), dim3(kBlockPerRowBlock), 0, static_cast<const float*>(a.x),
+      static_cast<float*>(a.y), a.cols);
 }
 
 template <>
-void Kernels<kThisBackend>::warp_per_row_online(const float* x, float* y, int rows, int cols) {
-  launch<warp_per_row_online_kernel>(dim3(ceil_div(rows, kRowsPerBlock)), dim3(kWarpPerRowBlock), 0,
-                                     x, y, rows, cols);
+void Kernels<kThisBackend>::warp_per_row_online(const RowArgs& a) {
+  launch<warp_per_row_online_kernel>(dim3(ceil_div(a.rows, kRowsPerBlock)), dim3(kWarpPerRowBlock),
+                                     0, static_cast<const float*>(a.x), static_cast<float*>(a.y),
+                                     a.rows, a.cols);
 }
 
 }  // namespace wb::ch03

@@ -19,8 +19,9 @@
 // Vectors: when can_vectorize() (both pointers 16-byte aligned, cols a multiple of 16 /
 //           sizeof(T)) every access is one 16-byte Vec<T> (common/vector_types.cuh);
 //           otherwise one element at a time.
-// Limits: rows in [1, 2^31 - 4]; cols in [1, 1024] for warp_registers (checked), in
-//           [1, 2^30] for block_vec.
+// Limits: rows in [1, 2^31 - 4]; cols in [1, 1024] for warp_registers, in [1, 2^30] for
+//           block_vec and fast_softmax: their RungLimits in kernel_ladder() (block_merge.hpp),
+//           checked before launch.
 // Memory traffic per element: warp_registers 1 read + 1 write; block_vec 2 reads + 1 write.
 // Test: ctest --test-dir build -R 03_block_merge --output-on-failure
 #pragma once
@@ -262,12 +263,13 @@ void launch_block_plan(const FastPlan& plan, const void* x, void* y, int rows, i
   launch<block_vec_kernel<T, false>>(dim3(rows), dim3(kBlockVecThreads), 0, xt, yt, cols);
 }
 
-// Runs `plan` with T the C++ type of `dtype`.
-void run_plan(const FastPlan& plan, const void* x, void* y, int rows, int cols, Dtype dtype) {
-  with_element_type(dtype, [&](auto tag) {
+// Runs `plan` on `a`, with T the C++ type of a.dtype.
+void run_plan(const FastPlan& plan, const RowArgs& a) {
+  with_element_type(a.dtype, [&](auto tag) {
     using T = decltype(tag);
-    if (plan.path == FastPath::warp_registers) return launch_warp_plan<T>(plan, x, y, rows, cols);
-    launch_block_plan<T>(plan, x, y, rows, cols);
+    if (plan.path == FastPath::warp_registers)
+      return launch_warp_plan<T>(plan, a.x, a.y, a.rows, a.cols);
+    launch_block_plan<T>(plan, a.x, a.y, a.rows, a.cols);
   });
 }
 
@@ -278,25 +280,18 @@ void run_plan(const FastPlan& plan, const void* x, void* y, int rows, int cols, 
 // ==========================================================================================
 
 template <>
-void FastKernels<kThisBackend>::warp_registers(const void* x, void* y, int rows, int cols,
-                                               Dtype dtype) {
-  check_fast_args("warp_registers", rows, cols, kWarpRegistersMaxCols);
-  run_plan(plan_fast_softmax(x, y, cols, dtype), x, y, rows, cols, dtype);
+void Kernels<kThisBackend>::warp_registers(const RowArgs& a) {
+  run_plan(warp_registers_plan(a.x, a.y, a.cols, a.dtype), a);
 }
 
 template <>
-void FastKernels<kThisBackend>::block_vec(const void* x, void* y, int rows, int cols, Dtype dtype) {
-  check_fast_args("block_vec", rows, cols, kFastMaxCols);
-  run_plan({FastPath::block_vec, 0, can_vectorize(x, y, cols, dtype)}, x, y, rows, cols, dtype);
+void Kernels<kThisBackend>::block_vec(const RowArgs& a) {
+  run_plan(block_vec_plan(a.x, a.y, a.cols, a.dtype), a);
 }
 
 template <>
-FastPlan FastKernels<kThisBackend>::softmax(const void* x, void* y, int rows, int cols,
-                                            Dtype dtype) {
-  check_fast_args("fast_softmax", rows, cols, kFastMaxCols);
-  const FastPlan plan = plan_fast_softmax(x, y, cols, dtype);
-  run_plan(plan, x, y, rows, cols, dtype);
-  return plan;
+void Kernels<kThisBackend>::fast_softmax(const RowArgs& a) {
+  run_plan(plan_fast_softmax(a.x, a.y, a.cols, a.dtype), a);
 }
 
 }  // namespace wb::ch03

@@ -12,12 +12,9 @@
 #include "chapters/02_online_softmax/online_softmax.hpp"
 #include "chapters/03_block_merge/block_merge.hpp"
 #include "chapters/03_block_merge/md_merge.hpp"
-#include "common/bench.hpp"
-#include "common/buffer.hpp"
 #include "common/cli.hpp"
-#include "common/inputs.hpp"
+#include "common/dtype.hpp"
 #include "common/program.hpp"
-#include "common/reference.hpp"
 #include "common/table.hpp"
 
 namespace {
@@ -108,72 +105,6 @@ void print_trace() {
                "  bits with the order of the roundings, within the bound of eq. (6).\n\n";
 }
 
-// The fast rungs on fp32 with the ladder's signature, those that take `cols`.
-template <Backend B>
-std::vector<NamedKernel> fast_fp32_rungs(int cols) {
-  std::vector<NamedKernel> rungs;
-  if (cols <= kWarpRegistersMaxCols)
-    rungs.push_back({"warp_registers", &launch_fp32<&FastKernels<B>::warp_registers>});
-  rungs.push_back({"block_vec", &launch_fp32<&FastKernels<B>::block_vec>});
-  rungs.push_back({"fast_softmax", &launch_fp32<&FastKernels<B>::dispatch>});
-  return rungs;
-}
-
-// The fast rungs on 16-bit x and y: randn rounded to `dtype`, against the fp64 softmax of the
-// rounded values and against the CPU blocked step on them.
-void report_16bit(Backend backend, const std::vector<FastKernel>& fast, Dtype dtype, int rows,
-                  int cols, std::uint64_t seed) {
-  const std::vector<float> x = make_input(InputKind::randn, rows, cols, seed);
-  const std::vector<float> rounded = round_elements(x, dtype);
-  std::vector<Run> runs;
-  runs.push_back(
-      run_cpu("cpu blocked, rounded x", [&] { return softmax_blocked(rounded, rows, cols, 100); }));
-  DeviceBuffer<unsigned char> dx(backend, encode_elements(x, dtype));
-  DeviceBuffer<unsigned char> dy(backend, dx.size());
-  for (const FastKernel& k : fast) {
-    if (cols > k.max_cols) continue;
-    const double ms =
-        time_kernel_ms(backend, [&] { k.launch(dx.data(), dy.data(), rows, cols, dtype); });
-    const std::vector<unsigned char> out = dy.download();
-    runs.push_back({std::string(to_string(backend)) + " " + k.name + " " + to_string(dtype),
-                    decode_elements(out.data(), x.size(), dtype), ms});
-  }
-  std::cout << "Error of the fast rungs on " << to_string(dtype) << " x and y, (" << rows << ", "
-            << cols << ") randn rounded to " << to_string(dtype) << ", seed " << seed << ":\n";
-  print_error_table(std::cout, runs, ref::softmax(rounded, rows, cols), "cpu blocked, rounded x",
-                    softmax_bytes(rows, cols, dtype_bytes(dtype)));
-}
-
-// --bench: the fp32 ladder and the fast rungs in every selected dtype, on the GPU.
-int bench(const std::vector<NamedKernel>& ladder, const std::vector<FastKernel>& fast,
-          const std::vector<Dtype>& dtypes, const BenchOptions& options, int rows, int cols,
-          std::uint64_t seed) {
-  Bench b("03_block_merge", "softmax", options);
-  const std::vector<float> x = bench_input(rows, cols, seed);
-  const std::string shape = shape_string(rows, cols);
-  for (Dtype dtype : dtypes) {
-    const Work work = Work::moving(softmax_bytes(rows, cols, dtype_bytes(dtype)));
-    if (dtype == Dtype::fp32) {
-      DeviceBuffer<float> dx(Backend::cuda, x);
-      DeviceBuffer<float> dy(Backend::cuda, dx.size());
-      for (const NamedKernel& k : ladder)
-        b.time(k.name, "fp32", shape, work, [&] { k.launch(dx.data(), dy.data(), rows, cols); });
-    }
-    DeviceBuffer<unsigned char> dx(Backend::cuda, encode_elements(x, dtype));
-    DeviceBuffer<unsigned char> dy(Backend::cuda, dx.size());
-    for (const FastKernel& k : fast) {
-      if (cols > k.max_cols) {
-        b.skip(std::string(k.name) + " " + to_string(dtype),
-               "cols > " + std::to_string(k.max_cols));
-        continue;
-      }
-      b.time(k.name, to_string(dtype), shape, work,
-             [&] { k.launch(dx.data(), dy.data(), rows, cols, dtype); });
-    }
-  }
-  return b.finish();
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -186,20 +117,19 @@ int main(int argc, char** argv) {
       .option("--cols", &cols, "columns of x, the softmax length (default 1024)")
       .option("--block", &block, "block size of the CPU blocked softmax (default 100)")
       .option("--dtype", &dtype, {"fp32", "fp16", "bf16", "all"},
-              "element type of the fast rungs' x and y (default all)");
+              "element type of x and y (default all; the first two rungs take fp32 only)");
   ProgramOptions options;
   if (const int code = parse_program(cli, argc, argv, &options); code >= 0) return code;
+  const auto make_ladder = [](auto b) { return kernel_ladder<decltype(b)::value>(); };
+  if (options.list) return list_ladder(options, "03_block_merge", "softmax", make_ladder);
   if (const int code = check_matrix_size(cli, options, rows, cols); code >= 0) return code;
-  const std::vector<NamedKernel> ladder = select_kernel_backend(
-      options.backend, [](auto b) { return kernel_ladder<decltype(b)::value>(); });
-  const std::vector<NamedKernel> fast32 = select_kernel_backend(
-      options.backend, [cols](auto b) { return fast_fp32_rungs<decltype(b)::value>(cols); });
-  const std::vector<FastKernel> fast = select_kernel_backend(
-      options.backend, [](auto b) { return fast_ladder<decltype(b)::value>(); });
+  const Ladder<RowArgs> ladder = select_kernel_backend(options.backend, make_ladder);
   const std::vector<Dtype> dtypes = dtypes_of_option(dtype);
   if (options.bench.enabled)
-    return run_guarded(
-        cli, [&] { return bench(ladder, fast, dtypes, options.bench, rows, cols, options.seed); });
+    return run_guarded(cli, [&] {
+      return ch01::bench_softmax("03_block_merge", ladder, options.bench, rows, cols, options.seed,
+                                 dtypes);
+    });
 
   print_intro();
   print_trace();
@@ -212,10 +142,8 @@ int main(int argc, char** argv) {
          [block](const std::vector<float>& x, int r, int c) {
            return softmax_blocked(x, r, c, block);
          }}};
-    std::vector<NamedKernel> all = ladder;
     for (Dtype t : dtypes)
-      if (t == Dtype::fp32) all.insert(all.end(), fast32.begin(), fast32.end());
-    ch01::report_softmax(options.backend, steps, all, "ch02", rows, cols, options.seed);
+      ch01::report_softmax(options.backend, steps, ladder, "ch02", rows, cols, options.seed, t);
     std::cout << "  The merge tree is shallower than chapter 02's chain (a slice of\n"
                  "  cols / threads updates, then log2(threads) merges), so d' collects fewer\n"
                  "  roundings. GB/s counts one read and one write of x per element (the ideal).\n"
@@ -225,9 +153,8 @@ int main(int argc, char** argv) {
                  "  (16-byte vectors, x read twice) and fast_softmax, the dispatcher: here it\n"
                  "  runs "
               << to_string(plan_fast_softmax(nullptr, nullptr, cols, Dtype::fp32).path)
-              << " (see block_merge.md, \"The fast rungs\").\n\n";
-    for (Dtype t : dtypes)
-      if (t != Dtype::fp32) report_16bit(options.backend, fast, t, rows, cols, options.seed);
+              << " (see block_merge.md, \"The fast rungs\"). On fp16 and bf16 the inputs are\n"
+                 "  rounded first, and the CPU steps and the fp64 reference see the same values.\n\n";
     if (dtypes.size() > 1 || dtypes[0] != Dtype::fp32)
       std::cout << "  16-bit outputs carry their own rounding, half an ulp: a relative 2^-8\n"
                    "  (3.9e-3) for bf16, 2^-11 (4.9e-4) for fp16 down to its smallest normal,\n"

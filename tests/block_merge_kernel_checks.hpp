@@ -1,0 +1,233 @@
+// Chapter 03's tests, the kernels (tests/test_03_block_merge.cpp): each rung's floor from
+// block_merge.md's eq. (6), the shapes at the dispatcher's bucket edges, the 16-bit chain
+// check, and the check of one fast rung on a row placed anywhere in a padded buffer.
+#pragma once
+
+#include <algorithm>
+#include <cmath>
+#include <cstddef>
+#include <limits>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "chapters/03_block_merge/block_merge.hpp"
+#include "common/buffer.hpp"
+#include "common/compare.hpp"
+#include "common/dtype.hpp"
+#include "common/inputs.hpp"
+#include "common/reference.hpp"
+#include "common/rung_buffers.hpp"
+#include "tests/block_merge_laws.hpp"
+#include "tests/ladder_checks.hpp"
+#include "tests/softmax_checks.hpp"
+#include "tests/support.hpp"
+
+namespace wb::test::block_merge {
+
+// ------------------------------------------------------------------------------------------
+// Each rung's floor
+// ------------------------------------------------------------------------------------------
+
+// A kernel against the CPU step, both against fp64. Their d differ by at most the kernel's d
+// bound (a slice of ceil(cols / threads) updates, then `merges` butterfly merges, with CUDA's
+// exp) plus the CPU step's. y_i = e^{x_i - m} (1/d) differs by CUDA's exp against glibc's
+// (2 + 1 ulp, 6 u) and the two reciprocals (2 u).
+// `steps`: the operations on a term's path in the kernel (its thread's share, then merges).
+inline double kernel_floor_for_steps(int cols, int steps) {
+  return d_bound(steps, kCudaExpErr) + d_bound(blocked_steps(cols, kCpuBlock), kHostExpErr) +
+         8 * kFloatEps;
+}
+inline double kernel_floor(int cols, int threads, int merges) {
+  const int slice = (cols + threads - 1) / threads;
+  return kernel_floor_for_steps(cols, slice + merges);
+}
+
+// Operations on a term's path in a fast rung (see kernel_floor): warp_registers sums its
+// lane's cols_per_lane entries directly (eq. 1) and merges 5 times; block_vec folds each
+// vector of kWidth entries directly and merges it into the thread's pair (kWidth + 1 per
+// vector) or runs chapter 02's update per entry, then merges 10 times (5 in the warp, 5 over
+// the 8 warps).
+inline int fast_steps(const FastPlan& plan, int cols, Dtype t) {
+  if (plan.path == FastPath::warp_registers) return plan.cols_per_lane + 5;
+  const int width = plan.vectorized ? vec_width(t) : 1;
+  const int per_thread = (cols + width * 256 - 1) / (width * 256);
+  return per_thread * (width + 1) + 10;
+}
+
+// The plan the fast rung `name` runs on rows of `cols` elements of `t` at x and y.
+inline FastPlan rung_plan(const std::string& name, const void* x, const void* y, int cols,
+                          Dtype t) {
+  if (name == "warp_registers") return warp_registers_plan(x, y, cols, t);
+  if (name == "block_vec") return block_vec_plan(x, y, cols, t);
+  return plan_fast_softmax(x, y, cols, t);  // fast_softmax
+}
+
+// The floor of `rung` on rows of `cols` elements of `t` at x and y, in float: the first two
+// rungs share a row among `threads` threads with `merges` butterfly merges on a term's path
+// (a warp merges in 5 steps; a block of 256 in 5 within each warp, then 5 over the 8 warps'
+// pairs); the fast rungs as their plan runs (fast_steps).
+inline double rung_floor(const Rung<RowArgs>& rung, const void* x, const void* y, int cols,
+                         Dtype t) {
+  const std::string name = rung.name;
+  if (name == "block_per_row_online") return kernel_floor(cols, 256, 10);
+  if (name == "warp_per_row_online") return kernel_floor(cols, 32, 5);
+  return kernel_floor_for_steps(cols, fast_steps(rung_plan(name, x, y, cols, t), cols, t));
+}
+
+// ------------------------------------------------------------------------------------------
+// The shapes and the cases
+// ------------------------------------------------------------------------------------------
+
+using Shape = RowShape;
+
+// The bucket edges and the required irregular ones, rows never a multiple of the 4 rows per
+// block of warp_registers.
+inline const std::vector<Shape> kFastShapes = {
+    {5, 1},   {3, 2},   {7, 31},  {5, 32},  {6, 33},  {3, 64},   {5, 65},
+    {2, 127}, {3, 128}, {5, 129}, {3, 256}, {2, 257}, {3, 512},  {2, 513},
+    {3, 1000}, {5, 1023}, {3, 1024}, {2, 1025}, {3, 4096}};
+inline const std::vector<Shape> kFastRaceShapes = {{2, 1}, {3, 33}, {5, 136}, {2, 1040}};
+
+inline const std::vector<Shape>& fast_shapes() { return kRaceMode ? kFastRaceShapes : kFastShapes; }
+
+// Every fast shape of this binary times every input kind, in each of `dtypes`.
+inline std::vector<SoftmaxCase> fast_cases(const std::vector<Dtype>& dtypes) {
+  std::vector<SoftmaxCase> cases;
+  for (Dtype t : dtypes)
+    for (const Shape& s : fast_shapes())
+      for (InputKind kind : all_input_kinds()) cases.push_back({s, kind, t});
+  return cases;
+}
+
+// ------------------------------------------------------------------------------------------
+// The error of a 16-bit output
+// ------------------------------------------------------------------------------------------
+
+// The output's rounding to `t` is output_rounding(t) (common/dtype.hpp): half an ulp, 2^-11 of
+// |y| for fp16, 2^-8 for bf16, 0 for fp32; below `tiny` (fp16's smallest normal 2^-14; FLT_MIN
+// otherwise) the spacing stops shrinking, so the error is measured against max(|ref|, tiny).
+
+// max_i |y_i - ref_i| / max(|ref_i|, tiny), and where it is; infinity for a NaN or inf where
+// the reference is finite (compare() reports those too).
+struct RelError {
+  double max_rel = 0.0;
+  std::size_t worst = 0;
+};
+inline RelError rel_error(const std::vector<float>& y, const std::vector<double>& ref,
+                          double tiny) {
+  RelError e;
+  for (std::size_t i = 0; i < y.size(); ++i) {
+    const double err = std::isfinite(y[i])
+                           ? std::fabs(y[i] - ref[i]) / std::max(std::fabs(ref[i]), tiny)
+                           : std::numeric_limits<double>::infinity();
+    if (!(err <= e.max_rel)) e = {err, i};
+  }
+  return e;
+}
+
+// The bound of a rung whose float computation is within `a` of fp64 (relative), after the
+// rounding to t, relative half_ulp (1 + a) of |y|: |round(y) - ref| <= (a + half_ulp (1 + a))
+// max(|ref|, tiny).
+inline double rounded_bound(double a, Dtype t) {
+  return a + output_rounding(t).half_ulp * (1 + a);
+}
+
+// ------------------------------------------------------------------------------------------
+// The chain check on 16-bit elements
+// ------------------------------------------------------------------------------------------
+
+// test::check_softmax_ladder measures every rung against max(|ref|, FLT_MIN), where an fp16
+// output below 2^-14 (fp16's spacing stops at 2^-24 there) shows any relative error up to 1.
+// So 16-bit cases run the same chain check (tests/ladder_checks.hpp) with the error measured
+// against max(|ref|, tiny) and the output's rounding on top of the float floor: a rung's error
+// is at most (twice the CPU step's + floor) + half_ulp (1 + that), the bound above; and at
+// most twice the rung before's plus the same floor. The ladder is cut to the rungs that take
+// `dtypes`: a rung no case reaches would fail the check.
+template <Backend B>
+void check_16bit_ladder(const Ladder<RowArgs>& ladder, const std::vector<Dtype>& dtypes) {
+  Ladder<RowArgs> rungs;
+  for (const Rung<RowArgs>& r : ladder) {
+    bool takes_all = true;
+    for (Dtype t : dtypes) takes_all = takes_all && r.limits.takes(t);
+    if (takes_all) rungs.push_back(r);
+  }
+  check_ladder(rungs, fast_cases(dtypes),
+               [](const Rung<RowArgs>& rung, const SoftmaxCase& c) -> std::optional<RungError> {
+                 const int rows = c.shape.rows, cols = c.shape.cols;
+                 // The values the kernel sees; fp64 and the CPU step are computed from them.
+                 const std::vector<float> x =
+                     round_elements(make_input(c.kind, rows, cols, kSeed), c.dtype);
+                 RowBuffers buffers(B, x, rows, cols, c.dtype);
+                 if (!why_refused(rung, buffers.args).empty()) return std::nullopt;
+                 run_rung(rung, buffers.args);
+                 const std::vector<double> ref = ref::softmax(x, rows, cols);
+                 const std::vector<float> y = buffers.download_y();
+                 const double cpu =
+                     compare(ch03::softmax_blocked(x, rows, cols, kCpuBlock), ref).max_rel;
+                 const double floor = rung_floor(rung, buffers.args.x, buffers.args.y, cols, c.dtype);
+                 ErrorReport report = compare(y, ref);  // NaN-aware, and where the worst is
+                 report.max_rel = rel_error(y, ref, output_rounding(c.dtype).tiny).max_rel;
+                 // With a = chain_bound(cpu, floor), the float computation's bound, the chain
+                 // bound with floor + half_ulp (1 + a) is rounded_bound(a): the bound above.
+                 const double a = chain_bound(cpu, floor);
+                 return RungError{report, true, cpu,
+                                  floor + output_rounding(c.dtype).half_ulp * (1 + a),
+                                  std::to_string(rows) + "x" + std::to_string(cols) + " " +
+                                      to_string(c.kind) + " " + to_string(c.dtype)};
+               });
+}
+
+// ------------------------------------------------------------------------------------------
+// One fast rung on a row anywhere in memory
+// ------------------------------------------------------------------------------------------
+
+// Runs `rung` on x rounded to `t`, checks it against the CPU step on the same rounded values,
+// that fully -inf rows give zeros, and that nothing before or after y is written. `offset`:
+// bytes past a 16-byte boundary where x and y start (one element forces the scalar path).
+template <Backend B>
+void check_fast_kernel(const Rung<RowArgs>& rung, Dtype t, int rows, int cols, InputKind kind,
+                       std::size_t offset) {
+  const std::vector<float> x = make_input(kind, rows, cols, kSeed);
+  const std::vector<float> rounded = round_elements(x, t);            // the values the kernel sees
+  const std::vector<double> ref = ref::softmax(rounded, rows, cols);  // fp64 from them
+  const ErrorReport cpu = compare(ch03::softmax_blocked(rounded, rows, cols, kCpuBlock), ref);
+
+  const std::vector<unsigned char> in = encode_elements(x, t);
+  const std::size_t bytes = in.size();
+  std::vector<unsigned char> padded(offset + bytes + 16, 0);
+  std::copy(in.begin(), in.end(), padded.begin() + static_cast<std::ptrdiff_t>(offset));
+  DeviceBuffer<unsigned char> dx(B, padded);
+  DeviceBuffer<unsigned char> dy(B, padded.size());
+  dy.fill_zero();
+  const RowArgs args{dx.data() + offset, dy.data() + offset, rows, cols, t};
+  if (offset % kVecBytes != 0) REQUIRE_FALSE(rung_plan(rung.name, args.x, args.y, cols, t).vectorized);
+  run_rung(rung, args);
+  const std::vector<unsigned char> out = dy.download();
+  const std::vector<float> y = decode_elements(out.data() + offset, x.size(), t);
+
+  // The float computation: at most twice the CPU step's error plus the floor (6) gives the
+  // kernel with CUDA's exp; then the rounding to t (rounded_bound).
+  const double bound =
+      rounded_bound(chain_bound(cpu.max_rel, rung_floor(rung, args.x, args.y, cols, t)), t);
+  const RelError e = rel_error(y, ref, output_rounding(t).tiny);
+  const ErrorReport kinds = compare(y, ref);
+  CHECK_MESSAGE(kinds.nonfinite_mismatches == 0, "non-finite output: ", kinds.describe());
+  CHECK_MESSAGE(e.max_rel <= bound, "relative error ", e.max_rel, " at [", e.worst,
+                "] = ", y[e.worst], " vs ", ref[e.worst], " exceeds ", bound);
+  // The padding around y is untouched: no write before the row or past its end.
+  std::size_t touched = 0;
+  for (std::size_t i = 0; i < out.size(); ++i)
+    touched += (i < offset || i >= offset + bytes) && out[i] != 0;
+  CHECK(touched == 0);
+
+  for (int row = 0; row < rows; ++row) {  // a fully -inf row: exactly zeros, never NaN
+    const std::size_t begin = static_cast<std::size_t>(row) * cols;
+    bool all_inf = true;
+    for (int c = 0; c < cols; ++c) all_inf = all_inf && rounded[begin + c] == -kInf;
+    if (!all_inf) continue;
+    for (int c = 0; c < cols; ++c) CHECK(y[begin + c] == 0.f);
+  }
+}
+
+}  // namespace wb::test::block_merge
