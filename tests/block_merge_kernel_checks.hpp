@@ -230,4 +230,25 @@ void check_fast_kernel(const Rung<RowArgs>& rung, Dtype t, int rows, int cols, I
   }
 }
 
+// For every rung of the ladder that takes all three types (the fast ones), every type, and
+// every shape of `shapes` the rung takes: body(rung, type, shape), all three captured.
+template <Backend B, typename Body>
+void for_each_fast_case(const std::vector<Shape>& shapes, Body&& body) {
+  for (const Rung<RowArgs>& rung : ch03::kernel_ladder<B>()) {
+    if (!rung.limits.takes(Dtype::fp16)) continue;
+    for (Dtype t : {Dtype::fp32, Dtype::fp16, Dtype::bf16}) {
+      for (const Shape& s : shapes) {
+        if (s.cols > rung.limits.max_cols_of(t)) continue;
+        const std::string kernel_name = rung.name;
+        const std::string dtype = to_string(t);
+        CAPTURE(kernel_name);
+        CAPTURE(dtype);
+        CAPTURE(s.rows);
+        CAPTURE(s.cols);
+        body(rung, t, s);
+      }
+    }
+  }
+}
+
 }  // namespace wb::test::block_merge

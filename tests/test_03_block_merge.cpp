@@ -245,34 +245,12 @@ void every_fast_kernel_equals_the_cpu_step_in_16_bits() {
   check_16bit_ladder<B>(kernel_ladder<B>(), {Dtype::fp16, Dtype::bf16});
 }
 
-const Dtype kDtypes[] = {Dtype::fp32, Dtype::fp16, Dtype::bf16};
-
-// The rungs of the ladder that take all three types: the fast ones.
-template <Backend B>
-Ladder<RowArgs> fast_rungs() {
-  Ladder<RowArgs> fast;
-  for (const Rung<RowArgs>& r : kernel_ladder<B>())
-    if (r.limits.takes(Dtype::fp16)) fast.push_back(r);
-  return fast;
-}
-
 // At every bucket edge, in every type: no byte around y written, and fully -inf rows zeros.
 template <Backend B>
 void fast_kernels_write_only_their_rows() {
-  for (const Rung<RowArgs>& rung : fast_rungs<B>()) {
-    for (Dtype t : kDtypes) {
-      for (const Shape& s : fast_shapes()) {
-        if (s.cols > rung.limits.max_cols_of(t)) continue;
-        const std::string kernel_name = rung.name;
-        const std::string dtype = to_string(t);
-        CAPTURE(kernel_name);
-        CAPTURE(dtype);
-        CAPTURE(s.rows);
-        CAPTURE(s.cols);
-        check_fast_kernel<B>(rung, t, s.rows, s.cols, InputKind::neg_inf_rows, 0);
-      }
-    }
-  }
+  for_each_fast_case<B>(fast_shapes(), [](const Rung<RowArgs>& rung, Dtype t, const Shape& s) {
+    check_fast_kernel<B>(rung, t, s.rows, s.cols, InputKind::neg_inf_rows, 0);
+  });
 }
 
 // One element past the 16-byte boundary: the same kernels on the scalar path, on shapes
@@ -282,25 +260,13 @@ void misaligned_rows_take_the_scalar_path() {
   const std::vector<Shape> shapes =
       test::kRaceMode ? std::vector<Shape>{{3, 136}, {2, 1040}}
                       : std::vector<Shape>{{5, 256}, {3, 1024}, {2, 1032}, {3, 4096}};
-  for (const Rung<RowArgs>& rung : fast_rungs<B>()) {
-    for (Dtype t : kDtypes) {
-      for (const Shape& s : shapes) {
-        if (s.cols > rung.limits.max_cols_of(t)) continue;
-        const std::string kernel_name = rung.name;
-        const std::string dtype = to_string(t);
-        CAPTURE(kernel_name);
-        CAPTURE(dtype);
-        CAPTURE(s.rows);
-        CAPTURE(s.cols);
-        for (InputKind kind :
-             {InputKind::outliers, InputKind::large_offset, InputKind::neg_inf_rows}) {
-          const std::string input = to_string(kind);
-          CAPTURE(input);
-          check_fast_kernel<B>(rung, t, s.rows, s.cols, kind, dtype_bytes(t));
-        }
-      }
+  for_each_fast_case<B>(shapes, [](const Rung<RowArgs>& rung, Dtype t, const Shape& s) {
+    for (InputKind kind : {InputKind::outliers, InputKind::large_offset, InputKind::neg_inf_rows}) {
+      const std::string input = to_string(kind);
+      CAPTURE(input);
+      check_fast_kernel<B>(rung, t, s.rows, s.cols, kind, dtype_bytes(t));
     }
-  }
+  });
 }
 
 }  // namespace
