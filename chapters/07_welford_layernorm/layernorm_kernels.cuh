@@ -16,14 +16,15 @@
 //   block_cached    one block of 256 threads per row; the row, as T, in dynamic shared memory
 //                   (cached_shared_bytes(cols, sizeof(T)), opted in above 48 KiB)
 //   block_uncached  one block of 256 threads per row; x read twice, no row cache
-//   layernorm       the dispatcher: choose_strategy(cols, device limit, sizeof(T)) in layernorm.hpp
+//   layernorm       the dispatcher: choose_strategy(cols, device limit, sizeof(T)),
+//                   layernorm_ladder.hpp
 // All three use 16-byte vector loads and stores (Vec<T>, common/vector_types.cuh: 4 floats or
 // 8 halves) when cols is a multiple of the width and every pointer is 16-byte aligned
 // (can_vectorize), scalar accesses otherwise.
 // Limits: rows in [1, 2^31 - 1]; cols in [1, 1024] for warp_per_row, up to the device's
 //   shared memory (58088 fp32 or 116176 16-bit values on an H100 or the simulator) for
-//   block_cached, up to 2^24 for block_uncached; checked, with std::invalid_argument naming
-//   the limit.
+//   block_cached, up to 2^24 for block_uncached: each rung's limits in kernel_ladder
+//   (layernorm_ladder.hpp), checked before launch by run_rung with one line naming the limit.
 // Memory traffic per element: 1 read + 1 write (warp_per_row, block_cached), 2 reads + 1 write
 //   (block_uncached); gamma and beta are read once per row, from cache after the first rows.
 // Test: ctest --test-dir build -R 07_welford_layernorm --output-on-failure
@@ -37,6 +38,8 @@
 #include "common/vector_types.cuh"
 
 #include "chapters/07_welford_layernorm/layernorm.hpp"
+#include "chapters/07_welford_layernorm/layernorm_elements.cuh"
+#include "chapters/07_welford_layernorm/layernorm_ladder.hpp"
 #include "chapters/07_welford_layernorm/welford.hpp"
 
 namespace wb::ch07 {
@@ -45,7 +48,7 @@ namespace {  // kernels have internal linkage: one copy per backend's translatio
 constexpr unsigned kFullMask = 0xffffffffu;
 
 // ==========================================================================================
-// Shared pieces: the group all-reduce of Welford states, vector loads, the affine transform
+// The group all-reduce of Welford states (the per-element pieces: layernorm_elements.cuh)
 // ==========================================================================================
 
 // [group_all_reduce]
@@ -74,41 +77,6 @@ __device__ Welford group_all_reduce(Welford s) {
   return s;
 }
 // [group_all_reduce]
-
-template <typename T>
-__device__ __forceinline__ float gamma_at(const T* gamma, int c) {
-  return gamma != nullptr ? to_float(gamma[c]) : 1.f;
-}
-template <typename T>
-__device__ __forceinline__ float beta_at(const T* beta, int c) {
-  return beta != nullptr ? to_float(beta[c]) : 0.f;
-}
-
-// [normalize_store]
-// Eq. (1) for the kWidth columns c .. c + kWidth of a row, v their values (in float), stored
-// to yr as T: one 16-byte vector (gamma and beta loaded as vectors too) when kWidth > 1, c
-// then a multiple of kWidth and the pointers aligned; one element when kWidth == 1. The
-// store's from_float is the one rounding a 16-bit output adds, eq. (14).
-template <typename T, int kWidth>
-__device__ __forceinline__ void normalize_store(const float* v, T* yr, int c, float mean,
-                                                float rstd, const T* gamma, const T* beta) {
-  if constexpr (kWidth == 1) {
-    yr[c] = from_float<T>(layernorm_y(v[0], mean, rstd, gamma_at(gamma, c), beta_at(beta, c)));
-  } else {
-    static_assert(kWidth == Vec<T>::kWidth, "whole vectors");
-    Vec<T> g{}, b{}, q;
-    if (gamma != nullptr) g = load_vec(gamma, c);
-    if (beta != nullptr) b = load_vec(beta, c);
-#pragma unroll
-    for (int k = 0; k < kWidth; ++k) {
-      const float gk = gamma != nullptr ? to_float(g.v[k]) : 1.f;
-      const float bk = beta != nullptr ? to_float(b.v[k]) : 0.f;
-      q.v[k] = from_float<T>(layernorm_y(v[k], mean, rstd, gk, bk));
-    }
-    store_vec(yr, c, q);
-  }
-}
-// [normalize_store]
 
 // ==========================================================================================
 // Strategy 1: warp per row. A group of kGroupWidth lanes serves one row held in registers:
@@ -174,8 +142,9 @@ __global__ void __launch_bounds__(kWarpBlockThreads)
 // [warp_per_row]
 
 // ==========================================================================================
-// Strategies 2 and 3: block per row. 256 threads fold strided slices of the row, the warps
-// all-reduce their states by shuffles, and one more all-reduce joins the 8 warp states.
+// Strategies 2 and 3: block per row. 256 threads fold strided slices of the row (fold_slice,
+// layernorm_elements.cuh), the warps all-reduce their states by shuffles, and one more
+// all-reduce joins the 8 warp states.
 // ==========================================================================================
 
 // [block_all_reduce]
@@ -193,46 +162,6 @@ __device__ Welford block_all_reduce(Welford s, Welford* scratch) {
   return s;
 }
 // [block_all_reduce]
-
-// Thread t's Welford state over columns t, t + 256, ... (or the vectors of kWidth starting at
-// kWidth t, kWidth (t + 256), ...), each element also stored to `cache`, as it was read, when
-// `cache` is not null.
-template <typename T, bool kVec>
-__device__ Welford fold_slice(const T* xr, int cols, T* cache) {
-  constexpr int kWidth = kVec ? Vec<T>::kWidth : 1;
-  Welford s = welford_identity();
-  for (int c = kWidth * static_cast<int>(threadIdx.x); c < cols; c += kWidth * kBlockThreads) {
-    if constexpr (kVec) {
-      const Vec<T> q = load_vec(xr, c);
-      if (cache != nullptr) store_vec(cache, c, q);
-#pragma unroll
-      for (int k = 0; k < kWidth; ++k) s = welford_update(s, to_float(q.v[k]));
-    } else {
-      const T e = xr[c];
-      if (cache != nullptr) cache[c] = e;
-      s = welford_update(s, to_float(e));
-    }
-  }
-  return s;
-}
-
-// Eq. (1) over thread t's slice, reading the values from `src` (the cache or x itself).
-template <typename T, bool kVec>
-__device__ void normalize_slice(const T* src, T* yr, int cols, float row_mean, float row_rstd,
-                                const T* gamma, const T* beta) {
-  constexpr int kWidth = kVec ? Vec<T>::kWidth : 1;
-  for (int c = kWidth * static_cast<int>(threadIdx.x); c < cols; c += kWidth * kBlockThreads) {
-    float v[kWidth];
-    if constexpr (kVec) {
-      const Vec<T> q = load_vec(src, c);
-#pragma unroll
-      for (int k = 0; k < kWidth; ++k) v[k] = to_float(q.v[k]);
-    } else {
-      v[0] = to_float(src[c]);
-    }
-    normalize_store<T, kWidth>(v, yr, c, row_mean, row_rstd, gamma, beta);
-  }
-}
 
 // [block_cached]
 // x, y: (rows, cols) of T, row-major; gamma, beta: (cols) or nullptr; mean, rstd: (rows).
@@ -287,7 +216,7 @@ __global__ void __launch_bounds__(kBlockThreads)
 // ==========================================================================================
 
 template <typename T, int kColsPerLane, int kGroupWidth, bool kVec>
-void launch_warp(const TypedLayerNormArgs& a) {
+void launch_warp(const LayerNormArgs& a) {
   constexpr int kRowsPerBlock = kWarpBlockThreads / kGroupWidth;
   launch<warp_per_row_kernel<T, kColsPerLane, kGroupWidth, kVec>>(
       dim3(ceil_div(a.rows, kRowsPerBlock)), dim3(kWarpBlockThreads), 0, static_cast<const T*>(a.x),
@@ -297,7 +226,7 @@ void launch_warp(const TypedLayerNormArgs& a) {
 
 // Narrow groups (cols <= 16): several rows per warp, one value per lane.
 template <typename T>
-void launch_warp_narrow(const TypedLayerNormArgs& a, int group_width) {
+void launch_warp_narrow(const LayerNormArgs& a, int group_width) {
   switch (group_width) {
     case 1:
       return launch_warp<T, 1, 1, false>(a);
@@ -319,7 +248,7 @@ void launch_warp_narrow(const TypedLayerNormArgs& a, int group_width) {
 // Whole-warp groups: one instantiation per power-of-2 count of values per lane; vectors need
 // whole vectors per lane (4 or more values for fp32, 8 or more for 16-bit types).
 template <typename T, bool kVec>
-void launch_warp_full(const TypedLayerNormArgs& a, int cols_per_lane) {
+void launch_warp_full(const LayerNormArgs& a, int cols_per_lane) {
   switch (cols_per_lane) {
     case 8:
       return launch_warp<T, 8, kLanes, kVec>(a);
@@ -342,14 +271,14 @@ void launch_warp_full(const TypedLayerNormArgs& a, int cols_per_lane) {
 }
 
 template <auto Kernel, typename T>
-void launch_block(const TypedLayerNormArgs& a, std::size_t shared_bytes) {
+void launch_block(const LayerNormArgs& a, std::size_t shared_bytes) {
   launch<Kernel>(dim3(a.rows), dim3(kBlockThreads), shared_bytes, static_cast<const T*>(a.x),
                  static_cast<const T*>(a.gamma), static_cast<const T*>(a.beta),
                  static_cast<T*>(a.y), a.mean, a.rstd, a.cols, a.eps);
 }
 
 template <typename T, bool kVec>
-void launch_cached(const TypedLayerNormArgs& a) {
+void launch_cached(const LayerNormArgs& a) {
   constexpr auto kKernel = block_cached_kernel<T, kVec>;
   const std::size_t bytes = cached_shared_bytes(a.cols, sizeof(T));
   if (bytes > kDefaultDynamicSharedBytes) allow_dynamic_shared_bytes<kKernel>(bytes);
@@ -357,14 +286,15 @@ void launch_cached(const TypedLayerNormArgs& a) {
 }
 
 template <typename T, bool kVec>
-void launch_uncached(const TypedLayerNormArgs& a) {
+void launch_uncached(const LayerNormArgs& a) {
   launch_block<block_uncached_kernel<T, kVec>, T>(a, 0);
 }
 
 }  // namespace
 
 // ==========================================================================================
-// Launchers
+// Launchers: the arguments are within the rung's limits (kernel_ladder in
+// layernorm_ladder.hpp), checked before the launch by run_rung
 // ==========================================================================================
 
 template <>
@@ -373,12 +303,7 @@ std::size_t Kernels<kThisBackend>::max_dynamic_shared_bytes() {
 }
 
 template <>
-void Kernels<kThisBackend>::warp_per_row(const TypedLayerNormArgs& a) {
-  check_args(a);
-  if (a.cols > kWarpMaxCols)
-    throw std::invalid_argument("warp_per_row: cols = " + std::to_string(a.cols) +
-                                " exceeds its limit of " + std::to_string(kWarpMaxCols) +
-                                " (32 lanes x 32 registers)");
+void Kernels<kThisBackend>::warp_per_row(const LayerNormArgs& a) {
   const WarpShape shape = warp_shape(a.cols);
   const bool vec = can_vectorize(a) && shape.cols_per_lane % vec_width(a.dtype) == 0;
   with_element_type(a.dtype, [&](auto tag) {
@@ -390,16 +315,7 @@ void Kernels<kThisBackend>::warp_per_row(const TypedLayerNormArgs& a) {
 }
 
 template <>
-void Kernels<kThisBackend>::block_cached(const TypedLayerNormArgs& a) {
-  check_args(a);
-  const std::size_t limit = max_dynamic_shared_bytes();
-  const std::size_t elem = dtype_bytes(a.dtype);
-  if (cached_shared_bytes(a.cols, elem) > limit)
-    throw std::invalid_argument(
-        "block_cached: cols = " + std::to_string(a.cols) + " of " + to_string(a.dtype) + " needs " +
-        std::to_string(cached_shared_bytes(a.cols, elem)) +
-        " bytes of shared memory, over this device's " + std::to_string(limit) + " (at most " +
-        std::to_string(max_cached_cols(limit, elem)) + " cols)");
+void Kernels<kThisBackend>::block_cached(const LayerNormArgs& a) {
   const bool vec = can_vectorize(a);
   with_element_type(a.dtype, [&](auto tag) {
     using T = decltype(tag);
@@ -409,8 +325,7 @@ void Kernels<kThisBackend>::block_cached(const TypedLayerNormArgs& a) {
 }
 
 template <>
-void Kernels<kThisBackend>::block_uncached(const TypedLayerNormArgs& a) {
-  check_args(a);
+void Kernels<kThisBackend>::block_uncached(const LayerNormArgs& a) {
   const bool vec = can_vectorize(a);
   with_element_type(a.dtype, [&](auto tag) {
     using T = decltype(tag);
@@ -420,8 +335,7 @@ void Kernels<kThisBackend>::block_uncached(const TypedLayerNormArgs& a) {
 }
 
 template <>
-Strategy Kernels<kThisBackend>::layernorm(const TypedLayerNormArgs& a) {
-  check_args(a);
+Strategy Kernels<kThisBackend>::layernorm(const LayerNormArgs& a) {
   const Strategy s = choose_strategy(a.cols, max_dynamic_shared_bytes(), dtype_bytes(a.dtype));
   switch (s) {
     case Strategy::warp_per_row:

@@ -6,15 +6,17 @@
 #include <vector>
 
 #include "chapters/07_welford_layernorm/layernorm.hpp"
+#include "chapters/07_welford_layernorm/layernorm_ladder.hpp"
 #include "chapters/07_welford_layernorm/welford.hpp"
 #include "common/bench.hpp"
-#include "common/buffer.hpp"
 #include "common/cli.hpp"
 #include "common/compare.hpp"
 #include "common/dtype.hpp"
 #include "common/inputs.hpp"
+#include "common/ladder_run.hpp"
 #include "common/program.hpp"
 #include "common/reference_layernorm.hpp"
+#include "common/rung_buffers.hpp"
 #include "common/shared_memory.hpp"
 #include "common/table.hpp"
 #include "common/timer.hpp"
@@ -106,14 +108,16 @@ void print_trace() {
 }
 
 // Which strategy the dispatcher picks for each row length, with the device's limit, for
-// elements of `elem_bytes` (4: fp32; 2: fp16 and bf16, whose rows cache twice as long).
-void print_dispatch(Backend backend, std::size_t elem_bytes) {
+// elements of `dtype` (fp32; or fp16, standing for both 16-bit types, whose rows cache twice
+// as long).
+void print_dispatch(Backend backend, Dtype dtype) {
   const std::size_t limit = select_kernel_backend(
       backend, [](auto b) { return Kernels<decltype(b)::value>::max_dynamic_shared_bytes(); });
-  const int max_cached = max_cached_cols(limit, elem_bytes);
-  const int default_cached = max_cached_cols(kDefaultDynamicSharedBytes, elem_bytes);
-  const int width = kVecBytes / static_cast<int>(elem_bytes);
-  const std::string type = elem_bytes == sizeof(float) ? "fp32" : "fp16 and bf16";
+  const std::size_t elem_bytes = dtype_bytes(dtype);
+  const int max_cached = max_cached_cols(limit, dtype);
+  const int default_cached = max_cached_cols(kDefaultDynamicSharedBytes, dtype);
+  const int width = vec_width(dtype);
+  const std::string type = dtype == Dtype::fp32 ? "fp32" : "fp16 and bf16";
   std::cout << "The dispatcher on " << to_string(backend) << " for " << type << " rows: " << limit
             << " bytes of shared memory per block (opt-in), so block_cached holds up to "
             << max_cached << " columns.\n";
@@ -143,55 +147,12 @@ void print_dispatch(Backend backend, std::size_t elem_bytes) {
   std::cout << '\n';
 }
 
-struct LayerNormRun {
-  std::string name;
-  LayerNormOutput out;
-  double ms;
-};
-
-// Device buffers of one LayerNorm call on `dtype` elements (x, gamma, beta and y as bytes; mean
-// and rstd float) and the arguments pointing at them.
-struct DeviceProblem {
-  DeviceBuffer<unsigned char> x, gamma, beta, y;
-  DeviceBuffer<float> mean, rstd;
-  TypedLayerNormArgs args;
-
-  DeviceProblem(Backend b, const std::vector<float>& hx, const Affine& affine, int rows, int cols,
-                Dtype dtype)
-      : x(b, encode_elements(hx, dtype)),
-        gamma(b, encode_elements(affine.gamma, dtype)),
-        beta(b, encode_elements(affine.beta, dtype)),
-        y(b, x.size()),
-        mean(b, static_cast<std::size_t>(rows)),
-        rstd(b, static_cast<std::size_t>(rows)),
-        args{x.data(),    gamma.data(), beta.data(), y.data(),    mean.data(),
-             rstd.data(), rows,         cols,        kDefaultEps, dtype} {}
-
-  LayerNormOutput download() {
-    const std::vector<unsigned char> bytes = y.download();
-    return {decode_elements(bytes.data(), bytes.size() / dtype_bytes(args.dtype), args.dtype),
-            mean.download(), rstd.download()};
-  }
-};
-
-// Runs every strategy that takes `cols` once for its output and times it (time_kernel_ms,
-// common/program.hpp), on x, gamma and beta already rounded to `dtype`.
-template <Backend B>
-void add_kernel_runs(std::vector<LayerNormRun>* runs, const std::vector<float>& x,
-                     const Affine& affine, int rows, int cols, Dtype dtype) {
-  DeviceProblem d(B, x, affine, rows, cols, dtype);
-  for (const TypedNamedKernel& k : typed_kernel_ladder<B>(dtype)) {
-    if (cols > k.max_cols) continue;
-    const double ms = time_kernel_ms(B, [&] { k.launch(d.args); });
-    runs->push_back({std::string(to_string(B)) + " " + k.name, d.download(), ms});
-  }
-}
-
 // The error table of every step on (rows, cols) of `dtype`: randn, then randn moved by
 // randn_offset(dtype) (1e4 in fp32; 1e2 in fp16 and 1e1 in bf16, where 1e4 would round the
 // rows to a few levels). x, gamma and beta are rounded to `dtype` first, and the CPU steps and
 // the fp64 reference start from those rounded values, as the kernels do.
-void report_shape(Backend backend, Dtype dtype, int rows, int cols, std::uint64_t seed) {
+void report_shape(Backend backend, const Ladder<LayerNormArgs>& ladder, Dtype dtype, int rows,
+                  int cols, std::uint64_t seed) {
   const Affine affine{
       round_elements(randn(static_cast<std::size_t>(cols), seed, 1.f, 0.5f), dtype),
       round_elements(randn(static_cast<std::size_t>(cols), seed + 1, 0.f, 0.5f), dtype)};
@@ -201,10 +162,10 @@ void report_shape(Backend backend, Dtype dtype, int rows, int cols, std::uint64_
     x = round_elements(x, dtype);
     const ref::LayerNorm ref =
         ref::layernorm(x, rows, cols, kDefaultEps, affine.gamma, affine.beta);
-    std::vector<LayerNormRun> runs;
+    std::vector<RungRun<LayerNormOut>> runs;
     auto cpu = [&](const char* name, auto step) {
       CpuTimer timer;
-      LayerNormOutput out = step();
+      LayerNormOut out = step();
       runs.push_back({name, std::move(out), timer.elapsed_ms()});
     };
     cpu("cpu naive", [&] { return layernorm_naive(x, rows, cols, kDefaultEps, affine); });
@@ -212,9 +173,16 @@ void report_shape(Backend backend, Dtype dtype, int rows, int cols, std::uint64_
     cpu("cpu Welford", [&] { return layernorm_welford(x, rows, cols, kDefaultEps, affine); });
     cpu("cpu blocked Welford (32)",
         [&] { return layernorm_blocked_welford(x, rows, cols, 32, kDefaultEps, affine); });
-    with_kernel_backend(backend, [&](auto b) {
-      add_kernel_runs<decltype(b)::value>(&runs, x, affine, rows, cols, dtype);
-    });
+    // Every rung that takes the shape, on the same buffers; the others are listed under the table.
+    std::vector<std::string> skipped;
+    if (backend != Backend::cpu) {
+      LayerNormBuffers buffers(backend, x, affine.gamma, affine.beta, rows, cols, kDefaultEps,
+                               dtype);
+      for (RungRun<LayerNormOut>& run : run_ladder(
+               backend, ladder, buffers.args, [&](const auto&) { return buffers.download(); },
+               &skipped))
+        runs.push_back(std::move(run));
+    }
 
     std::cout << "Error vs the fp64 reference on (" << rows << ", " << cols << ") "
               << to_string(dtype) << " randn";
@@ -229,7 +197,7 @@ void report_shape(Backend backend, Dtype dtype, int rows, int cols, std::uint64_
     const double bytes = layernorm_bytes(rows, cols, dtype_bytes(dtype));
     Table t({"implementation", "y max abs err", "rstd max rel err", "mean max abs err",
              "non-finite", "time ms", "GB/s"});
-    for (const LayerNormRun& run : runs) {
+    for (const RungRun<LayerNormOut>& run : runs) {
       const ErrorReport ey = compare(run.out.y, ref.y);
       const ErrorReport er = compare(run.out.rstd, ref.rstd);
       const ErrorReport em = compare(run.out.mean, ref.mean);
@@ -239,6 +207,7 @@ void report_shape(Backend backend, Dtype dtype, int rows, int cols, std::uint64_
                  fixed(run.ms, 3), gpu ? fixed(bytes / run.ms * 1e-6, 1) : "-"});
     }
     t.print(std::cout);
+    print_skipped(skipped);
     std::cout << '\n';
   }
   if (dtype == Dtype::fp32) {
@@ -256,28 +225,19 @@ void report_shape(Backend backend, Dtype dtype, int rows, int cols, std::uint64_
   }
 }
 
-// --bench: the three strategies and the dispatcher on (rows, cols) of randn, on the GPU, in
-// every selected element type.
-int run_bench(const BenchOptions& options, const std::vector<Dtype>& dtypes, int rows, int cols,
-              std::uint64_t seed) {
+// --bench: every rung of `ladder` (cuda kernels) on (rows, cols) of randn, on the GPU, in every
+// selected element type; the rungs that cannot take it are listed as skipped.
+int run_bench(const Ladder<LayerNormArgs>& ladder, const BenchOptions& options,
+              const std::vector<Dtype>& dtypes, int rows, int cols, std::uint64_t seed) {
   Bench bench("07_welford_layernorm", "layernorm", options);
   const std::size_t n = static_cast<std::size_t>(cols);
   const std::vector<float> x = bench_input(rows, cols, seed);
   const Affine affine{randn(n, seed, 1.f, 0.5f), randn(n, seed + 1, 0.f, 0.5f)};
   for (Dtype dtype : dtypes) {
-    DeviceProblem d(Backend::cuda, x, affine, rows, cols, dtype);
-    const Work work = Work::moving(layernorm_bytes(rows, cols, dtype_bytes(dtype)));
-    const std::vector<TypedNamedKernel> ladder = select_kernel_backend(
-        Backend::cuda, [dtype](auto b) { return typed_kernel_ladder<decltype(b)::value>(dtype); });
-    for (const TypedNamedKernel& k : ladder) {
-      if (cols > k.max_cols) {
-        bench.skip(std::string(k.name) + " " + to_string(dtype),
-                   "cols > " + std::to_string(k.max_cols) + " on this device");
-        continue;
-      }
-      bench.time(k.name, to_string(dtype), shape_string(rows, cols), work,
-                 [&] { k.launch(d.args); });
-    }
+    LayerNormBuffers buffers(Backend::cuda, x, affine.gamma, affine.beta, rows, cols, kDefaultEps,
+                             dtype);
+    bench_ladder(bench, ladder, buffers.args, shape_string(rows, cols),
+                 Work::moving(layernorm_bytes(rows, cols, dtype_bytes(dtype))));
   }
   return bench.finish();
 }
@@ -295,11 +255,14 @@ int main(int argc, char** argv) {
               "element type of x, gamma, beta and y in the kernels (default all)");
   ProgramOptions options;
   if (const int code = parse_program(cli, argc, argv, &options); code >= 0) return code;
+  const auto make_ladder = [](auto b) { return kernel_ladder<decltype(b)::value>(); };
+  if (options.list) return list_ladder(options, "07_welford_layernorm", "layernorm", make_ladder);
   if (const int code = check_matrix_size(cli, options, rows, cols); code >= 0) return code;
   const std::vector<Dtype> dtypes = dtypes_of_option(dtype);
+  const Ladder<LayerNormArgs> ladder = select_kernel_backend(options.backend, make_ladder);
   if (options.bench.enabled)
-    return run_guarded(cli,
-                       [&] { return run_bench(options.bench, dtypes, rows, cols, options.seed); });
+    return run_guarded(
+        cli, [&] { return run_bench(ladder, options.bench, dtypes, rows, cols, options.seed); });
 
   print_intro();
   print_cancellation_demo();
@@ -307,9 +270,9 @@ int main(int argc, char** argv) {
   if (options.trace_only) return 0;
   return run_guarded(cli, [&] {
     const Backend kernels = options.backend == Backend::cuda ? Backend::cuda : Backend::sim;
-    print_dispatch(kernels, sizeof(float));
-    if (dtypes.back() != Dtype::fp32) print_dispatch(kernels, 2);
-    for (Dtype t : dtypes) report_shape(options.backend, t, rows, cols, options.seed);
+    print_dispatch(kernels, Dtype::fp32);
+    if (dtypes.back() != Dtype::fp32) print_dispatch(kernels, Dtype::fp16);
+    for (Dtype t : dtypes) report_shape(options.backend, ladder, t, rows, cols, options.seed);
     print_sim_time_note(std::cout, options.backend);
     std::cout << "This is the workbook's last chapter. The chapter map on the docs main page (and\n"
                  "README.md) leads back to every step, from chapter 01's safe softmax on.\n";

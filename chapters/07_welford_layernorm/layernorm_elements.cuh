@@ -1,0 +1,98 @@
+// Chapter 07 kernels' per-element pieces, shared by the strategies of layernorm_kernels.cuh:
+// gamma and beta (1 and 0 where absent), eq. (1) for a 16-byte vector or one element stored
+// as T, and a block thread's strided slice of the row folded with Welford's update and
+// normalized. Nothing here crosses lanes. The Welford all-reduce stays in
+// layernorm_kernels.cuh with every kernel that calls it: it is the chapter's exercise, whose
+// stub replaces that one file.
+// Only templates: wb_add_chapter compiles this file on its own too (it compiles every .cuh of
+// the chapter), where it emits nothing; layernorm_kernels.cuh includes it.
+// Test: ctest --test-dir build -R 07_welford_layernorm --output-on-failure
+#pragma once
+
+#include "common/kernel.cuh"
+#include "common/vector_types.cuh"
+
+#include "chapters/07_welford_layernorm/layernorm.hpp"
+#include "chapters/07_welford_layernorm/layernorm_ladder.hpp"
+#include "chapters/07_welford_layernorm/welford.hpp"
+
+namespace wb::ch07 {
+namespace {  // internal linkage, as the kernels that use them
+
+template <typename T>
+__device__ __forceinline__ float gamma_at(const T* gamma, int c) {
+  return gamma != nullptr ? to_float(gamma[c]) : 1.f;
+}
+template <typename T>
+__device__ __forceinline__ float beta_at(const T* beta, int c) {
+  return beta != nullptr ? to_float(beta[c]) : 0.f;
+}
+
+// [normalize_store]
+// Eq. (1) for the kWidth columns c .. c + kWidth of a row, v their values (in float), stored
+// to yr as T: one 16-byte vector (gamma and beta loaded as vectors too) when kWidth > 1, c
+// then a multiple of kWidth and the pointers aligned; one element when kWidth == 1. The
+// store's from_float is the one rounding a 16-bit output adds, eq. (14).
+template <typename T, int kWidth>
+__device__ __forceinline__ void normalize_store(const float* v, T* yr, int c, float mean,
+                                                float rstd, const T* gamma, const T* beta) {
+  if constexpr (kWidth == 1) {
+    yr[c] = from_float<T>(layernorm_y(v[0], mean, rstd, gamma_at(gamma, c), beta_at(beta, c)));
+  } else {
+    static_assert(kWidth == Vec<T>::kWidth, "whole vectors");
+    Vec<T> g{}, b{}, q;
+    if (gamma != nullptr) g = load_vec(gamma, c);
+    if (beta != nullptr) b = load_vec(beta, c);
+#pragma unroll
+    for (int k = 0; k < kWidth; ++k) {
+      const float gk = gamma != nullptr ? to_float(g.v[k]) : 1.f;
+      const float bk = beta != nullptr ? to_float(b.v[k]) : 0.f;
+      q.v[k] = from_float<T>(layernorm_y(v[k], mean, rstd, gk, bk));
+    }
+    store_vec(yr, c, q);
+  }
+}
+// [normalize_store]
+
+// Thread t's Welford state over columns t, t + 256, ... (or the vectors of kWidth starting at
+// kWidth t, kWidth (t + 256), ...), each element also stored to `cache`, as it was read, when
+// `cache` is not null.
+template <typename T, bool kVec>
+__device__ Welford fold_slice(const T* xr, int cols, T* cache) {
+  constexpr int kWidth = kVec ? Vec<T>::kWidth : 1;
+  Welford s = welford_identity();
+  for (int c = kWidth * static_cast<int>(threadIdx.x); c < cols; c += kWidth * kBlockThreads) {
+    if constexpr (kVec) {
+      const Vec<T> q = load_vec(xr, c);
+      if (cache != nullptr) store_vec(cache, c, q);
+#pragma unroll
+      for (int k = 0; k < kWidth; ++k) s = welford_update(s, to_float(q.v[k]));
+    } else {
+      const T e = xr[c];
+      if (cache != nullptr) cache[c] = e;
+      s = welford_update(s, to_float(e));
+    }
+  }
+  return s;
+}
+
+// Eq. (1) over thread t's slice, reading the values from `src` (the cache or x itself).
+template <typename T, bool kVec>
+__device__ void normalize_slice(const T* src, T* yr, int cols, float row_mean, float row_rstd,
+                                const T* gamma, const T* beta) {
+  constexpr int kWidth = kVec ? Vec<T>::kWidth : 1;
+  for (int c = kWidth * static_cast<int>(threadIdx.x); c < cols; c += kWidth * kBlockThreads) {
+    float v[kWidth];
+    if constexpr (kVec) {
+      const Vec<T> q = load_vec(src, c);
+#pragma unroll
+      for (int k = 0; k < kWidth; ++k) v[k] = to_float(q.v[k]);
+    } else {
+      v[0] = to_float(src[c]);
+    }
+    normalize_store<T, kWidth>(v, yr, c, row_mean, row_rstd, gamma, beta);
+  }
+}
+
+}  // namespace
+}  // namespace wb::ch07

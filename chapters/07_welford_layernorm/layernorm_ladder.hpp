@@ -1,0 +1,181 @@
+// Chapter 07: the kernels' shapes, the dispatcher's rule and the kernel ladder. Backend-neutral:
+// the limits are numbers, the launchers are defined in layernorm_kernels.cuh once per kernel
+// backend. The CPU steps are in layernorm.hpp.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+#include "chapters/07_welford_layernorm/layernorm.hpp"
+#include "chapters/07_welford_layernorm/welford.hpp"
+#include "common/backend.hpp"
+#include "common/dtype.hpp"
+#include "common/rung.hpp"
+#include "common/rung_args.hpp"
+
+namespace wb::ch07 {
+
+// ------------------------------------------------------------------------------------------
+// The kernels' shapes and the dispatcher's rule
+// ------------------------------------------------------------------------------------------
+
+/// Lanes in a warp.
+inline constexpr int kLanes = 32;
+
+/// warp_per_row holds a row in registers: at most this many floats per lane, so at most
+/// kWarpMaxCols columns. 32 registers of the 255 a thread may have leaves room for the rest.
+inline constexpr int kMaxColsPerLane = 32;
+inline constexpr int kWarpMaxCols = kLanes * kMaxColsPerLane;  // 1024
+
+/// warp_per_row's block: 4 warps, each serving 32 / group_width rows.
+inline constexpr int kWarpBlockThreads = 128;
+
+/// block_cached and block_uncached: one block of 256 threads (8 warps) per row, so every row
+/// past kWarpMaxCols gives each thread at least 4 values to fold.
+inline constexpr int kBlockThreads = 256;
+inline constexpr int kBlockWarps = kBlockThreads / kLanes;
+static_assert(kBlockThreads % kLanes == 0 && kBlockWarps <= kLanes,
+              "whole warps, and one warp can reduce the warps' states");
+
+/// A 16-byte vector (common/dtype.hpp) is 4 floats (a float4) or 8 halves, loaded in one
+/// access when its address is 16-byte aligned. kVec is fp32's width.
+inline constexpr int kVec = kVecBytes / static_cast<int>(sizeof(float));
+inline constexpr std::uintptr_t kVecAlignment = kVecBytes;
+
+/// How warp_per_row maps a row onto lanes: a group of group_width lanes (a power of 2 up to
+/// 32) serves one row, each lane holding cols_per_lane values (a power of 2 up to 32).
+struct WarpShape {
+  int group_width;
+  int cols_per_lane;
+  int rows_per_block() const { return kWarpBlockThreads / group_width; }
+};
+
+inline int next_pow2(int v) {
+  int p = 1;
+  while (p < v) p *= 2;
+  return p;
+}
+
+/// Short rows use narrow groups, several rows per warp (cols <= 32: one value per lane);
+/// longer rows use the whole warp with ceil(cols / 32) values per lane, rounded up to a power
+/// of 2 (one kernel instantiation per power). Requires 1 <= cols <= kWarpMaxCols.
+inline WarpShape warp_shape(int cols) {
+  if (cols <= kLanes) return {next_pow2(cols), 1};
+  return {kLanes, next_pow2((cols + kLanes - 1) / kLanes)};
+}
+
+/// block_cached's dynamic shared memory: the kBlockWarps warp states (rounded up to keep the
+/// row 16-byte aligned for vectors), then the row, as it was read: `elem_bytes` per value
+/// (4 for fp32, 2 for fp16 and bf16, so a 16-bit row twice as long fits).
+inline constexpr std::size_t kCachedScratchBytes =
+    (kBlockWarps * sizeof(Welford) + kVecAlignment - 1) / kVecAlignment * kVecAlignment;
+inline std::size_t cached_shared_bytes(int cols, std::size_t elem_bytes = sizeof(float)) {
+  return kCachedScratchBytes + static_cast<std::size_t>(cols) * elem_bytes;
+}
+
+/// The element types every strategy takes: x, gamma, beta and y of one type, computed in float.
+inline const std::vector<Dtype> kLayerNormDtypes = {Dtype::fp32, Dtype::fp16, Dtype::bf16};
+
+/// block_cached's limits when one block may opt in to `max_dynamic_shared_bytes`: a row of at
+/// most the bytes the warp states leave (so max_cols_of(t) counts twice as many 16-bit values
+/// as floats), capped at kMaxCols; no row at all where the states alone fill it.
+inline RungLimits cached_limits(std::size_t max_dynamic_shared_bytes) {
+  const std::size_t row_bytes = max_dynamic_shared_bytes > kCachedScratchBytes
+                                    ? max_dynamic_shared_bytes - kCachedScratchBytes
+                                    : 0;
+  return row_limits(row_bytes > 0 ? kMaxCols : 0, kLayerNormDtypes, row_bytes);
+}
+
+/// The longest row of `t` block_cached can hold when one block may use
+/// `max_dynamic_shared_bytes`.
+inline int max_cached_cols(std::size_t max_dynamic_shared_bytes, Dtype t = Dtype::fp32) {
+  return cached_limits(max_dynamic_shared_bytes).max_cols_of(t);
+}
+
+enum class Strategy { warp_per_row, block_cached, block_uncached };
+
+inline const char* to_string(Strategy s) {
+  switch (s) {
+    case Strategy::warp_per_row:
+      return "warp_per_row";
+    case Strategy::block_cached:
+      return "block_cached";
+    case Strategy::block_uncached:
+      return "block_uncached";
+  }
+  return "?";
+}
+
+// [dispatch]
+/// The dispatcher's rule, from the fastest strategy to the most general:
+///   cols <= 1024                               warp_per_row: the row in registers, 1 read;
+///   the row fits in one block's shared memory  block_cached: the row in shared memory, 1 read;
+///   otherwise                                  block_uncached: x read twice.
+/// `max_dynamic_shared_bytes` is what one block may opt in to on the device: queried from
+/// the CUDA runtime on a GPU (227 KiB on an H100), sm_90's value in the simulator. The cache
+/// holds the row's elements as they are (`elem_bytes` each): 16-bit rows fit twice as long.
+inline Strategy choose_strategy(int cols, std::size_t max_dynamic_shared_bytes,
+                                std::size_t elem_bytes = sizeof(float)) {
+  if (cols <= kWarpMaxCols) return Strategy::warp_per_row;
+  if (cached_shared_bytes(cols, elem_bytes) <= max_dynamic_shared_bytes)
+    return Strategy::block_cached;
+  return Strategy::block_uncached;
+}
+// [dispatch]
+
+inline bool aligned_for_vec(const void* p) {
+  return p == nullptr || reinterpret_cast<std::uintptr_t>(p) % kVecAlignment == 0;
+}
+
+/// True when the kernels may use 16-byte vector loads and stores: cols a multiple of the
+/// vector width (4 floats, 8 halves; so every row starts 16-byte aligned) and every pointer
+/// 16-byte aligned. Otherwise they access one element at a time.
+inline bool can_vectorize(const LayerNormArgs& a) {
+  return a.cols % vec_width(a.dtype) == 0 && aligned_for_vec(a.x) && aligned_for_vec(a.y) &&
+         aligned_for_vec(a.gamma) && aligned_for_vec(a.beta);
+}
+
+// ------------------------------------------------------------------------------------------
+// Kernel launchers (defined in layernorm_kernels.cuh, once per kernel backend) and the ladder
+// ------------------------------------------------------------------------------------------
+
+/// The launchers of the ladder's rungs. x, gamma, beta and y of `a` hold elements of a.dtype
+/// (__half or __nv_bfloat16 in the kernels; bit patterns on the host, common/dtype.hpp), mean
+/// and rstd float whatever the type; the kernels compute in float: x, gamma and beta are
+/// widened exactly, y is rounded once, to nearest even. Device pointers of backend B, any
+/// alignment (misaligned rows take the scalar path). The shapes each takes are its limits in
+/// kernel_ladder(), checked before launch (run_rung).
+template <Backend B>
+struct Kernels {
+  /// Strategy 1: a group of lanes per row, the row in registers.
+  static void warp_per_row(const LayerNormArgs& a);
+  /// Strategy 2: a block per row, the row cached in dynamic shared memory.
+  static void block_cached(const LayerNormArgs& a);
+  /// Strategy 3: a block per row, x read twice.
+  static void block_uncached(const LayerNormArgs& a);
+  /// What one block may opt in to on this backend's device.
+  static std::size_t max_dynamic_shared_bytes();
+  /// The dispatcher: choose_strategy(cols, max_dynamic_shared_bytes(), dtype_bytes(dtype)),
+  /// launched; returns the strategy it ran.
+  static Strategy layernorm(const LayerNormArgs& a);
+  static void dispatch(const LayerNormArgs& a) { layernorm(a); }
+};
+
+// [ladder]
+/// The three strategies and the dispatcher, each on fp32, fp16 and bf16, with the rows it
+/// holds on this backend's device.
+template <Backend B>
+Ladder<LayerNormArgs> kernel_ladder() {
+  return {{"warp_per_row", "the row in registers, Chan's combine by warp shuffles: x read once",
+           row_limits(kWarpMaxCols, kLayerNormDtypes), &Kernels<B>::warp_per_row},
+          {"block_cached", "256 threads per row, the row cached in shared memory: x read once",
+           cached_limits(Kernels<B>::max_dynamic_shared_bytes()), &Kernels<B>::block_cached},
+          {"block_uncached", "no row cache: x read twice, rows of any length",
+           row_limits(kMaxCols, kLayerNormDtypes), &Kernels<B>::block_uncached},
+          {"dispatch", "picks the first of the three that holds the row (choose_strategy)",
+           row_limits(kMaxCols, kLayerNormDtypes), &Kernels<B>::dispatch}};
+}
+// [ladder]
+
+}  // namespace wb::ch07

@@ -1,0 +1,269 @@
+// Chapter 07's kernels: the dispatcher's rule and the kernels' shapes at their boundaries
+// (backend-neutral), then the kernel ladder on the simulator (and a GPU): every rung against
+// the CPU Welford step and the rung before it (tests/layernorm_checks.hpp), in fp32, fp16 and
+// bf16, the dispatcher's choices, constant rows, and the limits each rung refuses past.
+#include <algorithm>
+#include <cstddef>
+#include <stdexcept>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "chapters/07_welford_layernorm/layernorm.hpp"
+#include "chapters/07_welford_layernorm/layernorm_ladder.hpp"
+#include "chapters/07_welford_layernorm/welford.hpp"
+#include "common/buffer.hpp"
+#include "common/dtype.hpp"
+#include "common/inputs.hpp"
+#include "common/rung.hpp"
+#include "common/rung_args.hpp"
+#include "common/shared_memory.hpp"
+#include "tests/layernorm_checks.hpp"
+#include "tests/support.hpp"
+
+using namespace wb;
+using namespace wb::ch07;
+using namespace wb::ch07::testing;
+
+// ==========================================================================================
+// The dispatcher's rule and the kernels' shapes (backend-neutral)
+// ==========================================================================================
+
+namespace {
+// The simulator's and an H100's opt-in limit, 227 KiB; an A100's, 163 KiB.
+constexpr std::size_t kSm90SharedBytes = 227 * 1024;
+constexpr std::size_t kSm80SharedBytes = 163 * 1024;
+}  // namespace
+
+TEST_SUITE("cpu") {
+  TEST_CASE("the dispatcher switches strategy exactly at its boundaries") {
+    for (std::size_t limit : {kSm90SharedBytes, kSm80SharedBytes}) {
+      CAPTURE(limit);
+      const int max_cached = max_cached_cols(limit);
+      CHECK(cached_shared_bytes(max_cached) <= limit);
+      CHECK(cached_shared_bytes(max_cached + 1) > limit);
+      CHECK(choose_strategy(1, limit) == Strategy::warp_per_row);
+      CHECK(choose_strategy(kWarpMaxCols, limit) == Strategy::warp_per_row);
+      CHECK(choose_strategy(kWarpMaxCols + 1, limit) == Strategy::block_cached);
+      CHECK(choose_strategy(max_cached, limit) == Strategy::block_cached);
+      CHECK(choose_strategy(max_cached + 1, limit) == Strategy::block_uncached);
+      CHECK(choose_strategy(kMaxCols, limit) == Strategy::block_uncached);
+    }
+    CHECK(max_cached_cols(kSm90SharedBytes) == 58088);  // (232448 - 96) / 4
+    // A device with no more shared memory than the scratch caches nothing.
+    CHECK(max_cached_cols(kCachedScratchBytes) == 0);
+    CHECK(choose_strategy(kWarpMaxCols + 1, kCachedScratchBytes) == Strategy::block_uncached);
+  }
+
+  TEST_CASE("warp groups narrow for short rows and always cover the row") {
+    for (int cols = 1; cols <= kWarpMaxCols; ++cols) {
+      CAPTURE(cols);
+      const WarpShape w = warp_shape(cols);
+      CHECK(w.group_width * w.cols_per_lane >= cols);  // every value has a register
+      CHECK(w.cols_per_lane <= kMaxColsPerLane);
+      // Not wasteful: half the group, or half the registers, would not hold the row.
+      CHECK((w.group_width / 2) * w.cols_per_lane < cols);
+      CHECK(w.group_width * (w.cols_per_lane / 2) < cols);
+    }
+    CHECK(warp_shape(1).rows_per_block() == kWarpBlockThreads);
+    CHECK(warp_shape(2).rows_per_block() == kWarpBlockThreads / 2);
+    CHECK(warp_shape(1024).rows_per_block() == kWarpBlockThreads / kLanes);
+  }
+
+  TEST_CASE("float4 access is used only for aligned pointers and cols a multiple of 4") {
+    alignas(16) float buf[16] = {};
+    LayerNormArgs a{buf, nullptr, nullptr, buf, buf, buf, 1, 8, kDefaultEps};
+    CHECK(can_vectorize(a));
+    a.cols = 6;
+    CHECK_FALSE(can_vectorize(a));
+    a.cols = 8;
+    a.x = buf + 1;
+    CHECK_FALSE(can_vectorize(a));
+    a.x = buf;
+    a.gamma = buf + 2;
+    CHECK_FALSE(can_vectorize(a));
+  }
+}
+
+// ==========================================================================================
+// 16-bit elements: fp16 and bf16 x, gamma, beta and y, computed in float
+// ==========================================================================================
+//
+// Every strategy is one template over the element type, fp32 its T = float instantiation. A
+// kernel on 16-bit elements reads x, gamma and beta rounded to the type, so both the CPU step
+// and the fp64 reference start from the same rounded values: the kernel's float work then
+// obeys the fp32 bounds, and its y adds one rounding to the output type (OutputRounding,
+// scaled_errors).
+
+TEST_SUITE("cpu") {
+  TEST_CASE("16-bit rows fit twice as long in the shared-memory cache") {
+    for (std::size_t limit : {kSm90SharedBytes, kSm80SharedBytes}) {
+      CAPTURE(limit);
+      const int max_cached = max_cached_cols(limit, Dtype::fp16);
+      CHECK(max_cached == 2 * max_cached_cols(limit));  // (limit - 96) / 2, limit a multiple of 4
+      CHECK(cached_shared_bytes(max_cached, 2) <= limit);
+      CHECK(cached_shared_bytes(max_cached + 1, 2) > limit);
+      CHECK(choose_strategy(kWarpMaxCols, limit, 2) == Strategy::warp_per_row);
+      CHECK(choose_strategy(kWarpMaxCols + 1, limit, 2) == Strategy::block_cached);
+      CHECK(choose_strategy(max_cached, limit, 2) == Strategy::block_cached);
+      CHECK(choose_strategy(max_cached + 1, limit, 2) == Strategy::block_uncached);
+    }
+    CHECK(max_cached_cols(kSm90SharedBytes, Dtype::fp16) == 116176);  // (232448 - 96) / 2
+  }
+
+  TEST_CASE("16-bit vectors need aligned pointers and cols a multiple of 8") {
+    alignas(16) unsigned char buf[64] = {};
+    float stats[2] = {};
+    for (Dtype t : {Dtype::fp16, Dtype::bf16}) {
+      const std::string dtype = to_string(t);
+      CAPTURE(dtype);
+      LayerNormArgs a{buf, buf, buf, buf, stats, stats, 1, 16, kDefaultEps, t};
+      CHECK(can_vectorize(a));
+      a.cols = 12;  // whole float4s, but not whole vectors of 8 halves
+      CHECK_FALSE(can_vectorize(a));
+      a.dtype = Dtype::fp32;
+      CHECK(can_vectorize(a));
+      a.dtype = t;
+      a.cols = 16;
+      a.y = buf + 2;  // one element past the 16-byte boundary
+      CHECK_FALSE(can_vectorize(a));
+      a.y = buf;
+      a.beta = buf + 8;
+      CHECK_FALSE(can_vectorize(a));
+    }
+  }
+
+  TEST_CASE("the 16-bit offsets keep sixteen levels per standard deviation") {
+    // randn_offset(): where the type's spacing is 2^-4, sigma / 16. At 1e4 fp16's spacing is 8
+    // and bf16's 64: an offset of 1e4 would round the row to a few levels.
+    const float sixteenth = 0.0625f;
+    CHECK(round_to_half(randn_offset(Dtype::fp16) + sixteenth) ==
+          randn_offset(Dtype::fp16) + sixteenth);
+    CHECK(round_to_bf16(randn_offset(Dtype::bf16) + sixteenth) ==
+          randn_offset(Dtype::bf16) + sixteenth);
+    // At 1e4, values 6 sigma apart round to the same element.
+    CHECK(round_to_half(1e4f - 3.f) == round_to_half(1e4f + 3.f));
+    CHECK(round_to_bf16(1e4f - 3.f) == round_to_bf16(1e4f + 3.f));
+  }
+}
+
+// ==========================================================================================
+// The kernel ladder
+// ==========================================================================================
+
+namespace {
+
+const Dtype kDtypes[] = {Dtype::fp32, Dtype::fp16, Dtype::bf16};
+
+// Every rung on the fp32 problems and the fp16 and bf16 ones (layernorm_checks.hpp), in one
+// chain check: check_ladder keeps each rung's errors for the next rung by ladder and case
+// index, so a ladder gets one list of cases per test binary.
+template <Backend B>
+void every_rung_equals_the_cpu_welford_step_and_the_rung_before() {
+  const std::size_t max_shared = Kernels<B>::max_dynamic_shared_bytes();
+  std::vector<LadderProblem> problems = fp32_problems(max_shared);
+  for (LadderProblem& p : problems_16_bit(max_shared)) problems.push_back(std::move(p));
+  check_layernorm_ladder<B>(kernel_ladder<B>(), problems);
+}
+
+// The strategy at each boundary of the rule, for every element type (16-bit rows cache
+// twice as long).
+template <Backend B>
+void dispatcher_reports_the_strategy_it_launched() {
+  const std::size_t limit = Kernels<B>::max_dynamic_shared_bytes();
+  for (Dtype t : kDtypes) {
+    const int max_cached = max_cached_cols(limit, t);
+    for (int cols : {1, kWarpMaxCols, kWarpMaxCols + 1, max_cached, max_cached + 1}) {
+      const std::string dtype = to_string(t);
+      CAPTURE(dtype);
+      CAPTURE(cols);
+      const std::vector<float> x = make_input(InputKind::randn, 1, cols, kSeed);
+      DeviceBuffer<unsigned char> dx(B, encode_elements(x, t)), dy(B, dx.size());
+      DeviceBuffer<float> dmean(B, 1), drstd(B, 1);
+      const LayerNormArgs a{dx.data(),    nullptr, nullptr, dy.data(),   dmean.data(),
+                            drstd.data(), 1,       cols,    kDefaultEps, t};
+      CHECK(Kernels<B>::layernorm(a) == choose_strategy(cols, limit, dtype_bytes(t)));
+    }
+  }
+}
+
+template <Backend B>
+void constant_rows_give_rstd_one_over_sqrt_eps() {
+  for (Dtype t : kDtypes) {
+    for (const Rung<LayerNormArgs>& rung : kernel_ladder<B>()) {
+      for (int cols : {1, 2, 33, 1000, 1025, 4096}) {
+        const std::string kernel = rung.name;
+        const std::string dtype = to_string(t);
+        CAPTURE(kernel);
+        CAPTURE(dtype);
+        CAPTURE(cols);
+        const int rows = 5;
+        std::vector<float> x(static_cast<std::size_t>(rows) * cols);
+        for (int r = 0; r < rows; ++r)  // a different constant per row, 1e4 among them
+          std::fill(x.begin() + r * cols, x.begin() + (r + 1) * cols, r == 3 ? 1e4f : r - 2.f);
+        x = round_elements(x, t);  // 1e4 is 9984 in bf16: the kernel's constant
+        DeviceBuffer<unsigned char> dx(B, encode_elements(x, t)), dy(B, dx.size());
+        DeviceBuffer<float> dmean(B, rows), drstd(B, rows);
+        const LayerNormArgs a{dx.data(),    nullptr, nullptr, dy.data(),   dmean.data(),
+                              drstd.data(), rows,    cols,    kDefaultEps, t};
+        if (!why_refused(rung, a).empty()) continue;
+        run_rung(rung, a);
+        const std::vector<float> rstd = drstd.download(), mean = dmean.download();
+        for (int r = 0; r < rows; ++r) {
+          CAPTURE(r);
+          // Exact: every combine of equal means has delta = 0, so m2 stays 0.
+          CHECK(mean[r] == x[static_cast<std::size_t>(r) * cols]);
+          CHECK(rstd[r] == rstd_of(0.f, kDefaultEps));
+        }
+        // y = 0 * rstd * 1 + 0 = +0 in every type: every byte of y is zero.
+        const std::vector<unsigned char> y = dy.download();
+        CHECK(std::count(y.begin(), y.end(), 0) == static_cast<std::ptrdiff_t>(y.size()));
+      }
+    }
+  }
+}
+
+// The longest row each rung holds is taken, one more (and an empty row) refused before any
+// launch by run_rung, with the limit named: 1024 for warp_per_row, what the device's shared
+// memory holds of the type for block_cached, 2^24 (a Welford count exact in a float) for the
+// others.
+template <Backend B>
+void rungs_refuse_rows_they_cannot_hold() {
+  DeviceBuffer<unsigned char> d(B, 16);
+  DeviceBuffer<float> stats(B, 4);
+  const Ladder<LayerNormArgs> ladder = kernel_ladder<B>();
+  const std::size_t limit = Kernels<B>::max_dynamic_shared_bytes();
+  for (Dtype t : kDtypes) {
+    const std::pair<const char*, int> longest[] = {{"warp_per_row", kWarpMaxCols},
+                                                   {"block_cached", max_cached_cols(limit, t)},
+                                                   {"block_uncached", kMaxCols},
+                                                   {"dispatch", kMaxCols}};
+    for (const auto& [name, max_cols] : longest) {
+      const std::string dtype = to_string(t);
+      CAPTURE(dtype);
+      CAPTURE(name);
+      const Rung<LayerNormArgs>* rung = find_rung(ladder, name);
+      REQUIRE(rung != nullptr);
+      LayerNormArgs a{d.data(),     nullptr, nullptr,      d.data(),    stats.data(),
+                      stats.data(), 1,       max_cols + 1, kDefaultEps, t};
+      const std::string limit_named = "cols in [1, " + std::to_string(max_cols) + "]";
+      CHECK_THROWS_WITH_AS(run_rung(*rung, a), doctest::Contains(limit_named.c_str()),
+                           std::invalid_argument);
+      a.cols = 0;
+      CHECK_THROWS_AS(run_rung(*rung, a), std::invalid_argument);
+      a.cols = max_cols;
+      CHECK(why_refused(*rung, a).empty());
+    }
+  }
+}
+
+}  // namespace
+
+WB_KERNEL_TEST_CASE("every LayerNorm rung equals the CPU Welford step and the rung before it",
+                    every_rung_equals_the_cpu_welford_step_and_the_rung_before)
+WB_KERNEL_TEST_CASE("the dispatcher launches the strategy its rule names in every type",
+                    dispatcher_reports_the_strategy_it_launched)
+WB_KERNEL_TEST_CASE("constant rows give mean exact and rstd 1 over sqrt(eps) on every strategy",
+                    constant_rows_give_rstd_one_over_sqrt_eps)
+WB_KERNEL_TEST_CASE("every rung refuses rows longer than its strategy holds with the limit named",
+                    rungs_refuse_rows_they_cannot_hold)
