@@ -107,21 +107,10 @@ inline const std::vector<Kind> kKinds = {Kind::randn,      Kind::outliers, Kind:
 inline constexpr float kOffset1e6 = 1e6f;
 
 inline const char* to_string(Kind k) {
-  switch (k) {
-    case Kind::randn:
-      return "randn";
-    case Kind::outliers:
-      return "outliers x20";
-    case Kind::offset_1e4:
-      return "randn + 1e4";
-    case Kind::offset_1e6:
-      return "randn + 1e6";
-    case Kind::ones:
-      return "ones";
-    case Kind::arange:
-      return "arange";
-  }
-  return "?";
+  // In the enum's order.
+  constexpr const char* kNames[] = {"randn",       "outliers x20", "randn + 1e4",
+                                    "randn + 1e6", "ones",         "arange"};
+  return kNames[static_cast<int>(k)];
 }
 
 inline std::vector<float> make_x(Kind k, int rows, int cols, std::uint64_t seed) {

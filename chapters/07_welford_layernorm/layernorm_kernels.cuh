@@ -270,24 +270,26 @@ void launch_warp_full(const LayerNormArgs& a, int cols_per_lane) {
                          " values per lane" + (kVec ? " in vectors" : ""));
 }
 
-template <auto Kernel, typename T>
-void launch_block(const LayerNormArgs& a, std::size_t shared_bytes) {
-  launch<Kernel>(dim3(a.rows), dim3(kBlockThreads), shared_bytes, static_cast<const T*>(a.x),
-                 static_cast<const T*>(a.gamma), static_cast<const T*>(a.beta),
-                 static_cast<T*>(a.y), a.mean, a.rstd, a.cols, a.eps);
-}
-
-template <typename T, bool kVec>
-void launch_cached(const LayerNormArgs& a) {
-  constexpr auto kKernel = block_cached_kernel<T, kVec>;
-  const std::size_t bytes = cached_shared_bytes(a.cols, sizeof(T));
+// Strategy 2 (kCached: the row in dynamic shared memory, opted in above 48 KiB) or 3.
+template <typename T, bool kVec, bool kCached>
+void launch_block(const LayerNormArgs& a) {
+  constexpr auto kKernel = kCached ? block_cached_kernel<T, kVec> : block_uncached_kernel<T, kVec>;
+  const std::size_t bytes = kCached ? cached_shared_bytes(a.cols, sizeof(T)) : 0;
   if (bytes > kDefaultDynamicSharedBytes) allow_dynamic_shared_bytes<kKernel>(bytes);
-  launch_block<kKernel, T>(a, bytes);
+  launch<kKernel>(dim3(a.rows), dim3(kBlockThreads), bytes, static_cast<const T*>(a.x),
+                  static_cast<const T*>(a.gamma), static_cast<const T*>(a.beta),
+                  static_cast<T*>(a.y), a.mean, a.rstd, a.cols, a.eps);
 }
 
-template <typename T, bool kVec>
-void launch_uncached(const LayerNormArgs& a) {
-  launch_block<block_uncached_kernel<T, kVec>, T>(a, 0);
+// The same on a's element type, with vectors wherever can_vectorize(a).
+template <bool kCached>
+void launch_block_strategy(const LayerNormArgs& a) {
+  const bool vec = can_vectorize(a);
+  with_element_type(a.dtype, [&](auto tag) {
+    using T = decltype(tag);
+    if (vec) return launch_block<T, true, kCached>(a);
+    launch_block<T, false, kCached>(a);
+  });
 }
 
 }  // namespace
@@ -316,22 +318,12 @@ void Kernels<kThisBackend>::warp_per_row(const LayerNormArgs& a) {
 
 template <>
 void Kernels<kThisBackend>::block_cached(const LayerNormArgs& a) {
-  const bool vec = can_vectorize(a);
-  with_element_type(a.dtype, [&](auto tag) {
-    using T = decltype(tag);
-    if (vec) return launch_cached<T, true>(a);
-    launch_cached<T, false>(a);
-  });
+  launch_block_strategy<true>(a);
 }
 
 template <>
 void Kernels<kThisBackend>::block_uncached(const LayerNormArgs& a) {
-  const bool vec = can_vectorize(a);
-  with_element_type(a.dtype, [&](auto tag) {
-    using T = decltype(tag);
-    if (vec) return launch_uncached<T, true>(a);
-    launch_uncached<T, false>(a);
-  });
+  launch_block_strategy<false>(a);
 }
 
 template <>

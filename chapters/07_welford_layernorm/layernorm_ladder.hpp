@@ -96,15 +96,8 @@ inline int max_cached_cols(std::size_t max_dynamic_shared_bytes, Dtype t = Dtype
 enum class Strategy { warp_per_row, block_cached, block_uncached };
 
 inline const char* to_string(Strategy s) {
-  switch (s) {
-    case Strategy::warp_per_row:
-      return "warp_per_row";
-    case Strategy::block_cached:
-      return "block_cached";
-    case Strategy::block_uncached:
-      return "block_uncached";
-  }
-  return "?";
+  constexpr const char* kNames[] = {"warp_per_row", "block_cached", "block_uncached"};  // in order
+  return kNames[static_cast<int>(s)];
 }
 
 // [dispatch]
