@@ -2,15 +2,14 @@
 // chapter 04's P V under the 2x policy, the block form's merge law, a planted mistake that
 // the bounds catch, then the kernel against the tiled CPU step.
 #include <cmath>
-#include <stdexcept>
 #include <string>
 #include <vector>
 
 #include "chapters/04_fused_qk_softmax/fused_softmax.hpp"
 #include "chapters/05_fa1_subsum/fa1.hpp"
 #include "common/attention_inputs.hpp"
-#include "common/buffer.hpp"
 #include "common/reference_attention.hpp"
+#include "tests/attention_checks.hpp"
 #include "tests/attention_shapes.hpp"
 #include "tests/support.hpp"
 
@@ -21,13 +20,9 @@ namespace {
 
 constexpr std::uint64_t kSeed = 505;
 
+using test::AttentionInput;
 using test::Tiles;
-const std::vector<AttentionShape>& kCpuShapes = test::kAttentionCpuShapes;
-const std::vector<AttentionShape>& kKernelShapes = test::kAttentionKernelShapes;
 const std::vector<Tiles> kTiles = test::attention_tiles({8, 32});  // the kernel's tile third
-
-
-
 
 /// Chapter 04's step followed by O = P V: the fused P times V, accumulated in float.
 std::vector<float> previous_step(const AttentionInputs& in, AttentionShape shape, float scale) {
@@ -42,18 +37,6 @@ std::vector<float> previous_step(const AttentionInputs& in, AttentionShape shape
     }
   }
   return o;
-}
-
-struct Stats {
-  std::vector<float> m, l;
-};
-Stats split(const std::vector<MD>& md) {
-  Stats s;
-  for (const MD& x : md) {
-    s.m.push_back(x.m);
-    s.l.push_back(x.d);
-  }
-  return s;
 }
 
 /// The element-wise recurrence with a planted mistake: the old output is not rescaled by
@@ -84,37 +67,31 @@ std::vector<float> elementwise_without_rescale(const AttentionInputs& in, Attent
 
 TEST_SUITE("cpu") {
   TEST_CASE("the SubSum recurrence and tiled FA1 equal chapter 04 P V under the 2x policy") {
-    for (const AttentionShape& shape : kCpuShapes) {
-      for (ScoreKind kind : all_score_kinds()) {
-        const std::string where = to_string(shape) + ", " + to_string(kind);
-        CAPTURE(where);
-        const float scale = default_scale(shape.d);
-        const AttentionInputs in = make_attention_inputs(kind, shape, scale, kSeed);
-        const ref::Attention r = ref::attention(in, shape, scale, false, /*want_p=*/false);
-        // O can cancel to ~0 (the ones kind averages randn values), so its error is measured
-        // in units of sum_j p_j |v_j| (compare_weighted); output_floor bounds the rounding of
-        // the probabilities and of up to lk steps of the recurrence in those units.
-        const double floor = ref::output_floor(r.score_error, shape.lk);
-        const ErrorReport prev =
-            ref::compare_weighted(previous_step(in, shape, scale), r.o, r.o_weight);
-        WB_CHECK_WITHIN(prev, floor);
-        const ErrorReport elem =
-            ref::compare_weighted(attention_elementwise(in, shape, scale), r.o, r.o_weight);
-        WB_CHECK_WITHIN(elem, chain_bound(prev.max_abs, floor));
-        for (const Tiles& t : kTiles) {
-          CAPTURE(t.br);
-          CAPTURE(t.bc);
-          const Fa1Result fa1 = attention_fa1(in, shape, scale, t.br, t.bc);
-          WB_CHECK_WITHIN(ref::compare_weighted(fa1.o, r.o, r.o_weight),
-                          chain_bound(prev.max_abs, floor));
-          // The final (m, l) in "HBM": m is a max of scores each within score_error, l a sum
-          // of the terms of the softmax denominator.
-          const Stats s = split(fa1.stats);
-          WB_CHECK_WITHIN(compare(s.m, r.m), r.score_error);
-          WB_CHECK_WITHIN_REL(compare(s.l, r.d), ref::softmax_floor(r.score_error, shape.lk));
-        }
-      }
-    }
+    test::for_each_attention_input(
+        test::kAttentionCpuShapes, kSeed, /*causal=*/false, /*want_p=*/false,
+        [](const AttentionInput& a) {
+          const ref::Attention& r = a.r;
+          // O can cancel to ~0 (the ones kind averages randn values), so its error is measured
+          // in units of sum_j p_j |v_j| (compare_weighted); output_floor bounds the rounding of
+          // the probabilities and of up to lk steps of the recurrence in those units.
+          const double floor = ref::output_floor(r.score_error, a.shape.lk);
+          const ErrorReport prev =
+              ref::compare_weighted(previous_step(a.in, a.shape, a.scale), r.o, r.o_weight);
+          WB_CHECK_WITHIN(prev, floor);
+          const ErrorReport elem =
+              ref::compare_weighted(attention_elementwise(a.in, a.shape, a.scale), r.o, r.o_weight);
+          WB_CHECK_WITHIN(elem, chain_bound(prev.max_abs, floor));
+          test::for_each_tiles(kTiles, [&](const Tiles& t) {
+            const Fa1Result fa1 = attention_fa1(a.in, a.shape, a.scale, t.br, t.bc);
+            WB_CHECK_WITHIN(ref::compare_weighted(fa1.o, r.o, r.o_weight),
+                            chain_bound(prev.max_abs, floor));
+            // The final (m, l) in "HBM": m is a max of scores each within score_error, l a sum
+            // of the terms of the softmax denominator.
+            const test::MdColumns s = test::split_md(fa1.stats);
+            WB_CHECK_WITHIN(compare(s.m, r.m), r.score_error);
+            WB_CHECK_WITHIN_REL(compare(s.d, r.d), ref::softmax_floor(r.score_error, a.shape.lk));
+          });
+        });
   }
 
   TEST_CASE("two normalized partial outputs merge into the output of all keys") {
@@ -159,22 +136,12 @@ TEST_SUITE("cpu") {
     // The planted mistake of the exercise's hint: keep = d'_{j-1} / d'_j without
     // e^{m_{j-1} - m_j}. Whenever the running max moves the old output keeps too much
     // weight, by a factor e^{m_j - m_{j-1}} - 1 that the floor (~1e-4) cannot hide.
-    const AttentionShape shape{1, 17, 127, 16};
-    const float scale = default_scale(shape.d);
-    for (ScoreKind kind : {ScoreKind::randn, ScoreKind::outliers, ScoreKind::arange}) {
-      const std::string input = to_string(kind);
-      CAPTURE(input);
-      const AttentionInputs in = make_attention_inputs(kind, shape, scale, kSeed);
-      const ref::Attention r = ref::attention(in, shape, scale, false, false);
-      const double floor = ref::output_floor(r.score_error, shape.lk);
-      const ErrorReport good =
-          ref::compare_weighted(attention_elementwise(in, shape, scale), r.o, r.o_weight);
-      const ErrorReport planted =
-          ref::compare_weighted(elementwise_without_rescale(in, shape, scale), r.o, r.o_weight);
-      WB_CHECK_WITHIN(good, floor);
-      CHECK_MESSAGE(!planted.within(chain_bound(good.max_abs, floor)),
-                    "the planted mistake passed: ", planted.describe());
-    }
+    test::check_planted_mistake_fails(
+        {1, 17, 127, 16}, kSeed,
+        [](const AttentionInputs& in, AttentionShape shape, float scale) {
+          return attention_elementwise(in, shape, scale);
+        },
+        elementwise_without_rescale);
   }
 }
 
@@ -182,41 +149,31 @@ namespace {
 
 template <Backend B>
 void kernel_equals_the_tiled_cpu_step() {
-  for (const AttentionShape& shape : kKernelShapes) {
-    for (ScoreKind kind : all_score_kinds()) {
-      const std::string where = to_string(shape) + ", " + to_string(kind);
-      CAPTURE(where);
-      const float scale = default_scale(shape.d);
-      const AttentionInputs in = make_attention_inputs(kind, shape, scale, kSeed);
-      const ref::Attention r = ref::attention(in, shape, scale, false, false);
-      const double floor = ref::output_floor(r.score_error, shape.lk);
-      const Fa1Result cpu = attention_fa1(in, shape, scale, 8, 32);
-      const ErrorReport cpu_o = ref::compare_weighted(cpu.o, r.o, r.o_weight);
-      const ErrorReport cpu_l = compare(split(cpu.stats).l, r.d);
-
-      DeviceBuffer<float> q(B, in.q), k(B, in.k), v(B, in.v), o(B, shape.q_elems());
-      DeviceBuffer<MD> stats(B, shape.rows());
-      Kernels<B>::fa1(q.data(), k.data(), v.data(), o.data(), stats.data(), shape, scale);
-      const Stats s = split(stats.download());
-      // The policy: twice the CPU step's error plus the floor (the kernel merges the tile's
-      // statistics in a butterfly and sums P~ V with fmaf; CUDA's expf has 2 ulp).
-      WB_CHECK_WITHIN(ref::compare_weighted(o.download(), r.o, r.o_weight),
-                      chain_bound(cpu_o.max_abs, floor));
-      WB_CHECK_WITHIN_REL(compare(s.l, r.d),
-                          chain_bound(cpu_l.max_rel, ref::softmax_floor(r.score_error, shape.lk)));
-      WB_CHECK_WITHIN(compare(s.m, r.m), r.score_error);
-    }
-  }
+  test::check_attention_ladder(
+      B, kernel_ladder<B>(), test::attention_cases(test::kAttentionKernelShapes), kSeed,
+      [](const test::AttentionRungRun& run) {
+        const ref::Attention& r = run.r;
+        const AttentionShape& shape = run.c.shape;
+        const Fa1Result cpu = attention_fa1(run.in, shape, run.scale, 8, 32);
+        const ErrorReport cpu_l = compare(test::split_md(cpu.stats).d, r.d);
+        const test::MdColumns s = test::split_md(run.run.out.md);
+        // The policy: twice the CPU step's error plus the floor (the kernel merges the tile's
+        // statistics in a butterfly and sums P~ V with fmaf; CUDA's expf has 2 ulp).
+        WB_CHECK_WITHIN_REL(
+            compare(s.d, r.d),
+            chain_bound(cpu_l.max_rel, ref::softmax_floor(r.score_error, shape.lk)));
+        WB_CHECK_WITHIN(compare(s.m, r.m), r.score_error);
+        return test::RungError{ref::compare_weighted(run.run.out.o, r.o, r.o_weight),
+                               /*relative=*/false,
+                               ref::compare_weighted(cpu.o, r.o, r.o_weight).max_abs,
+                               ref::output_floor(r.score_error, shape.lk), ""};
+      });
 }
 
 template <Backend B>
 void kernel_rejects_a_head_dimension_above_128() {
-  const AttentionShape shape{1, 2, 2, ch04::kMaxHeadDim + 1};
-  DeviceBuffer<float> q(B, shape.q_elems()), k(B, shape.kv_elems()), v(B, shape.kv_elems()),
-      o(B, shape.q_elems());
-  DeviceBuffer<MD> stats(B, shape.rows());
-  CHECK_THROWS_AS(Kernels<B>::fa1(q.data(), k.data(), v.data(), o.data(), stats.data(), shape, 1.f),
-                  std::invalid_argument);
+  test::check_rung_refuses(B, kernel_ladder<B>().front(), {1, 2, 2, ch04::kMaxHeadDim + 1},
+                           Dtype::fp32, "d = 129");
 }
 
 }  // namespace

@@ -2,10 +2,9 @@
 // logsumexp against fp64, causal against the naive attention with a -inf mask (lq != lk
 // included), the tiles the causal mask skips, a planted mistake the bounds catch, then the
 // kernel against the CPU step, and the tensor-core kernel (fp16 and bf16 inputs) against the
-// CPU step on the same rounded inputs.
+// CPU step on the same rounded inputs, each rung also against the rung before it.
 #include <cmath>
 #include <cstdint>
-#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -13,8 +12,8 @@
 #include "chapters/05_fa1_subsum/fa1.hpp"
 #include "chapters/06_fa2_rescaled/fa2.hpp"
 #include "common/attention_inputs.hpp"
-#include "common/buffer.hpp"
 #include "common/reference_attention.hpp"
+#include "tests/attention_checks.hpp"
 #include "tests/attention_shapes.hpp"
 #include "tests/support.hpp"
 
@@ -25,13 +24,9 @@ namespace {
 
 constexpr std::uint64_t kSeed = 606;
 
+using test::AttentionInput;
 using test::Tiles;
-const std::vector<AttentionShape>& kCpuShapes = test::kAttentionCpuShapes;
-const std::vector<AttentionShape>& kKernelShapes = test::kAttentionKernelShapes;
 const std::vector<Tiles> kTiles = test::attention_tiles({16, 32});  // the kernel's tile third
-
-
-
 
 /// The K/V tiles that hold at least one (query, key) pair the mask lets through, counted by
 /// brute force over every pair: the tiles an honest causal kernel must visit, and no more.
@@ -93,29 +88,23 @@ std::vector<float> fa2_without_accumulator_rescale(const AttentionInputs& in, At
 
 TEST_SUITE("cpu") {
   TEST_CASE("tiled FA2 equals FA1 under the 2x policy and its logsumexp is within its bound") {
-    for (const AttentionShape& shape : kCpuShapes) {
-      for (ScoreKind kind : all_score_kinds()) {
-        const std::string where = to_string(shape) + ", " + to_string(kind);
-        CAPTURE(where);
-        const float scale = default_scale(shape.d);
-        const AttentionInputs in = make_attention_inputs(kind, shape, scale, kSeed);
-        const ref::Attention r = ref::attention(in, shape, scale, false, /*want_p=*/false);
-        // O's error in units of sum_j p_j |v_j| (it may cancel to ~0), bounded by output_floor;
-        // logsumexp's absolute error by lse_floor (common/reference_attention.hpp).
-        const double floor = ref::output_floor(r.score_error, shape.lk);
-        const double lse_bound = ref::lse_floor(r.score_error, shape.lk, r.max_abs_lse);
-        const ErrorReport fa1 =
-            ref::compare_weighted(ch05::attention_fa1(in, shape, scale, 8, 32).o, r.o, r.o_weight);
-        for (const Tiles& t : kTiles) {
-          CAPTURE(t.br);
-          CAPTURE(t.bc);
-          const Fa2Result fa2 = attention_fa2(in, shape, {scale, false, t.br, t.bc});
-          WB_CHECK_WITHIN(ref::compare_weighted(fa2.o, r.o, r.o_weight),
-                          chain_bound(fa1.max_abs, floor));
-          WB_CHECK_WITHIN(compare(fa2.lse, r.lse), lse_bound);
-        }
-      }
-    }
+    test::for_each_attention_input(
+        test::kAttentionCpuShapes, kSeed, /*causal=*/false, /*want_p=*/false,
+        [](const AttentionInput& a) {
+          const ref::Attention& r = a.r;
+          // O's error in units of sum_j p_j |v_j| (it may cancel to ~0), bounded by output_floor;
+          // logsumexp's absolute error by lse_floor (common/reference_attention.hpp).
+          const double floor = ref::output_floor(r.score_error, a.shape.lk);
+          const double lse_bound = ref::lse_floor(r.score_error, a.shape.lk, r.max_abs_lse);
+          const ErrorReport fa1 = ref::compare_weighted(
+              ch05::attention_fa1(a.in, a.shape, a.scale, 8, 32).o, r.o, r.o_weight);
+          test::for_each_tiles(kTiles, [&](const Tiles& t) {
+            const Fa2Result fa2 = attention_fa2(a.in, a.shape, {a.scale, false, t.br, t.bc});
+            WB_CHECK_WITHIN(ref::compare_weighted(fa2.o, r.o, r.o_weight),
+                            chain_bound(fa1.max_abs, floor));
+            WB_CHECK_WITHIN(compare(fa2.lse, r.lse), lse_bound);
+          });
+        });
   }
 
   TEST_CASE("causal FA2 equals the naive attention with a -inf mask when lq and lk differ") {
@@ -124,29 +113,22 @@ TEST_SUITE("cpu") {
     const std::vector<AttentionShape> shapes = {
         {2, 17, 17, 16},  {1, 127, 17, 59}, {1, 17, 127, 64}, {1, 1000, 31, 1},
         {1, 1, 1000, 16}, {2, 64, 64, 128}, {1, 45, 1, 96}};
-    for (const AttentionShape& shape : shapes) {
-      for (ScoreKind kind : all_score_kinds()) {
-        const std::string where = to_string(shape) + ", " + to_string(kind);
-        CAPTURE(where);
-        const float scale = default_scale(shape.d);
-        const AttentionInputs in = make_attention_inputs(kind, shape, scale, kSeed);
-        const ref::Attention r = ref::attention(in, shape, scale, /*causal=*/true, false);
-        const double floor = ref::output_floor(r.score_error, shape.lk);
-        const ErrorReport naive = ref::compare_weighted(
-            ch04::attention_naive(in, shape, scale, /*causal=*/true).o, r.o, r.o_weight);
-        WB_CHECK_WITHIN(naive, floor);
-        for (const Tiles& t : kTiles) {
-          CAPTURE(t.br);
-          CAPTURE(t.bc);
-          const Fa2Result fa2 = attention_fa2(in, shape, {scale, true, t.br, t.bc});
-          WB_CHECK_WITHIN(ref::compare_weighted(fa2.o, r.o, r.o_weight),
-                          chain_bound(naive.max_abs, floor));
-          WB_CHECK_WITHIN(compare(fa2.lse, r.lse),
-                          ref::lse_floor(r.score_error, shape.lk, r.max_abs_lse));
-          check_masked_rows(r, shape, fa2.o, fa2.lse);
-        }
-      }
-    }
+    test::for_each_attention_input(
+        shapes, kSeed, /*causal=*/true, /*want_p=*/false, [](const AttentionInput& a) {
+          const ref::Attention& r = a.r;
+          const double floor = ref::output_floor(r.score_error, a.shape.lk);
+          const ErrorReport naive = ref::compare_weighted(
+              ch04::attention_naive(a.in, a.shape, a.scale, /*causal=*/true).o, r.o, r.o_weight);
+          WB_CHECK_WITHIN(naive, floor);
+          test::for_each_tiles(kTiles, [&](const Tiles& t) {
+            const Fa2Result fa2 = attention_fa2(a.in, a.shape, {a.scale, true, t.br, t.bc});
+            WB_CHECK_WITHIN(ref::compare_weighted(fa2.o, r.o, r.o_weight),
+                            chain_bound(naive.max_abs, floor));
+            WB_CHECK_WITHIN(compare(fa2.lse, r.lse),
+                            ref::lse_floor(r.score_error, a.shape.lk, r.max_abs_lse));
+            check_masked_rows(r, a.shape, fa2.o, fa2.lse);
+          });
+        });
   }
 
   TEST_CASE("causal FA2 visits exactly the tiles that touch the diagonal") {
@@ -187,117 +169,19 @@ TEST_SUITE("cpu") {
   TEST_CASE("an accumulator that is not rescaled fails the bound") {
     // The planted mistake of the exercise's hint: SS += P~ V without SS *= e^{m - m_new}. The
     // old terms keep the weight of an older, smaller max: off by e^{m_new - m} - 1 >> floor.
-    const AttentionShape shape{1, 17, 127, 16};
-    const float scale = default_scale(shape.d);
-    for (ScoreKind kind : {ScoreKind::randn, ScoreKind::outliers, ScoreKind::arange}) {
-      const std::string input = to_string(kind);
-      CAPTURE(input);
-      const AttentionInputs in = make_attention_inputs(kind, shape, scale, kSeed);
-      const ref::Attention r = ref::attention(in, shape, scale, false, false);
-      const double floor = ref::output_floor(r.score_error, shape.lk);
-      const ErrorReport good =
-          ref::compare_weighted(attention_fa2(in, shape, {scale, false, 1, 16}).o, r.o, r.o_weight);
-      const ErrorReport planted = ref::compare_weighted(
-          fa2_without_accumulator_rescale(in, shape, scale, 16), r.o, r.o_weight);
-      WB_CHECK_WITHIN(good, floor);
-      CHECK_MESSAGE(!planted.within(chain_bound(good.max_abs, floor)),
-                    "the planted mistake passed: ", planted.describe());
-    }
+    test::check_planted_mistake_fails(
+        {1, 17, 127, 16}, kSeed,
+        [](const AttentionInputs& in, AttentionShape shape, float scale) {
+          return attention_fa2(in, shape, {scale, false, 1, 16}).o;
+        },
+        [](const AttentionInputs& in, AttentionShape shape, float scale) {
+          return fa2_without_accumulator_rescale(in, shape, scale, 16);
+        });
   }
 }
-
-namespace {
-
-struct KernelRun {
-  std::vector<float> o, lse;
-  std::vector<int> tiles;
-};
-
-template <Backend B>
-KernelRun run_kernel(const AttentionInputs& in, AttentionShape shape, float scale, bool causal) {
-  DeviceBuffer<float> q(B, in.q), k(B, in.k), v(B, in.v), o(B, shape.q_elems()),
-      lse(B, shape.rows());
-  const int q_tiles = (shape.lq + kKernelRows - 1) / kKernelRows;
-  DeviceBuffer<int> tiles(B, std::size_t(shape.bh) * q_tiles);
-  Kernels<B>::fa2(q.data(), k.data(), v.data(), o.data(), lse.data(), shape, scale, causal,
-                  tiles.data());
-  return {o.download(), lse.download(), tiles.download()};
-}
-
-template <Backend B>
-void kernel_equals_the_cpu_step() {
-  for (bool causal : {false, true}) {
-    for (const AttentionShape& shape : kKernelShapes) {
-      for (ScoreKind kind : all_score_kinds()) {
-        const std::string where =
-            to_string(shape) + ", " + to_string(kind) + (causal ? ", causal" : "");
-        CAPTURE(where);
-        const float scale = default_scale(shape.d);
-        const AttentionInputs in = make_attention_inputs(kind, shape, scale, kSeed);
-        const ref::Attention r = ref::attention(in, shape, scale, causal, false);
-        const Fa2Result cpu = attention_fa2(in, shape, {scale, causal, kKernelRows, kKernelKeys});
-        const ErrorReport cpu_o = ref::compare_weighted(cpu.o, r.o, r.o_weight);
-        const ErrorReport cpu_lse = compare(cpu.lse, r.lse);
-        const KernelRun gpu = run_kernel<B>(in, shape, scale, causal);
-        // The policy: twice the CPU step's error plus the floor (the kernel sums in butterflies
-        // and with fmaf, CUDA's expf and logf differ from glibc's by an ulp or two).
-        WB_CHECK_WITHIN(ref::compare_weighted(gpu.o, r.o, r.o_weight),
-                        chain_bound(cpu_o.max_abs, ref::output_floor(r.score_error, shape.lk)));
-        WB_CHECK_WITHIN(
-            compare(gpu.lse, r.lse),
-            chain_bound(cpu_lse.max_abs, ref::lse_floor(r.score_error, shape.lk, r.max_abs_lse)));
-        check_masked_rows(r, shape, gpu.o, gpu.lse);
-        long visited = 0;
-        for (int n : gpu.tiles) visited += n;
-        // The same tiles as the CPU step with the kernel's tile sizes: under the mask, exactly
-        // those that touch the diagonal; the others are never loaded.
-        CHECK(visited == cpu.tiles_visited);
-        if (causal) CHECK(visited == tiles_touching_the_diagonal(shape, kKernelRows, kKernelKeys));
-      }
-    }
-  }
-}
-
-template <Backend B>
-void kernel_skips_the_tiles_above_the_diagonal() {
-  // 320 x 320 in 16 x 32 tiles: block x visits tiles up to the one holding key 16 x + 15,
-  // i.e. x / 2 + 1 of the 10; 20 blocks visit 110 tiles, where the unmasked kernel visits 200.
-  const AttentionShape shape{1, 320, 320, 8};
-  const AttentionInputs in = make_attention_inputs(ScoreKind::randn, shape, 1.f, kSeed);
-  const KernelRun all = run_kernel<B>(in, shape, 1.f, false);
-  const KernelRun causal = run_kernel<B>(in, shape, 1.f, true);
-  long n_all = 0, n_causal = 0;
-  for (int n : all.tiles) n_all += n;
-  for (std::size_t x = 0; x < causal.tiles.size(); ++x) {
-    CAPTURE(x);
-    CHECK(causal.tiles[x] == int(x) / 2 + 1);
-    n_causal += causal.tiles[x];
-  }
-  CHECK(n_all == 200);
-  CHECK(n_causal == 110);
-}
-
-template <Backend B>
-void kernel_rejects_a_head_dimension_above_128() {
-  const AttentionShape shape{1, 2, 2, ch04::kMaxHeadDim + 1};
-  DeviceBuffer<float> q(B, shape.q_elems()), k(B, shape.kv_elems()), v(B, shape.kv_elems()),
-      o(B, shape.q_elems()), lse(B, shape.rows());
-  CHECK_THROWS_AS(
-      Kernels<B>::fa2(q.data(), k.data(), v.data(), o.data(), lse.data(), shape, 1.f, false),
-      std::invalid_argument);
-}
-
-}  // namespace
-
-WB_KERNEL_TEST_CASE("the FA2 kernel equals the tiled FA2 CPU step with and without the mask",
-                    kernel_equals_the_cpu_step)
-WB_KERNEL_TEST_CASE("the causal FA2 kernel skips the tiles above the diagonal",
-                    kernel_skips_the_tiles_above_the_diagonal)
-WB_KERNEL_TEST_CASE("the FA2 kernel rejects a head dimension above 128",
-                    kernel_rejects_a_head_dimension_above_128)
 
 // ------------------------------------------------------------------------------------------
-// The last rung: FA2 on tensor cores, fp16 and bf16 inputs
+// The kernel ladder: FA2 in fp32, then on tensor cores with fp16 and bf16 inputs
 // ------------------------------------------------------------------------------------------
 
 namespace {
@@ -310,97 +194,124 @@ const std::vector<AttentionShape> kTensorCoreShapes = {
 // Race mode (about ten times slower): one shape per d, both partial tiles and masked rows.
 const std::vector<AttentionShape> kTensorCoreRaceShapes = {{1, 17, 127, 64}, {1, 127, 64, 128}};
 
-struct TensorCoreRun {
-  std::vector<float> o, lse;  // O widened from the kernel's 16-bit output
-  std::vector<int> tiles;
-};
+/// The tiles of a rung, Br query rows by Bc keys, on head dimension d: the CPU step runs with
+/// them, and they decide which K/V tiles the causal mask skips.
+Tiles rung_tiles(const Rung<AttentionArgs>& rung, int d) {
+  if (std::string(rung.name) == "fa2_tensor_core") return {kTensorCoreRows, tensor_core_keys(d)};
+  return {kKernelRows, kKernelKeys};
+}
 
-template <Backend B>
-TensorCoreRun run_tensor_core(const AttentionInputs& in, HalfType type, AttentionShape shape,
-                              float scale, bool causal) {
-  DeviceBuffer<std::uint16_t> q(B, to_bits(in.q, type)), k(B, to_bits(in.k, type)),
-      v(B, to_bits(in.v, type)), o(B, shape.q_elems());
-  DeviceBuffer<float> lse(B, shape.rows());
-  const int q_tiles = (shape.lq + kTensorCoreRows - 1) / kTensorCoreRows;
-  DeviceBuffer<int> tiles(B, std::size_t(shape.bh) * q_tiles);
-  TensorCoreKernels<B>::fa2(type, q.data(), k.data(), v.data(), o.data(), lse.data(), shape, scale,
-                            causal, tiles.data());
-  return {from_bits(o.download(), type), lse.download(), tiles.download()};
+/// The fp32 cases on the attention kernel shapes, and the fp16 and bf16 cases on the
+/// tensor-core shapes, each without and with the mask. The fp32 rung runs on the 16-bit cases
+/// too (on the same rounded values, test::rung_dtype): the tensor-core rung's rung before
+/// (but in race mode).
+std::vector<test::AttentionCase> ladder_cases() {
+  std::vector<test::AttentionCase> cases =
+      test::attention_cases(test::kAttentionKernelShapes, {false, true});
+  for (const test::AttentionCase& c :
+       test::attention_cases(test::kRaceMode ? kTensorCoreRaceShapes : kTensorCoreShapes,
+                             {false, true}, {Dtype::fp16, Dtype::bf16}))
+    cases.push_back(c);
+  return cases;
+}
+
+/// The measure of a rung on a case: O in units of w, logsumexp, the fully masked rows, the
+/// K/V tiles visited.
+test::RungError measure(const test::AttentionRungRun& run) {
+  const AttentionShape& shape = run.c.shape;
+  const ref::Attention& r = run.r;
+  const Tiles t = rung_tiles(run.rung, shape.d);
+  // The kernel's inputs, and the CPU step and fp64 reference run on exactly those values.
+  // The +1e4 offsets (large_offset) still make sense in fp16: q_0 = k_0 = sqrt(1e4 /
+  // scale) is about 283 (d = 64) or 336 (d = 128), far below fp16's 65504, and the
+  // scores of about 1e4 only ever exist in the float accumulator.
+  const Fa2Result cpu = attention_fa2(run.in, shape, {run.scale, run.c.causal, t.br, t.bc});
+  const std::vector<double> w = run.c.dtype == Dtype::fp32
+                                    ? r.o_weight
+                                    : tensor_core_weight(r.o_weight, run.in, shape, run.c.dtype);
+  const ErrorReport cpu_o = ref::compare_weighted(cpu.o, r.o, w);
+  const ErrorReport cpu_lse = compare(cpu.lse, r.lse);
+  // The policy: twice the CPU step's error plus the floor (the kernel sums in butterflies
+  // and with fmaf, CUDA's expf and logf differ from glibc's by an ulp or two).
+  // logsumexp comes from the float m and l (l sums the unrounded P~): the float policy.
+  WB_CHECK_WITHIN(
+      compare(run.run.out.lse, r.lse),
+      chain_bound(cpu_lse.max_abs, ref::lse_floor(r.score_error, shape.lk, r.max_abs_lse)));
+  check_masked_rows(r, shape, run.run.out.o, run.run.out.lse);
+  long visited = 0;
+  for (int n : run.run.tiles) visited += n;
+  // The same tiles as the CPU step with the kernel's tile sizes: under the mask, exactly
+  // those that touch the diagonal; the others are never loaded.
+  CHECK(visited == cpu.tiles_visited);
+  if (run.c.causal) CHECK(visited == tiles_touching_the_diagonal(shape, t.br, t.bc));
+  // O, in units of w: twice the CPU step's float error plus the stated floor of the
+  // float work (output_floor: the kernel sums in another order, on tensor cores and in
+  // lane pairs), plus 2 u for rounding P~ and O to the 16-bit type (tensor_core_weight in
+  // fa2.hpp); u = 0 for the fp32 rung, which rounds nothing.
+  const double rounding = 2.0 * unit_roundoff(run.dtype);
+  return {ref::compare_weighted(run.run.out.o, r.o, w), /*relative=*/false, cpu_o.max_abs,
+          ref::output_floor(r.score_error, shape.lk) + rounding, ""};
 }
 
 template <Backend B>
-void tensor_core_kernel_equals_the_cpu_step() {
-  const std::vector<AttentionShape>& shapes =
-      test::kRaceMode ? kTensorCoreRaceShapes : kTensorCoreShapes;
-  for (HalfType type : {HalfType::fp16, HalfType::bf16}) {
-    for (bool causal : {false, true}) {
-      for (const AttentionShape& shape : shapes) {
-        for (ScoreKind kind : all_score_kinds()) {
-          const std::string where = std::string(to_string(type)) + ", " + to_string(shape) + ", " +
-                                    to_string(kind) + (causal ? ", causal" : "");
-          CAPTURE(where);
-          const float scale = default_scale(shape.d);
-          // The kernel's inputs, and the CPU step and fp64 reference run on exactly those values.
-          // The +1e4 offsets (large_offset) still make sense in fp16: q_0 = k_0 = sqrt(1e4 /
-          // scale) is about 283 (d = 64) or 336 (d = 128), far below fp16's 65504, and the
-          // scores of about 1e4 only ever exist in the float accumulator.
-          const AttentionInputs in =
-              round_inputs(make_attention_inputs(kind, shape, scale, kSeed), type);
-          const ref::Attention r = ref::attention(in, shape, scale, causal, false);
-          const std::vector<double> w = tensor_core_weight(r.o_weight, in, shape, type);
-          const Fa2Result cpu =
-              attention_fa2(in, shape, {scale, causal, kTensorCoreRows, tensor_core_keys(shape.d)});
-          const ErrorReport cpu_o = ref::compare_weighted(cpu.o, r.o, w);
-          const ErrorReport cpu_lse = compare(cpu.lse, r.lse);
-          const TensorCoreRun gpu = run_tensor_core<B>(in, type, shape, scale, causal);
-          // O, in units of w: twice the CPU step's float error plus the stated floor of the
-          // float work (output_floor: the kernel sums in another order, on tensor cores and in
-          // lane pairs), plus 2 u for rounding P~ and O to the 16-bit type (tensor_core_weight in
-          // fa2.hpp).
-          const double rounding = 2.0 * unit_roundoff(type);
-          WB_CHECK_WITHIN(
-              ref::compare_weighted(gpu.o, r.o, w),
-              chain_bound(cpu_o.max_abs, ref::output_floor(r.score_error, shape.lk) + rounding));
-          // logsumexp comes from the float m and l (l sums the unrounded P~): the float policy.
-          WB_CHECK_WITHIN(
-              compare(gpu.lse, r.lse),
-              chain_bound(cpu_lse.max_abs, ref::lse_floor(r.score_error, shape.lk, r.max_abs_lse)));
-          check_masked_rows(r, shape, gpu.o, gpu.lse);
-          long visited = 0;
-          for (int n : gpu.tiles) visited += n;
-          CHECK(visited == cpu.tiles_visited);  // the same tiles as the CPU step, Br x Bc
-          if (causal)
-            CHECK(visited ==
-                  tiles_touching_the_diagonal(shape, kTensorCoreRows, tensor_core_keys(shape.d)));
-        }
-      }
-    }
+void every_rung_equals_the_cpu_step() {
+  test::check_attention_ladder(B, kernel_ladder<B>(), ladder_cases(), kSeed, measure);
+}
+
+/// The fp32 rung's K/V tiles per block on randn of `shape`, scale 1.
+template <Backend B>
+std::vector<int> fa2_tiles(AttentionShape shape, bool causal) {
+  const AttentionInputs in = make_attention_inputs(ScoreKind::randn, shape, 1.f, kSeed);
+  const std::optional<test::RungOutput> out = test::run_attention_rung(
+      B, *find_rung(kernel_ladder<B>(), "fa2"), in, shape, 1.f, causal, Dtype::fp32);
+  REQUIRE(out);
+  std::vector<int> tiles = out->tiles;
+  tiles.resize(std::size_t(shape.bh) * ((shape.lq + kKernelRows - 1) / kKernelRows));  // its grid
+  return tiles;
+}
+
+template <Backend B>
+void kernel_skips_the_tiles_above_the_diagonal() {
+  // 320 x 320 in 16 x 32 tiles: block x visits tiles up to the one holding key 16 x + 15,
+  // i.e. x / 2 + 1 of the 10; 20 blocks visit 110 tiles, where the unmasked kernel visits 200.
+  const AttentionShape shape{1, 320, 320, 8};
+  const std::vector<int> all = fa2_tiles<B>(shape, false);
+  const std::vector<int> causal = fa2_tiles<B>(shape, true);
+  long n_all = 0, n_causal = 0;
+  for (int n : all) n_all += n;
+  for (std::size_t x = 0; x < causal.size(); ++x) {
+    CAPTURE(x);
+    CHECK(causal[x] == int(x) / 2 + 1);
+    n_causal += causal[x];
   }
+  CHECK(n_all == 200);
+  CHECK(n_causal == 110);
+}
+
+template <Backend B>
+void kernel_rejects_a_head_dimension_above_128() {
+  test::check_rung_refuses(B, *find_rung(kernel_ladder<B>(), "fa2"),
+                           {1, 2, 2, ch04::kMaxHeadDim + 1}, Dtype::fp32, "d = 129");
 }
 
 template <Backend B>
 void tensor_core_kernel_rejects_other_head_dimensions() {
   for (int d : {16, 96, 256}) {
     CAPTURE(d);
-    const AttentionShape shape{1, 2, 2, d};
-    DeviceBuffer<std::uint16_t> q(B, shape.q_elems()), k(B, shape.kv_elems()),
-        v(B, shape.kv_elems()), o(B, shape.q_elems());
-    DeviceBuffer<float> lse(B, shape.rows());
-    std::string message;
-    try {
-      TensorCoreKernels<B>::fa2(HalfType::fp16, q.data(), k.data(), v.data(), o.data(), lse.data(),
-                                shape, 1.f, false);
-    } catch (const std::invalid_argument& e) {
-      message = e.what();
-    }
-    CHECK_MESSAGE(message.find("64 or 128") != std::string::npos, "message: ", message);
+    test::check_rung_refuses(B, *find_rung(kernel_ladder<B>(), "fa2_tensor_core"), {1, 2, 2, d},
+                             Dtype::fp16, "64 or 128");
   }
 }
 
 }  // namespace
 
 WB_KERNEL_TEST_CASE(
-    "the tensor-core FA2 kernel equals the CPU step on the same fp16 and bf16 inputs",
-    tensor_core_kernel_equals_the_cpu_step)
+    "every FA2 rung equals the CPU step and the rung before it with and without the mask in fp32 "
+    "fp16 and bf16",
+    every_rung_equals_the_cpu_step)
+WB_KERNEL_TEST_CASE("the causal FA2 kernel skips the tiles above the diagonal",
+                    kernel_skips_the_tiles_above_the_diagonal)
+WB_KERNEL_TEST_CASE("the FA2 kernel rejects a head dimension above 128",
+                    kernel_rejects_a_head_dimension_above_128)
 WB_KERNEL_TEST_CASE("the tensor-core FA2 kernel rejects head dimensions other than 64 and 128",
                     tensor_core_kernel_rejects_other_head_dimensions)

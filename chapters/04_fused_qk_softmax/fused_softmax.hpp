@@ -1,5 +1,5 @@
 // Chapter 04: fused QK^T-softmax. The fused tiled CPU step, the causal mask convention and
-// the kernel's launcher (the naive baseline with Eigen is in attention_naive.hpp: nvcc, which
+// the kernel ladder (the naive baseline with Eigen is in attention_naive.hpp: nvcc, which
 // reads this header for the kernels, is kept away from Eigen).
 //
 // S = scale Q K^T                                                 eq. (1)
@@ -23,6 +23,8 @@
 #include "common/attention_inputs.hpp"
 #include "common/backend.hpp"
 #include "common/hd.hpp"
+#include "common/rung.hpp"
+#include "common/rung_args.hpp"
 
 namespace wb::ch04 {
 
@@ -118,16 +120,25 @@ inline FusedSoftmax softmax_qk_fused(const AttentionInputs& in, AttentionShape s
 }
 
 // ------------------------------------------------------------------------------------------
-// Kernel launcher (defined in fused_softmax_kernels.cuh, once per kernel backend)
+// Kernel ladder (launchers defined in fused_softmax_kernels.cuh, once per kernel backend)
 // ------------------------------------------------------------------------------------------
 
+/// The launcher of the ladder's rung. Of `a`: q, k fp32 (bh, lq, d); p (bh, lq, lk); md
+/// (bh, lq) pairs (m, d), laid out as MD; device pointers of backend B.
 template <Backend B>
 struct Kernels {
-  /// q: (bh, lq, d); k: (bh, lk, d); p: (bh, lq, lk); stats: (bh, lq); device pointers of B.
-  /// Any lq, lk >= 1; 1 <= d <= kMaxHeadDim; bh <= 65535 (grid.y). Throws
-  /// std::invalid_argument otherwise.
-  static void fused_softmax_qk(const float* q, const float* k, float* p, MD* stats,
-                               AttentionShape shape, float scale);
+  static void fused_softmax_qk(const AttentionArgs& a);
 };
+
+/// The ladder: one rung, the fused kernel (fused_softmax_kernels.cuh). Any lq, lk >= 1.
+template <Backend B>
+Ladder<AttentionArgs> kernel_ladder() {
+  return {{"fused_softmax_qk",
+           "S tile by tile from Q and K in shared memory, never stored; each tile's (m~, d~) "
+           "merged into the row's (m, d)",
+           attention_limits({Dtype::fp32}, kMaxHeadDim, {}, kMaxBatchHeads, /*causal=*/false,
+                            kWritesP | kWritesMd),
+           &Kernels<B>::fused_softmax_qk}};
+}
 
 }  // namespace wb::ch04

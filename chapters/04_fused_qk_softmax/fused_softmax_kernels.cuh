@@ -9,15 +9,13 @@
 // Launch shape: grid (ceil(lq / 8), bh); block (32, 8): warp y owns query row
 //           8 blockIdx.x + y, lane x owns key x of the current K tile of 32 keys.
 //           Dynamic shared memory: (8 d + 32 (d + 1)) floats, at most 20608 bytes (about 20.1 KiB).
-// Limits: lq, lk >= 1, any value; 1 <= d <= 128; bh <= 65535.
+// Limits: lq, lk >= 1, any value; 1 <= d <= 128; bh <= 65535 (grid.y): the rung's limits
+//           (kernel_ladder in fused_softmax.hpp), checked before every launch.
 // Memory traffic: Q read once, K read twice (two sweeps) per Q tile, P written once.
 // Test: ctest --test-dir build -R 04_fused_qk_softmax --output-on-failure
 #pragma once
 
 #include "common/kernel.cuh"
-
-#include <stdexcept>
-#include <string>
 
 #include "chapters/04_fused_qk_softmax/attention_tiles.cuh"
 #include "chapters/04_fused_qk_softmax/fused_softmax.hpp"
@@ -28,7 +26,6 @@ namespace {  // kernels have internal linkage: one copy per backend's translatio
 constexpr int kRowsPerBlock = 8;  // query rows of a block's Q tile: one warp each
 constexpr int kKeysPerTile = 32;  // keys of a K tile: one lane each
 constexpr int kThreads = kRowsPerBlock * kWarpLanes;
-constexpr int kMaxGridY = 65535;
 static_assert(kKeysPerTile == kWarpLanes, "lane x scores key x of the tile");
 
 /// Shared memory of a launch: the Q tile (kRowsPerBlock, d) and the K tile
@@ -101,17 +98,13 @@ __global__ void __launch_bounds__(kThreads)
 // ==========================================================================================
 
 template <>
-void Kernels<kThisBackend>::fused_softmax_qk(const float* q, const float* k, float* p, MD* stats,
-                                             AttentionShape shape, float scale) {
-  if (shape.d < 1 || shape.d > kMaxHeadDim)
-    throw std::invalid_argument("fused_softmax_qk: head dimension d = " + std::to_string(shape.d) +
-                                " is outside [1, " + std::to_string(kMaxHeadDim) + "]");
-  if (shape.bh < 1 || shape.bh > kMaxGridY || shape.lq < 1 || shape.lk < 1)
-    throw std::invalid_argument("fused_softmax_qk: needs lq, lk >= 1 and 1 <= bh <= 65535, got " +
-                                to_string(shape));
-  launch<fused_softmax_qk_kernel>(dim3(ceil_div(shape.lq, kRowsPerBlock), shape.bh),
-                                  dim3(kWarpLanes, kRowsPerBlock), shared_bytes(shape.d), q, k, p,
-                                  stats, shape, scale);
+void Kernels<kThisBackend>::fused_softmax_qk(const AttentionArgs& a) {
+  static_assert(sizeof(MD) == 2 * sizeof(float), "md holds the (m, d) pairs as MD");
+  const AttentionShape& s = a.shape;
+  launch<fused_softmax_qk_kernel>(dim3(ceil_div(s.lq, kRowsPerBlock), s.bh),
+                                  dim3(kWarpLanes, kRowsPerBlock), shared_bytes(s.d),
+                                  static_cast<const float*>(a.q), static_cast<const float*>(a.k),
+                                  a.p, reinterpret_cast<MD*>(a.md), s, a.scale);
 }
 
 }  // namespace wb::ch04

@@ -8,13 +8,13 @@
 #include "chapters/04_fused_qk_softmax/attention_naive.hpp"
 #include "chapters/04_fused_qk_softmax/fused_softmax.hpp"
 #include "common/attention_inputs.hpp"
-#include "common/buffer.hpp"
+#include "common/attention_report.hpp"
 #include "common/cli.hpp"
-#include "common/program.hpp"
 #include "common/compare.hpp"
+#include "common/ladder_run.hpp"
+#include "common/program.hpp"
 #include "common/reference_attention.hpp"
 #include "common/table.hpp"
-#include "common/timer.hpp"
 
 namespace {
 
@@ -76,38 +76,26 @@ void print_trace() {
             << ": the same softmax, the 1 x 10 scores never stored.\n\n";
 }
 
-Run run_kernel(Backend backend, const AttentionInputs& in, AttentionShape shape, float scale) {
-  DeviceBuffer<float> q(backend, in.q), k(backend, in.k), p(backend, shape.p_elems());
-  DeviceBuffer<MD> stats(backend, shape.rows());
-  const double ms = time_launch(backend, [&](auto b) {
-    Kernels<decltype(b)::value>::fused_softmax_qk(q.data(), k.data(), p.data(), stats.data(),
-                                                  shape, scale);
-  });
-  return {std::string(to_string(backend)) + " fused kernel", p.download(), ms};
-}
-
-void report(Backend backend, AttentionShape shape, std::uint64_t seed) {
+// The naive and fused CPU steps, then every rung of `ladder` (kernels of `backend`), on randn
+// and on scores near 1e4.
+void report(Backend backend, const Ladder<AttentionArgs>& ladder, AttentionShape shape,
+            std::uint64_t seed) {
   const float scale = default_scale(shape.d);
   for (ScoreKind kind : {ScoreKind::randn, ScoreKind::large_offset}) {
     const AttentionInputs in = make_attention_inputs(kind, shape, scale, seed);
     const ref::Attention r = ref::attention(in, shape, scale, false);
-    std::vector<Run> runs;
-    runs.push_back(run_cpu("cpu naive (Eigen, S stored)",
-                           [&] { return attention_naive(in, shape, scale).p; }));
-    runs.push_back(run_cpu("cpu fused 8 x 32 tiles", [&] {
-      return softmax_qk_fused(in, shape, scale, kReportBr, kReportBc).p;
-    }));
-    if (backend != Backend::cpu) runs.push_back(run_kernel(backend, in, shape, scale));
+    std::vector<AttentionRun> runs = {
+        run_cpu_attention("cpu naive (Eigen, S stored)",
+                          [&] { return p_output(attention_naive(in, shape, scale).p); }),
+        run_cpu_attention("cpu fused 8 x 32 tiles", [&] {
+          return p_output(softmax_qk_fused(in, shape, scale, kReportBr, kReportBc).p);
+        })};
+    std::vector<std::string> skipped;
+    run_attention_ladder(backend, ladder, in, shape, scale, false, Dtype::fp32, &runs, &skipped);
     std::cout << "P against the fp64 reference on (" << to_string(shape) << ") " << to_string(kind)
               << ", seed " << seed << ":\n";
-    Table t(
-        {"implementation", "max rel err vs fp64", "max abs err vs naive", "non-finite", "time ms"});
-    for (const Run& run : runs) {
-      const ErrorReport e = compare(run.out, r.p);
-      t.add_row({run.name, sci(e.max_rel), sci(compare(run.out, runs[0].out).max_abs),
-                 std::to_string(e.nonfinite_mismatches), fixed(run.ms, 3)});
-    }
-    t.print(std::cout);
+    print_attention_table(std::cout, runs, r, {true, {}, "naive"}, shape, false);
+    print_skipped(skipped);
     std::cout << "  stated floor for these inputs (common/reference_attention.hpp): "
               << sci(ref::softmax_floor(r.score_error, shape.lk)) << "\n\n";
   }
@@ -128,8 +116,10 @@ int main(int argc, char** argv) {
       .option("--lk", &lk, "key rows (default 1024)")
       .option("--d", &d, "head dimension (default 64)", kMaxHeadDim);
   ProgramOptions options;
-  options.offers_bench = false;  // the attention chapters have no --bench yet
+  options.offers_bench = false;  // chapter 06's --bench times the FA2 rungs that replace it
   if (const int code = parse_program(cli, argc, argv, &options); code >= 0) return code;
+  const auto make_ladder = [](auto b) { return kernel_ladder<decltype(b)::value>(); };
+  if (options.list) return list_ladder(options, "04_fused_qk_softmax", "attention", make_ladder);
   const Backend backend = options.backend;
   const std::uint64_t seed = options.seed;
   const bool gpu = backend == Backend::cuda;
@@ -144,8 +134,12 @@ int main(int argc, char** argv) {
   print_intro();
   print_trace();
   if (options.trace_only) return 0;
-  if (const int code = run_guarded(cli, [&] { report(backend, shape, seed); return 0; }); code)
-    return code;
+  const Ladder<AttentionArgs> ladder = select_kernel_backend(backend, make_ladder);
+  const int code = run_guarded(cli, [&] {
+    report(backend, ladder, shape, seed);
+    return 0;
+  });
+  if (code != 0) return code;
   std::cout << "Next: chapter 05, FlashAttention-1 (chapters/05_fa1_subsum, docs page\n"
                "\"Chapter 05: FlashAttention-1, the SubSum recurrence\"): the output O = P V\n"
                "carried through the same tiles, so that P is never stored either.\n";

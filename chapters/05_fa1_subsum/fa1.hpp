@@ -1,5 +1,5 @@
 // Chapter 05: FlashAttention-1, the SubSum recurrence. The element-wise recurrence, the tiled
-// FA1 Algorithm 1 on the CPU, and the kernel's launcher.
+// FA1 Algorithm 1 on the CPU, and the kernel ladder.
 //
 // x_j = scale q . k_j, the scores of one query row                              eq. (1)
 // m_i = max(m_{i-1}, x_i), d'_i = d'_{i-1} e^{m_{i-1} - m_i} + e^{x_i - m_i}     eq. (2)
@@ -13,6 +13,7 @@
 #pragma once
 
 #include <algorithm>
+#include <climits>
 #include <cmath>
 #include <cstddef>
 #include <vector>
@@ -24,6 +25,8 @@
 #include "common/attention_inputs.hpp"
 #include "common/backend.hpp"
 #include "common/hd.hpp"
+#include "common/rung.hpp"
+#include "common/rung_args.hpp"
 
 namespace wb::ch05 {
 
@@ -144,17 +147,29 @@ inline Fa1Result attention_fa1(const AttentionInputs& in, AttentionShape shape, 
 }
 
 // ------------------------------------------------------------------------------------------
-// Kernel launcher (defined in fa1_kernels.cuh, once per kernel backend)
+// Kernel ladder (launchers defined in fa1_kernels.cuh, once per kernel backend)
 // ------------------------------------------------------------------------------------------
 
+/// FA1 puts one block per (batch, head) on grid.x, whose CUDA limit is 2^31 - 1.
+inline constexpr int kMaxBatchHeads = INT_MAX;
+
+/// The launcher of the ladder's rung. Of `a`: q fp32 (bh, lq, d); k, v (bh, lk, d); o
+/// (bh, lq, d); md (bh, lq) pairs, the running (m, l), initialized and updated in global
+/// memory by the kernel; device pointers of backend B.
 template <Backend B>
 struct Kernels {
-  /// FA1 Algorithm 1 on the GPU. q: (bh, lq, d); k, v: (bh, lk, d); o: (bh, lq, d);
-  /// stats: (bh, lq), the running (m, l), initialized and updated in global memory by the
-  /// kernel; device pointers of B. Any lq, lk >= 1; 1 <= d <= ch04::kMaxHeadDim;
-  /// bh <= 2^31 - 1. Throws std::invalid_argument otherwise.
-  static void fa1(const float* q, const float* k, const float* v, float* o, MD* stats,
-                  AttentionShape shape, float scale);
+  static void fa1(const AttentionArgs& a);
 };
+
+/// The ladder: one rung, FA1 Algorithm 1 on the GPU (fa1_kernels.cuh). Any lq, lk >= 1.
+template <Backend B>
+Ladder<AttentionArgs> kernel_ladder() {
+  return {{"fa1",
+           "P never stored: each tile's P~ V folded into the normalized O, which goes through "
+           "global memory with (m, l)",
+           attention_limits({Dtype::fp32}, ch04::kMaxHeadDim, {}, kMaxBatchHeads,
+                            /*causal=*/false, kWritesO | kWritesMd),
+           &Kernels<B>::fa1}};
+}
 
 }  // namespace wb::ch05

@@ -12,15 +12,13 @@
 //           Warp y owns query row y of the current Q tile of 8 rows; in the score phase lane
 //           x owns key x of the K/V tile of 32, in the output phase columns x, x + 32, ...
 //           Dynamic shared memory: (32 (d + 1) + 32 d + 8 d + 8 x 32) floats, at most 37 KiB.
-// Limits: lq, lk >= 1, any value; 1 <= d <= 128; bh <= 2^31 - 1. One block per head: a GPU
-//           with more SMs than heads idles (chapter 06 parallelizes over Q tiles too).
+// Limits: lq, lk >= 1, any value; 1 <= d <= 128; bh <= 2^31 - 1 (grid.x): the rung's limits
+//           (kernel_ladder in fa1.hpp), checked before every launch. One block per head: a
+//           GPU with more SMs than heads idles (chapter 06 parallelizes over Q tiles too).
 // Test: ctest --test-dir build -R 05_fa1_subsum --output-on-failure
 #pragma once
 
 #include "common/kernel.cuh"
-
-#include <stdexcept>
-#include <string>
 
 #include "chapters/04_fused_qk_softmax/attention_tiles.cuh"
 #include "chapters/05_fa1_subsum/fa1.hpp"
@@ -119,15 +117,12 @@ __global__ void __launch_bounds__(kThreads)
 // ==========================================================================================
 
 template <>
-void Kernels<kThisBackend>::fa1(const float* q, const float* k, const float* v, float* o, MD* stats,
-                                AttentionShape shape, float scale) {
-  if (shape.d < 1 || shape.d > ch04::kMaxHeadDim)
-    throw std::invalid_argument("fa1: head dimension d = " + std::to_string(shape.d) +
-                                " is outside [1, " + std::to_string(ch04::kMaxHeadDim) + "]");
-  if (shape.bh < 1 || shape.lq < 1 || shape.lk < 1)
-    throw std::invalid_argument("fa1: needs bh, lq, lk >= 1, got " + to_string(shape));
-  launch<fa1_kernel>(dim3(shape.bh), dim3(kWarpLanes, kRowsPerTile), shared_bytes(shape.d), q, k, v,
-                     o, stats, shape, scale);
+void Kernels<kThisBackend>::fa1(const AttentionArgs& a) {
+  static_assert(sizeof(MD) == 2 * sizeof(float), "md holds the (m, l) pairs as MD");
+  launch<fa1_kernel>(dim3(a.shape.bh), dim3(kWarpLanes, kRowsPerTile), shared_bytes(a.shape.d),
+                     static_cast<const float*>(a.q), static_cast<const float*>(a.k),
+                     static_cast<const float*>(a.v), static_cast<float*>(a.o),
+                     reinterpret_cast<MD*>(a.md), a.shape, a.scale);
 }
 
 }  // namespace wb::ch05

@@ -9,13 +9,12 @@
 #include "chapters/04_fused_qk_softmax/fused_softmax.hpp"
 #include "chapters/05_fa1_subsum/fa1.hpp"
 #include "common/attention_inputs.hpp"
-#include "common/buffer.hpp"
+#include "common/attention_report.hpp"
 #include "common/cli.hpp"
+#include "common/ladder_run.hpp"
 #include "common/program.hpp"
-#include "common/compare.hpp"
 #include "common/reference_attention.hpp"
 #include "common/table.hpp"
-#include "common/timer.hpp"
 
 namespace {
 
@@ -44,8 +43,8 @@ void print_intro() {
 
 // One query, six keys with two-component values, one key at a time.
 void print_trace() {
-  const std::vector<float> x = {1.f, 3.f, -2.f, 2.5f, 6.f, 0.f};
-  const std::vector<float> v = {1.f, 0.f, 0.f, 1.f, 2.f, 2.f, -1.f, 0.f, 0.f, -1.f, 4.f, 4.f};
+  const std::vector<float>& x = kTraceScores;
+  const std::vector<float>& v = kTraceValues;
   const AttentionShape shape{1, 1, static_cast<int>(x.size()), 2};
   constexpr float kTraceScale = 1.f;  // so that the scores are the x above
   const std::vector<float> q = {1.f, 0.f};
@@ -73,43 +72,30 @@ void print_trace() {
             << "), the same output; P was never stored.\n\n";
 }
 
-Run run_kernel(Backend backend, const AttentionInputs& in, AttentionShape shape, float scale) {
-  DeviceBuffer<float> q(backend, in.q), k(backend, in.k), v(backend, in.v),
-      o(backend, shape.q_elems());
-  DeviceBuffer<MD> stats(backend, shape.rows());
-  const double ms = time_launch(backend, [&](auto b) {
-    Kernels<decltype(b)::value>::fa1(q.data(), k.data(), v.data(), o.data(), stats.data(),
-                                     shape, scale);
-  });
-  return {std::string(to_string(backend)) + " FA1 kernel", o.download(), ms};
-}
-
-void report(Backend backend, AttentionShape shape, std::uint64_t seed) {
+// Chapter 04's naive P V, the element-wise recurrence and FA1 on the CPU, then every rung of
+// `ladder` (kernels of `backend`), on randn and on the uniform softmax of "ones".
+void report(Backend backend, const Ladder<AttentionArgs>& ladder, AttentionShape shape,
+            std::uint64_t seed) {
   const float scale = default_scale(shape.d);
   for (ScoreKind kind : {ScoreKind::randn, ScoreKind::ones}) {
     const AttentionInputs in = make_attention_inputs(kind, shape, scale, seed);
     const ref::Attention r = ref::attention(in, shape, scale, false, false);
-    std::vector<Run> runs;
-    runs.push_back(run_cpu("cpu ch04 naive P V (previous)",
-                                [&] { return ch04::attention_naive(in, shape, scale).o; }));
-    runs.push_back(run_cpu("cpu element-wise, eq. (4)",
-                                [&] { return attention_elementwise(in, shape, scale); }));
-    runs.push_back(run_cpu("cpu FA1 Algorithm 1, 8 x 32", [&] {
-      return attention_fa1(in, shape, scale, kReportBr, kReportBc).o;
-    }));
-    if (backend != Backend::cpu) runs.push_back(run_kernel(backend, in, shape, scale));
+    std::vector<AttentionRun> runs = {
+        run_cpu_attention("cpu ch04 naive P V (previous)",
+                          [&] { return o_output(ch04::attention_naive(in, shape, scale).o); }),
+        run_cpu_attention("cpu element-wise, eq. (4)",
+                          [&] { return o_output(attention_elementwise(in, shape, scale)); }),
+        run_cpu_attention("cpu FA1 Algorithm 1, 8 x 32", [&] {
+          return o_output(attention_fa1(in, shape, scale, kReportBr, kReportBc).o);
+        })};
+    std::vector<std::string> skipped;
+    run_attention_ladder(backend, ladder, in, shape, scale, false, Dtype::fp32, &runs, &skipped);
     std::cout << "O against the fp64 reference on (" << to_string(shape) << ") " << to_string(kind)
               << ", seed " << seed << ":\n";
-    Table t({"implementation", "max err / sum p|v| vs fp64", "max abs err vs previous",
-             "non-finite", "time ms"});
-    for (const Run& run : runs) {
-      const ErrorReport e = ref::compare_weighted(run.out, r.o, r.o_weight);
-      t.add_row({run.name, sci(e.max_abs), sci(compare(run.out, runs[0].out).max_abs),
-                 std::to_string(e.nonfinite_mismatches), fixed(run.ms, 3)});
-    }
-    t.print(std::cout);
-    std::cout << "  errors in units of sum_j p_ij |v_jc|: O itself can cancel to ~0 (\"ones\"\n"
-                 "  averages randn values). Stated floor for these inputs: "
+    print_attention_table(std::cout, runs, r, {false, r.o_weight, "previous"}, shape, false);
+    print_skipped(skipped);
+    std::cout << "  w = sum_j p_ij |v_jc|: O itself can cancel to ~0 (\"ones\" averages randn\n"
+                 "  values). Stated floor for these inputs: "
               << sci(ref::output_floor(r.score_error, shape.lk)) << "\n\n";
   }
   const int tiles = kv_tiles(shape.lk);
@@ -133,8 +119,10 @@ int main(int argc, char** argv) {
       .option("--lk", &lk, "key rows (default 1024)")
       .option("--d", &d, "head dimension (default 64)", ch04::kMaxHeadDim);
   ProgramOptions options;
-  options.offers_bench = false;  // the attention chapters have no --bench yet
+  options.offers_bench = false;  // chapter 06's --bench times the FA2 rungs that replace FA1
   if (const int code = parse_program(cli, argc, argv, &options); code >= 0) return code;
+  const auto make_ladder = [](auto b) { return kernel_ladder<decltype(b)::value>(); };
+  if (options.list) return list_ladder(options, "05_fa1_subsum", "attention", make_ladder);
   const Backend backend = options.backend;
   const std::uint64_t seed = options.seed;
   const bool gpu = backend == Backend::cuda;
@@ -148,8 +136,12 @@ int main(int argc, char** argv) {
   print_intro();
   print_trace();
   if (options.trace_only) return 0;
-  if (const int code = run_guarded(cli, [&] { report(backend, shape, seed); return 0; }); code)
-    return code;
+  const Ladder<AttentionArgs> ladder = select_kernel_backend(backend, make_ladder);
+  const int code = run_guarded(cli, [&] {
+    report(backend, ladder, shape, seed);
+    return 0;
+  });
+  if (code != 0) return code;
   std::cout << "Next: chapter 06, FlashAttention-2 (chapters/06_fa2_rescaled, docs page\n"
                "\"Chapter 06: FlashAttention-2, the rescaled accumulator\"): keep the output\n"
                "unnormalized, divide once at the end, and swap the loops so that O never\n"

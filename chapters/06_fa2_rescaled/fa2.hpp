@@ -1,5 +1,5 @@
 // Chapter 06: FlashAttention-2, the rescaled accumulator. The tiled FA2 on the CPU (logsumexp
-// output, causal flag, softmax scale) and the kernel's launcher.
+// output, causal flag, softmax scale) and the kernel ladder: FA2 in fp32, then on tensor cores.
 //
 // SS_i = sum_{j<=i} e^{x_j - m_i} v_j = d'_i O_i, the unnormalized output         eq. (1)
 // SS_i = SS_{i-1} e^{m_{i-1} - m_i} + e^{x_i - m_i} v_i                          eq. (2)
@@ -23,8 +23,10 @@
 #include "chapters/05_fa1_subsum/fa1.hpp"
 #include "common/attention_inputs.hpp"
 #include "common/backend.hpp"
-#include "common/half.hpp"
+#include "common/dtype.hpp"
 #include "common/hd.hpp"
+#include "common/rung.hpp"
+#include "common/rung_args.hpp"
 
 namespace wb::ch06 {
 
@@ -147,63 +149,26 @@ inline Fa2Result attention_fa2(const AttentionInputs& in, AttentionShape shape, 
 }
 
 // ------------------------------------------------------------------------------------------
-// Kernel launcher (defined in fa2_kernels.cuh, once per kernel backend)
+// The 16-bit roundings of the tensor-core rung (fa2_tensor_core_kernels.cuh): fp16 and bf16
 // ------------------------------------------------------------------------------------------
 
-template <Backend B>
-struct Kernels {
-  /// FA2 on the GPU, one block per (Q tile of kKernelRows rows, head). q: (bh, lq, d);
-  /// k, v: (bh, lk, d); o: (bh, lq, d); lse: (bh, lq); device pointers of B.
-  /// tiles_visited: nullptr, or (bh, ceil(lq / kKernelRows)) ints that receive the number of
-  /// K/V tiles each block loaded (the causal skip made observable). Any lq, lk >= 1;
-  /// 1 <= d <= ch04::kMaxHeadDim; bh <= 65535. Throws std::invalid_argument otherwise.
-  static void fa2(const float* q, const float* k, const float* v, float* o, float* lse,
-                  AttentionShape shape, float scale, bool causal, int* tiles_visited = nullptr);
-};
-
-// ------------------------------------------------------------------------------------------
-// The last rung: FA2 on tensor cores (fa2_tensor_core_kernels.cuh), 16-bit inputs
-// ------------------------------------------------------------------------------------------
-
-/// The 16-bit input (and output) types of the tensor-core kernel: CUDA's __half (IEEE
-/// binary16, 11 significant bits) and __nv_bfloat16 (8 significant bits, float's range).
-enum class HalfType { fp16, bf16 };
-
-inline const char* to_string(HalfType type) {
-  return type == HalfType::fp16 ? "fp16" : "bf16";
-}
-
-/// The unit roundoff of a type, 2^-p for p significant bits: 2^-11 for fp16, 2^-8 for bf16.
-inline double unit_roundoff(HalfType type) {
-  return type == HalfType::fp16 ? 0x1p-11 : 0x1p-8;
+/// The unit roundoff of rounding a float to `type`, 2^-p for p significant bits: 2^-11 for
+/// fp16 (CUDA's __half, IEEE binary16), 2^-8 for bf16 (__nv_bfloat16, float's range); 0 for
+/// fp32, whose float results are stored as they are (output_rounding, common/dtype.hpp).
+inline double unit_roundoff(Dtype type) {
+  return output_rounding(type).half_ulp;
 }
 
 /// The smallest normal number of a type: below it, rounding is absolute (half a subnormal
 /// spacing, unit_roundoff x this), not relative. 2^-14 for fp16; bf16 has float's 2^-126.
-inline double smallest_normal(HalfType type) {
-  return type == HalfType::fp16 ? 0x1p-14 : 0x1p-126;
+inline double smallest_normal(Dtype type) {
+  return output_rounding(type).tiny;
 }
 
-/// x as the bit patterns of `type` (what a device buffer of __half or __nv_bfloat16 holds),
-/// rounded to nearest even, and back to float exactly.
-inline std::vector<std::uint16_t> to_bits(const std::vector<float>& x, HalfType type) {
-  std::vector<std::uint16_t> bits(x.size());
-  for (std::size_t e = 0; e < x.size(); ++e)
-    bits[e] = type == HalfType::fp16 ? to_half_bits(x[e]) : to_bf16_bits(x[e]);
-  return bits;
-}
-inline std::vector<float> from_bits(const std::vector<std::uint16_t>& bits, HalfType type) {
-  std::vector<float> x(bits.size());
-  for (std::size_t e = 0; e < bits.size(); ++e)
-    x[e] = type == HalfType::fp16 ? half_bits_to_float(bits[e]) : bf16_bits_to_float(bits[e]);
-  return x;
-}
-
-/// Q, K, V rounded to `type` and widened back: the exact values the tensor-core kernel reads,
+/// Q, K, V rounded to `type` and widened back: the exact values a kernel of that type reads,
 /// so that the CPU step and the fp64 reference can run on the same inputs.
-inline AttentionInputs round_inputs(const AttentionInputs& in, HalfType type) {
-  return {from_bits(to_bits(in.q, type), type), from_bits(to_bits(in.k, type), type),
-          from_bits(to_bits(in.v, type), type)};
+inline AttentionInputs round_inputs(const AttentionInputs& in, Dtype type) {
+  return {round_elements(in.q, type), round_elements(in.k, type), round_elements(in.v, type)};
 }
 
 /// The weight of the tensor-core kernel's O error, per element (i, c), given
@@ -217,7 +182,7 @@ inline AttentionInputs round_inputs(const AttentionInputs& in, HalfType type) {
 /// range). v: (bh, lk, d); the result is (bh, lq, d) like o_weight.
 inline std::vector<double> tensor_core_weight(const std::vector<double>& o_weight,
                                               const AttentionInputs& in, AttentionShape shape,
-                                              HalfType type) {
+                                              Dtype type) {
   std::vector<double> w(o_weight);
   const double n = smallest_normal(type);
   std::vector<double> sum_v(std::size_t(shape.bh) * shape.d, 0.0);  // sum_j |v_jc| per head
@@ -241,18 +206,38 @@ __host__ __device__ constexpr int tensor_core_keys(int d) {
   return d <= 64 ? 64 : 32;
 }
 
+// ------------------------------------------------------------------------------------------
+// Kernel ladder (launchers defined in fa2_kernels.cuh and fa2_tensor_core_kernels.cuh)
+// ------------------------------------------------------------------------------------------
+
+/// The launchers of the ladder's rungs, one block per (Q tile, head). Of `a`: q (bh, lq, d);
+/// k, v (bh, lk, d); o (bh, lq, d) in `a.dtype`; lse (bh, lq) float; tiles_visited nullptr,
+/// or (bh, ceil(lq / Br)) ints receiving the K/V tiles each block loaded (the causal skip
+/// made observable); device pointers of backend B.
 template <Backend B>
-struct TensorCoreKernels {
-  /// FA2 on tensor cores, one block per (Q tile of kTensorCoreRows rows, head). q: (bh, lq, d);
-  /// k, v: (bh, lk, d); o: (bh, lq, d), all the bit patterns of `type` (device buffers of
-  /// __half or __nv_bfloat16, 16-byte aligned); lse: (bh, lq) float. O is written in the
-  /// input type (rounded once, from the float accumulator), as FlashAttention does.
-  /// tiles_visited: nullptr, or (bh, ceil(lq / kTensorCoreRows)) ints receiving the K/V tiles
-  /// each block loaded. Any lq, lk >= 1; d = 64 or 128 only; bh <= 65535. Throws
-  /// std::invalid_argument otherwise.
-  static void fa2(HalfType type, const std::uint16_t* q, const std::uint16_t* k,
-                  const std::uint16_t* v, std::uint16_t* o, float* lse, AttentionShape shape,
-                  float scale, bool causal, int* tiles_visited = nullptr);
+struct Kernels {
+  /// fp32, Br = kKernelRows, Bc = kKernelKeys.
+  static void fa2(const AttentionArgs& a);
+  /// fp16 or bf16 (16-byte aligned q, k, v), Br = kTensorCoreRows, Bc = tensor_core_keys(d);
+  /// O rounded once to the input type, from the float accumulator, as FlashAttention does.
+  static void fa2_tensor_core(const AttentionArgs& a);
 };
+
+/// The ladder in order, each rung one idea better than the one before.
+template <Backend B>
+Ladder<AttentionArgs> kernel_ladder() {
+  return {{"fa2",
+           "O unnormalized in registers, divided once at the end; Q tiles outer, a block each; "
+           "logsumexp out; causal: the tiles above the diagonal skipped",
+           attention_limits({Dtype::fp32}, ch04::kMaxHeadDim, {}, ch04::kMaxBatchHeads,
+                            /*causal=*/true, kWritesO | kWritesLse),
+           &Kernels<B>::fa2},
+          {"fa2_tensor_core",
+           "both products on tensor cores (wmma 16x16x16): fp16 or bf16 inputs, float "
+           "accumulation, 16 query rows per warp",
+           attention_limits({Dtype::fp16, Dtype::bf16}, 0, {64, 128}, ch04::kMaxBatchHeads,
+                            /*causal=*/true, kWritesO | kWritesLse),
+           &Kernels<B>::fa2_tensor_core}};
+}
 
 }  // namespace wb::ch06

@@ -11,14 +11,12 @@
 //           block's Q tile of 16 rows (its m, l and SS in registers); in the score phase lane
 //           x owns key x of the K/V tile of 32, in the output phase columns x, x + 32, ...
 //           Dynamic shared memory: (32 (d + 1) + 32 d + 16 d + 16 x 32) floats, at most 42 KiB.
-// Limits: lq, lk >= 1, any value; 1 <= d <= 128; bh <= 65535 (grid.y).
+// Limits: lq, lk >= 1, any value; 1 <= d <= 128; bh <= 65535 (grid.y): the rung's limits
+//           (kernel_ladder in fa2.hpp), checked before every launch.
 // Test: ctest --test-dir build -R 06_fa2_rescaled --output-on-failure
 #pragma once
 
 #include "common/kernel.cuh"
-
-#include <stdexcept>
-#include <string>
 
 #include "chapters/04_fused_qk_softmax/attention_tiles.cuh"
 #include "chapters/06_fa2_rescaled/fa2.hpp"
@@ -32,7 +30,6 @@ constexpr int kRowsPerTile = kKernelRows;  // Br: one warp per query row
 constexpr int kKeysPerTile = kKernelKeys;  // Bc: one lane per key in the score phase
 constexpr int kThreads = kRowsPerTile * kWarpLanes;
 constexpr int kColumnsPerLane = ch04::kMaxHeadDim / kWarpLanes;  // SS registers of a lane
-constexpr int kMaxGridY = 65535;
 static_assert(kKeysPerTile == kWarpLanes, "lane x scores key x of the tile");
 static_assert(ch04::kMaxHeadDim % kWarpLanes == 0, "whole columns per lane");
 
@@ -126,18 +123,12 @@ __global__ void __launch_bounds__(kThreads)
 // ==========================================================================================
 
 template <>
-void Kernels<kThisBackend>::fa2(const float* q, const float* k, const float* v, float* o,
-                                float* lse, AttentionShape shape, float scale, bool causal,
-                                int* tiles_visited) {
-  if (shape.d < 1 || shape.d > ch04::kMaxHeadDim)
-    throw std::invalid_argument("fa2: head dimension d = " + std::to_string(shape.d) +
-                                " is outside [1, " + std::to_string(ch04::kMaxHeadDim) + "]");
-  if (shape.bh < 1 || shape.bh > kMaxGridY || shape.lq < 1 || shape.lk < 1)
-    throw std::invalid_argument("fa2: needs lq, lk >= 1 and 1 <= bh <= 65535, got " +
-                                to_string(shape));
-  launch<fa2_kernel>(dim3(ceil_div(shape.lq, kRowsPerTile), shape.bh),
-                     dim3(kWarpLanes, kRowsPerTile), shared_bytes(shape.d), q, k, v, o, lse, shape,
-                     scale, causal, tiles_visited);
+void Kernels<kThisBackend>::fa2(const AttentionArgs& a) {
+  launch<fa2_kernel>(dim3(ceil_div(a.shape.lq, kRowsPerTile), a.shape.bh),
+                     dim3(kWarpLanes, kRowsPerTile), shared_bytes(a.shape.d),
+                     static_cast<const float*>(a.q), static_cast<const float*>(a.k),
+                     static_cast<const float*>(a.v), static_cast<float*>(a.o), a.lse, a.shape,
+                     a.scale, a.causal, a.tiles_visited);
 }
 
 }  // namespace wb::ch06

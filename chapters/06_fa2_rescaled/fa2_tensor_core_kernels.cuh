@@ -18,8 +18,9 @@
 //             per warp: S tile (16, Bc + 4) floats, P~ tile (16, Bc + 8), 16 row factors
 //           44.3 KiB for d = 64, 31.3 KiB for d = 128: within the 48 KiB any launch may use.
 //           Why these shapes: fa2_rescaled.md, section "FA2 on tensor cores".
-// Limits: lq, lk >= 1, any value; d = 64 or 128 (a template parameter; the launcher rejects
-//           others); bh <= 65535 (grid.y); q, k, v 16-byte aligned.
+// Limits: lq, lk >= 1, any value; d = 64 or 128 (a template parameter); bh <= 65535
+//           (grid.y): the rung's limits (kernel_ladder in fa2.hpp), checked before every
+//           launch. q, k, v 16-byte aligned (the launcher checks).
 // Test: ctest --test-dir build -R 06_fa2_rescaled --output-on-failure
 #pragma once
 
@@ -45,7 +46,6 @@ constexpr int kTcThreads = kTcWarps * kTcLanes;
 constexpr int kHalvesPer16Bytes = 8;  // one uint4 of a 16-bit type; also the row pads
 constexpr int kFloatsPer16Bytes = 4;
 constexpr int kWmmaAlign = 32;  // bytes: every wmma pointer is 256-bit aligned
-constexpr int kTcMaxGridY = 65535;
 static_assert(kTcWarps * kMma == kTensorCoreRows, "Br = warps x 16 rows");
 
 using AccFragment = wmma::fragment<wmma::accumulator, kMma, kMma, kMma, float>;
@@ -256,24 +256,24 @@ __global__ void __launch_bounds__(kTcThreads)
 }
 
 template <typename T, int D>
-void launch_tensor_core(const std::uint16_t* q, const std::uint16_t* k, const std::uint16_t* v,
-                        std::uint16_t* o, float* lse, AttentionShape shape, float scale,
-                        bool causal, int* tiles_visited) {
+void launch_tensor_core(const AttentionArgs& a) {
   launch<fa2_tensor_core_kernel<T, D>>(
-      dim3(ceil_div(shape.lq, TcTiles<D>::kRows), shape.bh), dim3(kTcLanes, kTcWarps),
-      std::size_t(TcTiles<D>::kSharedBytes), reinterpret_cast<const T*>(q),
-      reinterpret_cast<const T*>(k), reinterpret_cast<const T*>(v), reinterpret_cast<T*>(o), lse,
-      shape, scale, causal, tiles_visited);
+      dim3(ceil_div(a.shape.lq, TcTiles<D>::kRows), a.shape.bh), dim3(kTcLanes, kTcWarps),
+      std::size_t(TcTiles<D>::kSharedBytes), static_cast<const T*>(a.q),
+      static_cast<const T*>(a.k), static_cast<const T*>(a.v), static_cast<T*>(a.o), a.lse,
+      a.shape, a.scale, a.causal, a.tiles_visited);
 }
 
 template <typename T>
-void launch_tensor_core(const std::uint16_t* q, const std::uint16_t* k, const std::uint16_t* v,
-                        std::uint16_t* o, float* lse, AttentionShape shape, float scale,
-                        bool causal, int* tiles_visited) {
-  if (shape.d == 64)
-    launch_tensor_core<T, 64>(q, k, v, o, lse, shape, scale, causal, tiles_visited);
+void launch_tensor_core(const AttentionArgs& a) {
+  // The tile shapes are compiled for d = 64 and 128 only: any other d would index past them.
+  if (a.shape.d == 64)
+    launch_tensor_core<T, 64>(a);
+  else if (a.shape.d == 128)
+    launch_tensor_core<T, 128>(a);
   else
-    launch_tensor_core<T, 128>(q, k, v, o, lse, shape, scale, causal, tiles_visited);
+    throw std::invalid_argument("fa2_tensor_core: head dimension d = " +
+                                std::to_string(a.shape.d) + " is not one it takes (64 or 128)");
 }
 
 }  // namespace
@@ -283,26 +283,16 @@ void launch_tensor_core(const std::uint16_t* q, const std::uint16_t* k, const st
 // ==========================================================================================
 
 template <>
-void TensorCoreKernels<kThisBackend>::fa2(HalfType type, const std::uint16_t* q,
-                                          const std::uint16_t* k, const std::uint16_t* v,
-                                          std::uint16_t* o, float* lse, AttentionShape shape,
-                                          float scale, bool causal, int* tiles_visited) {
-  if (shape.d != 64 && shape.d != 128)
-    throw std::invalid_argument("fa2_tensor_core: head dimension d = " + std::to_string(shape.d) +
-                                " is not one the kernel takes (64 or 128)");
-  if (shape.bh < 1 || shape.bh > kTcMaxGridY || shape.lq < 1 || shape.lk < 1)
-    throw std::invalid_argument("fa2_tensor_core: needs lq, lk >= 1 and 1 <= bh <= 65535, got " +
-                                to_string(shape));
+void Kernels<kThisBackend>::fa2_tensor_core(const AttentionArgs& a) {
   constexpr std::uintptr_t kLoadBytes = 16;  // the tile loads read 16 bytes at a time
-  for (const void* p :
-       {static_cast<const void*>(q), static_cast<const void*>(k), static_cast<const void*>(v)}) {
+  for (const void* p : {a.q, a.k, a.v}) {
     if (reinterpret_cast<std::uintptr_t>(p) % kLoadBytes != 0)
       throw std::invalid_argument("fa2_tensor_core: q, k and v must be 16-byte aligned");
   }
-  if (type == HalfType::fp16)
-    launch_tensor_core<__half>(q, k, v, o, lse, shape, scale, causal, tiles_visited);
+  if (a.dtype == Dtype::fp16)
+    launch_tensor_core<__half>(a);
   else
-    launch_tensor_core<__nv_bfloat16>(q, k, v, o, lse, shape, scale, causal, tiles_visited);
+    launch_tensor_core<__nv_bfloat16>(a);
 }
 
 }  // namespace wb::ch06

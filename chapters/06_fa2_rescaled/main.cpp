@@ -1,40 +1,37 @@
 // Chapter 06 program: FlashAttention-2, the rescaled accumulator. `--help` lists the options.
 //
-// It also measures the extra memory of the naive attention and of FA2 on the CPU: this file
-// replaces the global operator new and delete with counting versions (the peak of live heap
-// bytes during a call), and reads the peak resident set size of the process from
-// /proc/self/status after resetting it through /proc/self/clear_refs (Linux).
+// It also measures the extra memory of the naive attention and of FA2 on the CPU
+// (memory_probe.hpp): this file replaces the global operator new and delete with counting
+// versions, which keep the peak of live heap bytes during a call.
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstdlib>
-#include <fstream>
 #include <iostream>
 #include <new>
-#include <sstream>
 #include <string>
 #include <vector>
 
 #include "chapters/04_fused_qk_softmax/attention_naive.hpp"
 #include "chapters/05_fa1_subsum/fa1.hpp"
 #include "chapters/06_fa2_rescaled/fa2.hpp"
+#include "chapters/06_fa2_rescaled/memory_probe.hpp"
 #include "common/attention_inputs.hpp"
+#include "common/attention_report.hpp"
 #include "common/bench.hpp"
-#include "common/buffer.hpp"
 #include "common/cli.hpp"
-#include "common/compare.hpp"
+#include "common/ladder_run.hpp"
 #include "common/program.hpp"
 #include "common/reference_attention.hpp"
+#include "common/rung_buffers.hpp"
 #include "common/table.hpp"
-#include "common/timer.hpp"
 
 // ------------------------------------------------------------------------------------------
 // A counting allocator: every operator new of this program records its size in a header.
 // ------------------------------------------------------------------------------------------
 
 namespace {
-std::size_t g_live_bytes = 0;  // heap bytes live now (single-threaded program)
-std::size_t g_peak_bytes = 0;  // the largest g_live_bytes since the last reset
+wb::ch06::HeapCount g_heap;                                 // single-threaded program
 constexpr std::size_t kHeader = alignof(std::max_align_t);  // keeps the block's alignment
 
 // Not inlined: GCC would otherwise see the header arithmetic on a pointer it believes was
@@ -43,14 +40,14 @@ constexpr std::size_t kHeader = alignof(std::max_align_t);  // keeps the block's
   void* base = std::malloc(n + kHeader);
   if (base == nullptr) return nullptr;
   *static_cast<std::size_t*>(base) = n;
-  g_live_bytes += n;
-  g_peak_bytes = std::max(g_peak_bytes, g_live_bytes);
+  g_heap.live += n;
+  g_heap.peak = std::max(g_heap.peak, g_heap.live);
   return static_cast<char*>(base) + kHeader;
 }
 [[gnu::noinline]] void counted_free(void* p) noexcept {
   if (p == nullptr) return;
   char* base = static_cast<char*>(p) - kHeader;
-  g_live_bytes -= *reinterpret_cast<std::size_t*>(base);
+  g_heap.live -= *reinterpret_cast<std::size_t*>(base);
   std::free(base);
 }
 }  // namespace
@@ -92,8 +89,7 @@ namespace {
 using namespace wb;
 using namespace wb::ch06;
 
-constexpr double kMiB = 1024.0 * 1024.0;
-constexpr int kCpuTile = 64;  // the CPU FA2's Br = Bc in the measurements
+constexpr int kCpuTile = 64;  // the CPU FA2's Br = Bc in the report
 
 void print_intro() {
   std::cout
@@ -111,8 +107,8 @@ void print_intro() {
 
 // One query, six keys with two-component values, in tiles of two.
 void print_accumulator_trace() {
-  const std::vector<float> x = {1.f, 3.f, -2.f, 2.5f, 6.f, 0.f};
-  const std::vector<float> v = {1.f, 0.f, 0.f, 1.f, 2.f, 2.f, -1.f, 0.f, 0.f, -1.f, 4.f, 4.f};
+  const std::vector<float>& x = kTraceScores;
+  const std::vector<float>& v = kTraceValues;
   constexpr int kTraceTile = 2;
   std::cout << "Trace: one query, scores x = [1, 3, -2, 2.5, 6, 0], values v_j in R^2, tiles of "
             << kTraceTile << " keys\n";
@@ -168,231 +164,89 @@ void print_trace() {
   print_causal_map(8, 5, 2, 2);
 }
 
-struct AttentionRun {
-  std::string name;
-  std::vector<float> o, lse;
-  double ms;
-};
-
-AttentionRun run_kernel(Backend backend, const AttentionInputs& in, AttentionShape shape,
-                        float scale, bool causal) {
-  DeviceBuffer<float> q(backend, in.q), k(backend, in.k), v(backend, in.v),
-      o(backend, shape.q_elems()), lse(backend, shape.rows());
-  const double ms = time_launch(backend, [&](auto b) {
-    Kernels<decltype(b)::value>::fa2(q.data(), k.data(), v.data(), o.data(), lse.data(), shape,
-                                     scale, causal);
+/// The step before FA2: chapter 05's FA1, or with the mask the naive attention of chapter 04
+/// with -inf scores above the diagonal.
+AttentionRun run_previous(const AttentionInputs& in, AttentionShape shape, float scale,
+                          bool causal) {
+  if (causal)
+    return run_cpu_attention("cpu naive, -inf mask (previous)", [&] {
+      return o_output(ch04::attention_naive(in, shape, scale, true).o);
+    });
+  return run_cpu_attention("cpu ch05 FA1 (previous)", [&] {
+    return o_output(ch05::attention_fa1(in, shape, scale, 8, 32).o);
   });
-  return {std::string(to_string(backend)) + " FA2 kernel", o.download(), lse.download(), ms};
 }
 
-void report_errors(Backend backend, AttentionShape shape, std::uint64_t seed) {
+// The previous step, the CPU FA2 and every rung of `ladder` that takes `dtype`, on Q, K, V of
+// `in` (rounded to `dtype`), against the fp64 attention of those very values. A 16-bit type
+// that no rung takes (d = 59 on tensor cores) prints the rungs' reasons instead of a table,
+// and returns false.
+bool report_table(Backend backend, const Ladder<AttentionArgs>& ladder, const AttentionInputs& in,
+                  AttentionShape shape, bool causal, Dtype dtype, std::uint64_t seed) {
   const float scale = default_scale(shape.d);
-  const AttentionInputs in = make_attention_inputs(ScoreKind::randn, shape, scale, seed);
-  for (bool causal : {false, true}) {
-    const ref::Attention r = ref::attention(in, shape, scale, causal, false);
-    std::vector<AttentionRun> runs;
-    CpuTimer prev_timer;
-    if (!causal)
-      runs.push_back(
-          {"cpu ch05 FA1 (previous)", ch05::attention_fa1(in, shape, scale, 8, 32).o, {}, 0.0});
-    else
-      runs.push_back({"cpu naive, -inf mask (previous)",
-                      ch04::attention_naive(in, shape, scale, true).o,
-                      {},
-                      0.0});
-    runs.back().ms = prev_timer.elapsed_ms();
-    CpuTimer fa2_timer;
-    const Fa2Result fa2 = attention_fa2(in, shape, {scale, causal, kCpuTile, kCpuTile});
-    runs.push_back({"cpu FA2, 64 x 64 tiles", fa2.o, fa2.lse, fa2_timer.elapsed_ms()});
-    if (backend != Backend::cpu) runs.push_back(run_kernel(backend, in, shape, scale, causal));
-    std::cout << (causal ? "Causal: " : "") << "O and logsumexp against fp64 on ("
-              << to_string(shape) << ") randn, seed " << seed << ":\n";
-    Table t({"implementation", "O err / sum p|v|", "O abs err vs previous", "logsumexp abs err",
-             "time ms", "TFLOP/s"});
-    for (const AttentionRun& run : runs) {
-      const ErrorReport e = ref::compare_weighted(run.o, r.o, r.o_weight);
-      const bool gpu = run.name.rfind("cuda", 0) == 0;
-      const double flops = attention_flops(shape.bh, shape.lq, shape.lk, shape.d, causal);
-      t.add_row({run.name, sci(e.max_abs) + (e.nonfinite_mismatches ? " (non-finite!)" : ""),
-                 sci(compare(run.o, runs[0].o).max_abs),
-                 run.lse.empty() ? "-" : sci(compare(run.lse, r.lse).max_abs), fixed(run.ms, 3),
-                 gpu ? fixed(tflop_per_s(flops, run.ms), 2) : "-"});
-    }
-    t.print(std::cout);
-    std::cout << "  stated floors: O " << sci(ref::output_floor(r.score_error, shape.lk))
-              << ", logsumexp " << sci(ref::lse_floor(r.score_error, shape.lk, r.max_abs_lse))
-              << "\n\n";
+  const ref::Attention r = ref::attention(in, shape, scale, causal, false);
+  std::vector<AttentionRun> runs = {
+      run_previous(in, shape, scale, causal), run_cpu_attention("cpu FA2, 64 x 64 tiles", [&] {
+        Fa2Result fa2 = attention_fa2(in, shape, {scale, causal, kCpuTile, kCpuTile});
+        return o_output(std::move(fa2.o), std::move(fa2.lse));
+      })};
+  const std::size_t cpu_runs = runs.size();
+  std::vector<std::string> skipped;
+  run_attention_ladder(backend, rungs_taking(ladder, dtype), in, shape, scale, causal, dtype, &runs,
+                       &skipped);
+  const bool rounded = dtype != Dtype::fp32;
+  if (rounded && runs.size() == cpu_runs) {
+    std::cout << to_string(dtype) << " on tensor cores:\n";
+    print_skipped(skipped);
+    return false;
+  }
+  if (rounded && !causal)
+    std::cout << "On tensor cores, Q, K, V rounded to " << to_string(dtype)
+              << "; the CPU steps and fp64 run on the same rounded\n  values. O's error in "
+                 "units of w = sum p|v| + N (1 + sum |v|), eq. (8); its floor adds 2u\n  for "
+                 "rounding P~ and O (u = 2^-11 in fp16, 2^-8 in bf16).\n";
+  std::cout << (causal ? "Causal: " : "") << "O and logsumexp against fp64 on (" << to_string(shape)
+            << ") randn, " << to_string(dtype) << ", seed " << seed << ":\n";
+  const std::vector<double> w =
+      rounded ? tensor_core_weight(r.o_weight, in, shape, dtype) : r.o_weight;
+  print_attention_table(std::cout, runs, r, {false, w, "previous"}, shape, causal);
+  print_skipped(skipped);
+  std::cout << "  stated floors: O "  // 2u = 0 in fp32: nothing is rounded
+            << sci(ref::output_floor(r.score_error, shape.lk) + 2.0 * unit_roundoff(dtype))
+            << ", logsumexp " << sci(ref::lse_floor(r.score_error, shape.lk, r.max_abs_lse))
+            << "\n\n";
+  return true;
+}
+
+void report_errors(Backend backend, const Ladder<AttentionArgs>& ladder, AttentionShape shape,
+                   std::uint64_t seed) {
+  const AttentionInputs randn =
+      make_attention_inputs(ScoreKind::randn, shape, default_scale(shape.d), seed);
+  // fp32, and on a kernel backend the 16-bit types of the tensor-core rung.
+  for (Dtype dtype : dtypes_of_option(backend == Backend::cpu ? "fp32" : "all")) {
+    const AttentionInputs in = round_inputs(randn, dtype);
+    for (bool causal : {false, true})
+      if (!report_table(backend, ladder, in, shape, causal, dtype, seed)) break;
   }
   print_sim_time_note(std::cout, backend);
 }
 
-/// The tensor-core kernel on `backend`, on the 16-bit `bits` of Q, K, V: O widened to float.
-AttentionRun run_tensor_core(Backend backend, HalfType type, const AttentionInputs& rounded,
-                             AttentionShape shape, float scale, bool causal) {
-  DeviceBuffer<std::uint16_t> q(backend, to_bits(rounded.q, type)),
-      k(backend, to_bits(rounded.k, type)), v(backend, to_bits(rounded.v, type)),
-      o(backend, shape.q_elems());
-  DeviceBuffer<float> lse(backend, shape.rows());
-  const double ms = time_launch(backend, [&](auto b) {
-    TensorCoreKernels<decltype(b)::value>::fa2(type, q.data(), k.data(), v.data(), o.data(),
-                                               lse.data(), shape, scale, causal);
-  });
-  return {std::string(to_string(backend)) + " tensor-core FA2, " + to_string(type),
-          from_bits(o.download(), type), lse.download(), ms};
-}
-
-// The last rung: fp16 and bf16 inputs on tensor cores, each against the fp64 attention of its
-// own rounded inputs (the kernel's error, not the inputs'), with the bound of eq. (8).
-void report_tensor_core(Backend backend, AttentionShape shape, std::uint64_t seed) {
-  if (shape.d != 64 && shape.d != 128) {
-    std::cout << "Tensor-core FA2: d = " << shape.d
-              << " is not one it takes (64 or 128); run with --d 64 or --d 128.\n\n";
-    return;
-  }
-  const float scale = default_scale(shape.d);
-  const AttentionInputs in = make_attention_inputs(ScoreKind::randn, shape, scale, seed);
-  std::cout << "Tensor-core FA2 (wmma 16x16x16, Br = " << kTensorCoreRows
-            << ", Bc = " << tensor_core_keys(shape.d) << ", O in the input type) on ("
-            << to_string(shape) << ") randn\n  rounded to fp16 or bf16, against fp64 on the same "
-            << "rounded inputs; O's error in units of\n  w = sum p|v| + N (1 + sum |v|) (eq. 8):\n";
-  Table t({"implementation", "mask", "O err / w", "bound 2u + floor", "logsumexp abs err",
-           "time ms", "TFLOP/s"});
-  for (HalfType type : {HalfType::fp16, HalfType::bf16}) {
-    const AttentionInputs rounded = round_inputs(in, type);
-    for (bool causal : {false, true}) {
-      const ref::Attention r = ref::attention(rounded, shape, scale, causal, false);
-      const AttentionRun run = run_tensor_core(backend, type, rounded, shape, scale, causal);
-      const ErrorReport e =
-          ref::compare_weighted(run.o, r.o, tensor_core_weight(r.o_weight, rounded, shape, type));
-      const double bound = 2.0 * unit_roundoff(type) + ref::output_floor(r.score_error, shape.lk);
-      const double flops = attention_flops(shape.bh, shape.lq, shape.lk, shape.d, causal);
-      const std::string tflops =
-          backend == Backend::cuda ? fixed(tflop_per_s(flops, run.ms), 2) : "-";
-      t.add_row({run.name, causal ? "causal" : "none",
-                 sci(e.max_abs) + (e.nonfinite_mismatches ? " (non-finite!)" : ""), sci(bound),
-                 sci(compare(run.lse, r.lse).max_abs), fixed(run.ms, 3), tflops});
-    }
-  }
-  t.print(std::cout);
-  std::cout
-      << "  u = 2^-11 (fp16), 2^-8 (bf16): rounding P~ for the second product and O once.\n\n";
-}
-
-// --bench: on the GPU, the fp32 FA2 kernel (--dtype fp32) or the tensor-core kernel (--dtype
-// fp16 or bf16) on (bh, lq, lk, d) of randn, with or without the mask.
-int run_bench(const BenchOptions& options, AttentionShape shape, bool causal,
-              const std::string& dtype, std::uint64_t seed) {
+// --bench: on the GPU, every rung of `ladder` (cuda kernels) that takes `dtype` elements, on
+// (bh, lq, lk, d) of randn, with or without the mask.
+int run_bench(const Ladder<AttentionArgs>& ladder, const BenchOptions& options,
+              AttentionShape shape, bool causal, Dtype dtype, std::uint64_t seed) {
   Bench bench("06_fa2_rescaled", "attention", options);
-  const float scale = default_scale(shape.d);
-  const std::vector<float> q = bench_input(std::int64_t(shape.bh) * shape.lq, shape.d, seed);
-  const std::vector<float> k = bench_input(std::int64_t(shape.bh) * shape.lk, shape.d, seed + 1);
-  const std::vector<float> v = bench_input(std::int64_t(shape.bh) * shape.lk, shape.d, seed + 2);
-  const std::string name = attention_shape_string(shape.bh, shape.lq, shape.lk, shape.d, causal);
-  const double flops = attention_flops(shape.bh, shape.lq, shape.lk, shape.d, causal);
-  DeviceBuffer<float> lse(Backend::cuda, shape.rows());
-  with_kernel_backend(Backend::cuda, [&](auto b) {
-    constexpr Backend kB = decltype(b)::value;
-    if (dtype == "fp32") {
-      DeviceBuffer<float> dq(kB, q), dk(kB, k), dv(kB, v), o(kB, shape.q_elems());
-      const Work work = Work::computing(
-          flops, attention_bytes(shape.bh, shape.lq, shape.lk, shape.d, sizeof(float)));
-      bench.time("fa2", "fp32", name, work, [&] {
-        Kernels<kB>::fa2(dq.data(), dk.data(), dv.data(), o.data(), lse.data(), shape, scale,
-                         causal);
-      });
-      return;
-    }
-    const HalfType type = dtype == "fp16" ? HalfType::fp16 : HalfType::bf16;
-    if (shape.d != 64 && shape.d != 128) {
-      bench.skip("fa2_tensor_core", "d = " + std::to_string(shape.d) + " is not 64 or 128");
-      return;
-    }
-    DeviceBuffer<std::uint16_t> dq(kB, to_bits(q, type)), dk(kB, to_bits(k, type)),
-        dv(kB, to_bits(v, type)), o(kB, shape.q_elems());
-    const Work work = Work::computing(
-        flops, attention_bytes(shape.bh, shape.lq, shape.lk, shape.d, sizeof(std::uint16_t)));
-    bench.time("fa2_tensor_core", dtype, name, work, [&] {
-      TensorCoreKernels<kB>::fa2(type, dq.data(), dk.data(), dv.data(), o.data(), lse.data(), shape,
-                                 scale, causal);
-    });
-  });
+  const AttentionInputs in = {bench_input(std::int64_t(shape.bh) * shape.lq, shape.d, seed),
+                              bench_input(std::int64_t(shape.bh) * shape.lk, shape.d, seed + 1),
+                              bench_input(std::int64_t(shape.bh) * shape.lk, shape.d, seed + 2)};
+  AttentionBuffers buffers(Backend::cuda, in, shape, default_scale(shape.d), causal, dtype,
+                           ladder_outputs(ladder));
+  const Work work =
+      Work::computing(attention_flops(shape.bh, shape.lq, shape.lk, shape.d, causal),
+                      attention_bytes(shape.bh, shape.lq, shape.lk, shape.d, dtype_bytes(dtype)));
+  bench_ladder(bench, rungs_taking(ladder, dtype), buffers.args,
+               attention_shape_string(shape.bh, shape.lq, shape.lk, shape.d, causal), work);
   return bench.finish();
-}
-
-/// The value of `field` in /proc/self/status, in KiB, or -1 where it is not available.
-long long read_status_kib(const std::string& field) {
-  std::ifstream status("/proc/self/status");
-  std::string line;
-  while (std::getline(status, line)) {
-    if (line.rfind(field + ":", 0) == 0) {
-      std::istringstream fields(line.substr(field.size() + 1));
-      long long kib = -1;
-      fields >> kib;
-      return kib;
-    }
-  }
-  return -1;
-}
-bool reset_peak_rss() {
-  std::ofstream clear("/proc/self/clear_refs");
-  clear << "5";  // "5": reset the peak resident set size to the current one
-  clear.flush();
-  return static_cast<bool>(clear);
-}
-
-struct Measured {
-  double heap_peak_bytes;  ///< peak of live operator-new bytes above those live before
-  double rss_peak_bytes;   ///< peak RSS above the RSS before, or -1
-  double ms;
-};
-
-template <typename F>
-Measured measure(F work) {
-  const bool rss = reset_peak_rss();
-  const long long rss_before = read_status_kib("VmRSS");
-  const std::size_t live_before = g_live_bytes;
-  g_peak_bytes = g_live_bytes;
-  CpuTimer timer;
-  work();
-  const double ms = timer.elapsed_ms();
-  const long long hwm = read_status_kib("VmHWM");
-  return {double(g_peak_bytes - live_before),
-          rss && rss_before >= 0 && hwm >= 0 ? 1024.0 * double(hwm - rss_before) : -1.0, ms};
-}
-
-void report_memory(int length, std::uint64_t seed) {
-  constexpr int kHeadDim = 64;
-  const AttentionShape shape{1, length, length, kHeadDim};
-  const float scale = default_scale(shape.d);
-  const AttentionInputs in = make_attention_inputs(ScoreKind::randn, shape, scale, seed);
-  std::vector<float> o_naive(shape.q_elems()), o_fa2(shape.q_elems()), lse(shape.rows());
-  std::cout << "Extra memory and time on the CPU, one head, lq = lk = " << length
-            << ", d = " << kHeadDim << " (inputs and outputs allocated beforehand):\n";
-  const Measured naive = measure([&] {
-    ch04::attention_naive(in.q.data(), in.k.data(), in.v.data(), shape, scale, false, nullptr,
-                          o_naive.data());
-  });
-  const Measured fa2 = measure([&] {
-    attention_fa2(in.q.data(), in.k.data(), in.v.data(), shape, {scale, false, kCpuTile, kCpuTile},
-                  o_fa2.data(), lse.data());
-  });
-  Table t({"implementation", "heap peak (operator new)", "peak RSS growth", "time ms"});
-  auto mib = [](double bytes) {
-    return bytes < 0 ? std::string("n/a") : fixed(bytes / kMiB, 3) + " MiB";
-  };
-  t.add_row({"naive (Eigen, S stored)", mib(naive.heap_peak_bytes), mib(naive.rss_peak_bytes),
-             fixed(naive.ms, 1)});
-  t.add_row(
-      {"FA2, 64 x 64 tiles", mib(fa2.heap_peak_bytes), mib(fa2.rss_peak_bytes), fixed(fa2.ms, 1)});
-  t.print(std::cout);
-  std::cout << "  The naive attention holds S: lq x lk floats = "
-            << fixed(double(shape.lq) * shape.lk * sizeof(float) / kMiB, 1)
-            << " MiB; FA2 holds one Q tile's SS, m, l and one K/V\n  tile. max |O_naive - O_FA2| = "
-            << sci(compare(o_fa2, o_naive).max_abs)
-            << ".\n  Heap peak: live bytes from this program's counting operator new; peak RSS:\n"
-               "  VmHWM after a reset through /proc/self/clear_refs, which also sees Eigen's own\n"
-               "  buffers (malloc) and counts pages, not bytes. The naive time is Eigen's\n"
-               "  vectorized GEMM; FA2's tiles are plain loops.\n\n";
 }
 
 }  // namespace
@@ -414,10 +268,12 @@ int main(int argc, char** argv) {
               "lq = lk of the CPU memory and time comparison (default 4096)", kMaxMemoryLength)
       .flag("--causal", &causal, "with --bench: time the causal attention (the report runs both)")
       .option("--dtype", &dtype, {"fp32", "fp16", "bf16"},
-              "with --bench: fp32 times the FA2 kernel, fp16 or bf16 the tensor-core kernel "
-              "(default fp32)");
+              "with --bench: the element type; the rungs that take it are timed (fp32: fa2, "
+              "fp16 or bf16: fa2_tensor_core; default fp32)");
   ProgramOptions options;
   if (const int code = parse_program(cli, argc, argv, &options); code >= 0) return code;
+  const auto make_ladder = [](auto b) { return kernel_ladder<decltype(b)::value>(); };
+  if (options.list) return list_ladder(options, "06_fa2_rescaled", "attention", make_ladder);
   const Backend backend = options.backend;
   const std::uint64_t seed = options.seed;
   const bool gpu = backend == Backend::cuda;
@@ -425,10 +281,13 @@ int main(int argc, char** argv) {
                              lk > 0 ? lk : (gpu ? 4096 : 1024), d};
   if (!options.bench.enabled && (causal || dtype != "fp32"))
     return cli.error("--causal and --dtype only apply with --bench (the report runs both)");
+  const Ladder<AttentionArgs> ladder = select_kernel_backend(backend, make_ladder);
   if (options.bench.enabled) {
     if (shape.q_elems() > kMaxBenchElements || shape.kv_elems() > kMaxBenchElements)
       return cli.error("--bh x --lq x --d or --bh x --lk x --d exceeds 2^31 elements");
-    return run_guarded(cli, [&] { return run_bench(options.bench, shape, causal, dtype, seed); });
+    return run_guarded(cli, [&] {
+      return run_bench(ladder, options.bench, shape, causal, dtypes_of_option(dtype).front(), seed);
+    });
   }
   constexpr std::size_t kMaxProbabilities = std::size_t{1} << 28;  // the baselines store P
   if (shape.p_elems() > kMaxProbabilities)
@@ -439,9 +298,8 @@ int main(int argc, char** argv) {
   print_trace();
   if (options.trace_only) return 0;
   const int code = run_guarded(cli, [&] {
-    report_errors(backend, shape, seed);
-    if (backend != Backend::cpu) report_tensor_core(backend, shape, seed);
-    report_memory(memory_length, seed);
+    report_errors(backend, ladder, shape, seed);
+    report_memory(memory_length, seed, g_heap);
     return 0;
   });
   if (code != 0) return code;
