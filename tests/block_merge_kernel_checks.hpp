@@ -83,13 +83,15 @@ using Shape = RowShape;
 
 // The bucket edges and the required irregular ones, rows never a multiple of the 4 rows per
 // block of warp_registers.
-inline const std::vector<Shape> kFastShapes = {
-    {5, 1},   {3, 2},   {7, 31},  {5, 32},  {6, 33},  {3, 64},   {5, 65},
-    {2, 127}, {3, 128}, {5, 129}, {3, 256}, {2, 257}, {3, 512},  {2, 513},
-    {3, 1000}, {5, 1023}, {3, 1024}, {2, 1025}, {3, 4096}};
+inline const std::vector<Shape> kFastShapes = {{5, 1},    {3, 2},    {7, 31},   {5, 32},  {6, 33},
+                                               {3, 64},   {5, 65},   {2, 127},  {3, 128}, {5, 129},
+                                               {3, 256},  {2, 257},  {3, 512},  {2, 513}, {3, 1000},
+                                               {5, 1023}, {3, 1024}, {2, 1025}, {3, 4096}};
 inline const std::vector<Shape> kFastRaceShapes = {{2, 1}, {3, 33}, {5, 136}, {2, 1040}};
 
-inline const std::vector<Shape>& fast_shapes() { return kRaceMode ? kFastRaceShapes : kFastShapes; }
+inline const std::vector<Shape>& fast_shapes() {
+  return kRaceMode ? kFastRaceShapes : kFastShapes;
+}
 
 // Every fast shape of this binary times every input kind, in each of `dtypes`.
 inline std::vector<SoftmaxCase> fast_cases(const std::vector<Dtype>& dtypes) {
@@ -152,30 +154,28 @@ void check_16bit_ladder(const Ladder<RowArgs>& ladder, const std::vector<Dtype>&
     for (Dtype t : dtypes) takes_all = takes_all && r.limits.takes(t);
     if (takes_all) rungs.push_back(r);
   }
-  check_ladder(rungs, fast_cases(dtypes),
-               [](const Rung<RowArgs>& rung, const SoftmaxCase& c) -> std::optional<RungError> {
-                 const int rows = c.shape.rows, cols = c.shape.cols;
-                 // The values the kernel sees; fp64 and the CPU step are computed from them.
-                 const std::vector<float> x =
-                     round_elements(make_input(c.kind, rows, cols, kSeed), c.dtype);
-                 RowBuffers buffers(B, x, rows, cols, c.dtype);
-                 if (!why_refused(rung, buffers.args).empty()) return std::nullopt;
-                 run_rung(rung, buffers.args);
-                 const std::vector<double> ref = ref::softmax(x, rows, cols);
-                 const std::vector<float> y = buffers.download_y();
-                 const double cpu =
-                     compare(ch03::softmax_blocked(x, rows, cols, kCpuBlock), ref).max_rel;
-                 const double floor = rung_floor(rung, buffers.args.x, buffers.args.y, cols, c.dtype);
-                 ErrorReport report = compare(y, ref);  // NaN-aware, and where the worst is
-                 report.max_rel = rel_error(y, ref, output_rounding(c.dtype).tiny).max_rel;
-                 // With a = chain_bound(cpu, floor), the float computation's bound, the chain
-                 // bound with floor + half_ulp (1 + a) is rounded_bound(a): the bound above.
-                 const double a = chain_bound(cpu, floor);
-                 return RungError{report, true, cpu,
-                                  floor + output_rounding(c.dtype).half_ulp * (1 + a),
-                                  std::to_string(rows) + "x" + std::to_string(cols) + " " +
-                                      to_string(c.kind) + " " + to_string(c.dtype)};
-               });
+  check_ladder(
+      rungs, fast_cases(dtypes),
+      [](const Rung<RowArgs>& rung, const SoftmaxCase& c) -> std::optional<RungError> {
+        const int rows = c.shape.rows, cols = c.shape.cols;
+        // The values the kernel sees; fp64 and the CPU step are computed from them.
+        const std::vector<float> x = round_elements(make_input(c.kind, rows, cols, kSeed), c.dtype);
+        RowBuffers buffers(B, x, rows, cols, c.dtype);
+        if (!why_refused(rung, buffers.args).empty()) return std::nullopt;
+        run_rung(rung, buffers.args);
+        const std::vector<double> ref = ref::softmax(x, rows, cols);
+        const std::vector<float> y = buffers.download_y();
+        const double cpu = compare(ch03::softmax_blocked(x, rows, cols, kCpuBlock), ref).max_rel;
+        const double floor = rung_floor(rung, buffers.args.x, buffers.args.y, cols, c.dtype);
+        ErrorReport report = compare(y, ref);  // NaN-aware, and where the worst is
+        report.max_rel = rel_error(y, ref, output_rounding(c.dtype).tiny).max_rel;
+        // With a = chain_bound(cpu, floor), the float computation's bound, the chain
+        // bound with floor + half_ulp (1 + a) is rounded_bound(a): the bound above.
+        const double a = chain_bound(cpu, floor);
+        return RungError{report, true, cpu, floor + output_rounding(c.dtype).half_ulp * (1 + a),
+                         std::to_string(rows) + "x" + std::to_string(cols) + " " +
+                             to_string(c.kind) + " " + to_string(c.dtype)};
+      });
 }
 
 // ------------------------------------------------------------------------------------------
@@ -201,7 +201,8 @@ void check_fast_kernel(const Rung<RowArgs>& rung, Dtype t, int rows, int cols, I
   DeviceBuffer<unsigned char> dy(B, padded.size());
   dy.fill_zero();
   const RowArgs args{dx.data() + offset, dy.data() + offset, rows, cols, t};
-  if (offset % kVecBytes != 0) REQUIRE_FALSE(rung_plan(rung.name, args.x, args.y, cols, t).vectorized);
+  if (offset % kVecBytes != 0)
+    REQUIRE_FALSE(rung_plan(rung.name, args.x, args.y, cols, t).vectorized);
   run_rung(rung, args);
   const std::vector<unsigned char> out = dy.download();
   const std::vector<float> y = decode_elements(out.data() + offset, x.size(), t);

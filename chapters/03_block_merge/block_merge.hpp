@@ -266,17 +266,18 @@ struct Kernels {
 template <Backend B>
 Ladder<RowArgs> kernel_ladder() {
   const std::vector<Dtype> all_types = {Dtype::fp32, Dtype::fp16, Dtype::bf16};
-  return {{"block_per_row_online",
-           "chapter 02's recurrence split over 256 threads per row, their (m, d) pairs merged",
-           row_limits(kAnyCols), &Kernels<B>::block_per_row_online},
-          {"warp_per_row_online", "one warp per row: the merge stays in registers, no barrier",
-           row_limits(kAnyCols), &Kernels<B>::warp_per_row_online},
-          {"warp_registers", "the row kept in registers: x read once; 16-byte vectors, 16-bit types",
-           row_limits(kWarpRegistersMaxCols, all_types), &Kernels<B>::warp_registers},
-          {"block_vec", "a block per row for any length, each 16-byte vector one block of eq. (1)",
-           row_limits(kFastMaxCols, all_types), &Kernels<B>::block_vec},
-          {"fast_softmax", "the dispatcher: warp_registers up to 1024 columns, block_vec beyond",
-           row_limits(kFastMaxCols, all_types), &Kernels<B>::fast_softmax}};
+  return {
+      {"block_per_row_online",
+       "chapter 02's recurrence split over 256 threads per row, their (m, d) pairs merged",
+       row_limits(kAnyCols), &Kernels<B>::block_per_row_online},
+      {"warp_per_row_online", "one warp per row: the merge stays in registers, no barrier",
+       row_limits(kAnyCols), &Kernels<B>::warp_per_row_online},
+      {"warp_registers", "the row kept in registers: x read once; 16-byte vectors, 16-bit types",
+       row_limits(kWarpRegistersMaxCols, all_types), &Kernels<B>::warp_registers},
+      {"block_vec", "a block per row for any length, each 16-byte vector one block of eq. (1)",
+       row_limits(kFastMaxCols, all_types), &Kernels<B>::block_vec},
+      {"fast_softmax", "the dispatcher: warp_registers up to 1024 columns, block_vec beyond",
+       row_limits(kFastMaxCols, all_types), &Kernels<B>::fast_softmax}};
 }
 // [ladder]
 

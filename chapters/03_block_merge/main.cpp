@@ -144,17 +144,19 @@ int main(int argc, char** argv) {
          }}};
     for (Dtype t : dtypes)
       ch01::report_softmax(options.backend, steps, ladder, "ch02", rows, cols, options.seed, t);
-    std::cout << "  The merge tree is shallower than chapter 02's chain (a slice of\n"
-                 "  cols / threads updates, then log2(threads) merges), so d' collects fewer\n"
-                 "  roundings. GB/s counts one read and one write of x per element (the ideal).\n"
-                 "  The fast rungs: warp_registers (cols <= "
-              << kWarpRegistersMaxCols
-              << ", the row in registers, x read once), block_vec\n"
-                 "  (16-byte vectors, x read twice) and fast_softmax, the dispatcher: here it\n"
-                 "  runs "
-              << to_string(plan_fast_softmax(nullptr, nullptr, cols, Dtype::fp32).path)
-              << " (see block_merge.md, \"The fast rungs\"). On fp16 and bf16 the inputs are\n"
-                 "  rounded first, and the CPU steps and the fp64 reference see the same values.\n\n";
+    const char* dispatched = to_string(plan_fast_softmax(nullptr, nullptr, cols, Dtype::fp32).path);
+    std::cout
+        << "  The merge tree is shallower than chapter 02's chain (a slice of\n"
+           "  cols / threads updates, then log2(threads) merges), so d' collects fewer\n"
+           "  roundings. GB/s counts one read and one write of x per element (the ideal).\n"
+           "  The fast rungs: warp_registers (cols <= "
+        << kWarpRegistersMaxCols
+        << ", the row in registers, x read once),\n"
+           "  block_vec (16-byte vectors, x read twice) and fast_softmax, the dispatcher:\n"
+           "  here it runs "
+        << dispatched
+        << " (see block_merge.md, \"The fast rungs\"). On fp16 and bf16\n"
+           "  x is rounded first: the CPU steps and the fp64 reference see the same values.\n\n";
     if (dtypes.size() > 1 || dtypes[0] != Dtype::fp32)
       std::cout << "  16-bit outputs carry their own rounding, half an ulp: a relative 2^-8\n"
                    "  (3.9e-3) for bf16, 2^-11 (4.9e-4) for fp16 down to its smallest normal,\n"
