@@ -207,51 +207,29 @@ __global__ void __launch_bounds__(kBlockVecThreads)
 // Launch helpers: the dtype and the plan become template arguments
 // ==========================================================================================
 
-template <typename T, int kColsPerLane, bool kVec>
-void launch_warp(const void* x, void* y, int rows, int cols) {
-  launch<warp_registers_kernel<T, kColsPerLane, kVec>>(
-      dim3(ceil_div(rows, kWarpRegistersRows)), dim3(kWarpRegistersBlock), 0,
-      static_cast<const T*>(x), static_cast<T*>(y), rows, cols);
+// The instantiation for `cols_per_lane` values per lane: the buckets 1, 2, 4, ..., 32 tried
+// in turn (a template needs the count at compile time); with kVec, only those holding whole
+// vectors per lane exist (a float4 per lane from 65 columns on, 8 halves from 129).
+template <typename T, bool kVec, int kColsPerLane = 1>
+void launch_warp_bucket(int cols_per_lane, const void* x, void* y, int rows, int cols) {
+  if constexpr (kColsPerLane > kMaxColsPerLane) {
+    throw std::logic_error("warp_registers: no kernel for " + std::to_string(cols_per_lane) +
+                           " values per lane" + (kVec ? " in vectors" : ""));
+  } else {
+    if constexpr (!kVec || kColsPerLane % Vec<T>::kWidth == 0) {
+      if (cols_per_lane == kColsPerLane)
+        return launch<warp_registers_kernel<T, kColsPerLane, kVec>>(
+            dim3(ceil_div(rows, kWarpRegistersRows)), dim3(kWarpRegistersBlock), 0,
+            static_cast<const T*>(x), static_cast<T*>(y), rows, cols);
+    }
+    launch_warp_bucket<T, kVec, 2 * kColsPerLane>(cols_per_lane, x, y, rows, cols);
+  }
 }
 
-// One instantiation per (bucket, vectorized); the vector ones need whole vectors per lane.
 template <typename T>
 void launch_warp_plan(const FastPlan& plan, const void* x, void* y, int rows, int cols) {
-  constexpr int kWidth = Vec<T>::kWidth;
-  if (plan.vectorized) {
-    if constexpr (kWidth <= 4) {  // fp32: a float4 per lane from 65 columns on
-      if (plan.cols_per_lane == 4) return launch_warp<T, 4, true>(x, y, rows, cols);
-    }
-    switch (plan.cols_per_lane) {
-      case 8:
-        return launch_warp<T, 8, true>(x, y, rows, cols);
-      case 16:
-        return launch_warp<T, 16, true>(x, y, rows, cols);
-      case 32:
-        return launch_warp<T, 32, true>(x, y, rows, cols);
-      default:
-        break;
-    }
-  } else {
-    switch (plan.cols_per_lane) {
-      case 1:
-        return launch_warp<T, 1, false>(x, y, rows, cols);
-      case 2:
-        return launch_warp<T, 2, false>(x, y, rows, cols);
-      case 4:
-        return launch_warp<T, 4, false>(x, y, rows, cols);
-      case 8:
-        return launch_warp<T, 8, false>(x, y, rows, cols);
-      case 16:
-        return launch_warp<T, 16, false>(x, y, rows, cols);
-      case 32:
-        return launch_warp<T, 32, false>(x, y, rows, cols);
-      default:
-        break;
-    }
-  }
-  throw std::logic_error("warp_registers: no kernel for " + std::to_string(plan.cols_per_lane) +
-                         " values per lane" + (plan.vectorized ? " in vectors" : ""));
+  if (plan.vectorized) return launch_warp_bucket<T, true>(plan.cols_per_lane, x, y, rows, cols);
+  launch_warp_bucket<T, false>(plan.cols_per_lane, x, y, rows, cols);
 }
 
 template <typename T>
