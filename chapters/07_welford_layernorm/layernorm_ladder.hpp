@@ -164,7 +164,7 @@ Ladder<LayerNormArgs> kernel_ladder() {
            row_limits(kWarpMaxCols, kLayerNormDtypes), &Kernels<B>::warp_per_row},
           {"block_cached", "256 threads per row, the row cached in shared memory: x read once",
            cached_limits(Kernels<B>::max_dynamic_shared_bytes()), &Kernels<B>::block_cached},
-          {"block_uncached", "no row cache: x read twice, rows of any length",
+          {"block_uncached", "no row cache: x read twice, for rows shared memory cannot hold",
            row_limits(kMaxCols, kLayerNormDtypes), &Kernels<B>::block_uncached},
           {"dispatch", "picks the first of the three that holds the row (choose_strategy)",
            row_limits(kMaxCols, kLayerNormDtypes), &Kernels<B>::dispatch}};
