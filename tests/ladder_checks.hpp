@@ -27,7 +27,9 @@ struct RungError {
   bool relative;       ///< the bound applies to report.max_rel (else to report.max_abs)
   double cpu_error;    ///< the CPU step's error on the same case, in the same measure
   double floor;        ///< the rung's floor on this case (its reason: at the caller)
-  std::string where;   ///< the case, for the failure message: "1823x781 randn"
+  /// The case, for the failure message and as the cache's key: "1823x781 randn fp32". It must
+  /// name everything the case's inputs depend on (shape, kind, type, and seed where it varies).
+  std::string where;
   double error() const { return relative ? report.max_rel : report.max_abs; }
   bool within(double bound) const {
     return relative ? report.within_rel(bound) : report.within(bound);
@@ -37,9 +39,11 @@ struct RungError {
 namespace detail {
 /// The errors of the rungs already checked, so that rung i compares with rung i - 1 without
 /// running it again: doctest enters the test case once per SUBCASE, in ladder order.
-/// Key: (the ladder's first launch, rung index, case index).
-inline std::map<std::tuple<const void*, std::size_t, std::size_t>, double>& rung_errors() {
-  static std::map<std::tuple<const void*, std::size_t, std::size_t>, double> errors;
+/// Key: (the ladder's first launch, rung index, the case's `where`), so that two lists of
+/// cases checked on one ladder never mix: a key names the same inputs in both.
+using ErrorKey = std::tuple<const void*, std::size_t, std::string>;
+inline std::map<ErrorKey, double>& rung_errors() {
+  static std::map<ErrorKey, double> errors;
   return errors;
 }
 }  // namespace detail
@@ -52,13 +56,12 @@ void check_ladder(const Ladder<Args>& ladder, const std::vector<Case>& cases, Ru
   if (ladder.empty()) return;
   const void* id = reinterpret_cast<const void*>(ladder.front().launch);
   auto& errors = detail::rung_errors();
-  // The error of rung r on case c, from the cache or by running it.
-  auto error_of = [&](std::size_t r, std::size_t c) -> std::optional<double> {
-    const auto key = std::make_tuple(id, r, c);
-    if (auto it = errors.find(key); it != errors.end()) return it->second;
+  // The error of rung r on case c (described by `where`), from the cache or by running it.
+  auto error_of = [&](std::size_t r, std::size_t c, const std::string& where) -> std::optional<double> {
+    if (auto it = errors.find(detail::ErrorKey(id, r, where)); it != errors.end()) return it->second;
     const std::optional<RungError> e = run(ladder[r], cases[c]);
     if (!e) return std::nullopt;
-    return errors[key] = e->error();
+    return errors[detail::ErrorKey(id, r, e->where)] = e->error();
   };
   for (std::size_t r = 0; r < ladder.size(); ++r) {
     SUBCASE(ladder[r].name) {
@@ -69,12 +72,12 @@ void check_ladder(const Ladder<Args>& ladder, const std::vector<Case>& cases, Ru
         ++ran;
         const std::string& where = e->where;
         CAPTURE(where);
-        errors[std::make_tuple(id, r, c)] = e->error();
+        errors[detail::ErrorKey(id, r, where)] = e->error();
         const double vs_cpu = chain_bound(e->cpu_error, e->floor);
         CHECK_MESSAGE(e->within(vs_cpu), "error ", e->report.describe(),
                       " exceeds 2 x the CPU step's + floor = ", vs_cpu);
         for (std::size_t p = r; p-- > 0;) {  // the last earlier rung that takes the case
-          const std::optional<double> previous = error_of(p, c);
+          const std::optional<double> previous = error_of(p, c, where);
           if (!previous) continue;
           const double vs_previous = chain_bound(*previous, e->floor);
           CHECK_MESSAGE(e->within(vs_previous), "error ", e->report.describe(), " exceeds 2 x ",
