@@ -1,5 +1,6 @@
 #include "common/attention_report.hpp"
 
+#include <iostream>
 #include <ostream>
 
 #include "common/bench.hpp"
@@ -9,11 +10,38 @@
 #include "common/timer.hpp"
 
 namespace wb {
+namespace {
 
-AttentionRun run_cpu_attention(std::string name, const std::function<AttentionOut()>& step) {
-  CpuTimer timer;
-  AttentionOut out = step();
-  return {std::move(name), std::move(out), timer.elapsed_ms()};
+/// "(default 8 on cuda, 1 otherwise)", or "(default 64)" where both are the same; `note`
+/// before the closing parenthesis.
+std::string defaults(int gpu, int sim, const std::string& note = "") {
+  const std::string value =
+      gpu == sim ? std::to_string(gpu)
+                 : std::to_string(gpu) + " on cuda, " + std::to_string(sim) + " otherwise";
+  return "(default " + value + note + ")";
+}
+
+}  // namespace
+
+void AttentionShapeOptions::add_to(Cli& cli, int max_bh, int max_d, const std::string& d_note) {
+  cli.option("--bh", &bh, "batch x heads " + defaults(gpu.bh, sim.bh), max_bh)
+      .option("--lq", &lq, "query rows " + defaults(gpu.lq, sim.lq))
+      .option("--lk", &lk, "key rows " + defaults(gpu.lk, sim.lk))
+      .option("--d", &d, "head dimension " + defaults(gpu.d, sim.d, d_note), max_d);
+}
+
+AttentionShape AttentionShapeOptions::resolve(Backend backend) const {
+  const AttentionShape& fallback = backend == Backend::cuda ? gpu : sim;
+  return {bh > 0 ? bh : fallback.bh, lq > 0 ? lq : fallback.lq, lk > 0 ? lk : fallback.lk,
+          d > 0 ? d : fallback.d};
+}
+
+int check_probabilities(const Cli& cli, AttentionShape shape, int log2_max,
+                        const std::string& why) {
+  if (shape.p_elems() <= (std::size_t{1} << log2_max)) return -1;
+  return cli.error("--bh x --lq x --lk = " + std::to_string(shape.p_elems()) +
+                   " exceeds this program's limit of 2^" + std::to_string(log2_max) + " (" + why +
+                   ")");
 }
 
 Ladder<AttentionArgs> rungs_taking(const Ladder<AttentionArgs>& ladder, Dtype dtype) {
@@ -23,22 +51,31 @@ Ladder<AttentionArgs> rungs_taking(const Ladder<AttentionArgs>& ladder, Dtype dt
   return taking;
 }
 
-void run_attention_ladder(Backend backend, const Ladder<AttentionArgs>& ladder,
-                          const AttentionInputs& in, AttentionShape shape, float scale, bool causal,
-                          Dtype dtype, std::vector<AttentionRun>* runs,
-                          std::vector<std::string>* skipped) {
-  if (backend == Backend::cpu || ladder.empty()) return;
+std::vector<AttentionRun> run_attention_table(Backend backend,
+                                              const std::vector<AttentionStep>& steps,
+                                              const Ladder<AttentionArgs>& ladder,
+                                              const AttentionInputs& in, AttentionShape shape,
+                                              float scale, bool causal, Dtype dtype,
+                                              std::vector<std::string>* skipped) {
+  std::vector<AttentionRun> runs;
+  for (const AttentionStep& step : steps) {
+    CpuTimer timer;
+    AttentionOut out = step.run(in);
+    runs.push_back({step.name, std::move(out), timer.elapsed_ms()});
+  }
+  if (backend == Backend::cpu || ladder.empty()) return runs;
   AttentionBuffers buffers(backend, in, shape, scale, causal, dtype, ladder_outputs(ladder));
   for (AttentionRun& run : run_ladder(
            backend, ladder, buffers.args,
            [&](const Rung<AttentionArgs>& rung) { return buffers.download(rung.limits.outputs); },
            skipped))
-    runs->push_back(std::move(run));
+    runs.push_back(std::move(run));
+  return runs;
 }
 
 void print_attention_table(std::ostream& out, const std::vector<AttentionRun>& runs,
-                           const ref::Attention& r, const AttentionMeasure& measure,
-                           AttentionShape shape, bool causal) {
+                           const std::vector<std::string>& skipped, const ref::Attention& r,
+                           const AttentionMeasure& measure, AttentionShape shape, bool causal) {
   const auto measured = [&](const AttentionRun& run) -> const std::vector<float>& {
     return measure.p ? run.out.p : run.out.o;
   };
@@ -69,6 +106,41 @@ void print_attention_table(std::ostream& out, const std::vector<AttentionRun>& r
     t.add_row(row);
   }
   t.print(out);
+  for (const std::string& s : skipped) out << "  skipped " << s << '\n';
+  out << "  stated floors for these inputs (common/reference_attention.hpp): " << what << " "
+      << sci(measure.p ? ref::softmax_floor(r.score_error, shape.lk)
+                       : ref::output_floor(r.score_error, shape.lk) + measure.rounding);
+  if (any_lse) out << ", logsumexp " << sci(ref::lse_floor(r.score_error, shape.lk, r.max_abs_lse));
+  out << "\n\n";
+}
+
+void report_attention(Backend backend, const Ladder<AttentionArgs>& ladder,
+                      const std::vector<AttentionStep>& steps, const std::vector<ScoreKind>& kinds,
+                      AttentionShape shape, std::uint64_t seed, bool p,
+                      const std::string& previous) {
+  const float scale = default_scale(shape.d);
+  for (ScoreKind kind : kinds) {
+    const AttentionInputs in = make_attention_inputs(kind, shape, scale, seed);
+    const ref::Attention r = ref::attention(in, shape, scale, false, /*want_p=*/p);
+    std::vector<std::string> skipped;
+    const std::vector<AttentionRun> runs =
+        run_attention_table(backend, steps, ladder, in, shape, scale, false, Dtype::fp32, &skipped);
+    std::cout << (p ? "P" : "O") << " against the fp64 reference on (" << to_string(shape) << ") "
+              << to_string(kind) << ", seed " << seed << ":\n";
+    print_attention_table(std::cout, runs, skipped, r, {p, r.o_weight, previous}, shape, false);
+  }
+}
+
+int run_chapter(const Cli& cli, const ProgramOptions& options, void (*intro)(), void (*trace)(),
+                const std::function<void()>& report, const char* next) {
+  intro();
+  trace();
+  if (options.trace_only) return 0;
+  return run_guarded(cli, [&] {
+    report();
+    std::cout << next;
+    return 0;
+  });
 }
 
 }  // namespace wb

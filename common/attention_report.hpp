@@ -1,9 +1,11 @@
-// The error tables of the attention chapters' programs (04, 05, 06): each CPU step and each
-// rung of the chapter's ladder on the same Q, K, V, against the fp64 reference
-// (common/reference_attention.hpp) and against the first row, the previous chapter's step.
-// Host code only; the rungs run through run_ladder (common/ladder_run.hpp).
+// What the attention chapters' programs (04, 05, 06) share: their shape options, and their
+// error tables: each CPU step and each rung of the chapter's ladder on the same Q, K, V,
+// against the fp64 reference (common/reference_attention.hpp) and against the first row, the
+// previous chapter's step. Host code only; the rungs run through run_ladder
+// (common/ladder_run.hpp).
 #pragma once
 
+#include <cstdint>
 #include <functional>
 #include <iosfwd>
 #include <string>
@@ -11,6 +13,7 @@
 
 #include "common/attention_inputs.hpp"
 #include "common/backend.hpp"
+#include "common/cli.hpp"
 #include "common/dtype.hpp"
 #include "common/program.hpp"
 #include "common/reference_attention.hpp"
@@ -19,6 +22,23 @@
 #include "common/rung_buffers.hpp"
 
 namespace wb {
+
+/// --bh, --lq, --lk and --d, each defaulting to its value in `gpu` on the cuda backend and in
+/// `sim` otherwise (the simulator runs every GPU thread on the CPU: smaller shapes).
+struct AttentionShapeOptions {
+  AttentionShape gpu, sim;
+  int bh = 0, lq = 0, lk = 0, d = 0;  ///< 0: not given
+
+  /// Adds the four options to `cli`, --bh up to `max_bh` and --d up to `max_d`; `d_note`
+  /// follows the default in --d's help.
+  void add_to(Cli& cli, int max_bh, int max_d, const std::string& d_note = "");
+  /// The shape on `backend`: what was given, else the default.
+  AttentionShape resolve(Backend backend) const;
+};
+
+/// The programs' limit on bh x lq x lk, 2^`log2_max` (the fp64 reference, or a baseline, holds
+/// that many probabilities: `why`). -1 when `shape` fits, else one line and exit code 2.
+int check_probabilities(const Cli& cli, AttentionShape shape, int log2_max, const std::string& why);
 
 /// One implementation's attention outputs on a report's input, and its time: a table row.
 using AttentionRun = RungRun<AttentionOut>;
@@ -31,20 +51,25 @@ inline AttentionOut p_output(std::vector<float> p) {
   return {{}, {}, {}, std::move(p)};
 }
 
-/// Runs and times one CPU step.
-AttentionRun run_cpu_attention(std::string name, const std::function<AttentionOut()>& step);
+/// A CPU step of a report: its name in the table, and its outputs on Q, K, V.
+struct AttentionStep {
+  std::string name;
+  std::function<AttentionOut(const AttentionInputs& in)> run;
+};
 
 /// The rungs of `ladder` that take `dtype` elements: a report's table (or a benchmark) is of
 /// one element type, and a rung of another type is not a rung it skipped.
 Ladder<AttentionArgs> rungs_taking(const Ladder<AttentionArgs>& ladder, Dtype dtype);
 
-/// Every rung of `ladder` (kernels of `backend`) on Q, K, V of `in` as `dtype` elements, in
-/// order (run_ladder): those that take the call are appended to `runs`, the others to
-/// `skipped` with the reason their limits give. Nothing runs on the cpu backend.
-void run_attention_ladder(Backend backend, const Ladder<AttentionArgs>& ladder,
-                          const AttentionInputs& in, AttentionShape shape, float scale, bool causal,
-                          Dtype dtype, std::vector<AttentionRun>* runs,
-                          std::vector<std::string>* skipped);
+/// The rows of a report table: each of `steps` on `in` (timed), then every rung of `ladder`
+/// (kernels of `backend`; none on the cpu backend) on Q, K, V of `in` as `dtype` elements,
+/// through run_ladder; `skipped` gets the rungs whose limits refuse the call, with the reason.
+std::vector<AttentionRun> run_attention_table(Backend backend,
+                                              const std::vector<AttentionStep>& steps,
+                                              const Ladder<AttentionArgs>& ladder,
+                                              const AttentionInputs& in, AttentionShape shape,
+                                              float scale, bool causal, Dtype dtype,
+                                              std::vector<std::string>* skipped);
 
 /// What a table measures: P with its relative error (chapter 04), or O in units of
 /// `o_weight` (chapters 05, 06: O can cancel to ~0, so its error is measured against the size
@@ -53,14 +78,30 @@ struct AttentionMeasure {
   bool p = false;
   std::vector<double> o_weight;  ///< (bh, lq, d), for O
   std::string previous;          ///< what the first row is: "naive", "previous"
+  double rounding = 0.0;         ///< added to O's stated floor: a 16-bit output's rounding
 };
 
 /// The table: each run's P or O against fp64 and against runs[0], its logsumexp's absolute
 /// error where some run has one, non-finite mismatches, the time, and TFLOP/s where some run
-/// is on the GPU (attention_flops of `shape`, halved when `causal`).
+/// is on the GPU (attention_flops of `shape`, halved when `causal`); then the `skipped` rungs
+/// and the stated floors of the inputs (common/reference_attention.hpp).
 void print_attention_table(std::ostream& out, const std::vector<AttentionRun>& runs,
-                           const ref::Attention& r, const AttentionMeasure& measure,
-                           AttentionShape shape, bool causal);
+                           const std::vector<std::string>& skipped, const ref::Attention& r,
+                           const AttentionMeasure& measure, AttentionShape shape, bool causal);
+
+/// The report of chapters 04 and 05: for each of `kinds`, a table of `steps` and the rungs of
+/// `ladder` on Q, K, V of that kind, fp32, without the mask; P (`p`) or O, against fp64 and
+/// against the first step, `previous`.
+void report_attention(Backend backend, const Ladder<AttentionArgs>& ladder,
+                      const std::vector<AttentionStep>& steps, const std::vector<ScoreKind>& kinds,
+                      AttentionShape shape, std::uint64_t seed, bool p,
+                      const std::string& previous);
+
+/// The rest of an attention chapter's program once its options are parsed: `intro()` (what
+/// the step changes) and `trace()` (a worked example: all it prints with --trace), then
+/// `report()` under run_guarded, then `next`, the chapter after. Returns the exit code.
+int run_chapter(const Cli& cli, const ProgramOptions& options, void (*intro)(), void (*trace)(),
+                const std::function<void()>& report, const char* next);
 
 /// The worked example of chapters 05 and 06: one query whose scores are kTraceScores (with
 /// scale 1), six keys whose values are the rows of kTraceValues, in R^2.

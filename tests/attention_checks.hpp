@@ -57,6 +57,7 @@ inline MdColumns split_md(const std::vector<float>& pairs) {
 struct AttentionInput {
   AttentionShape shape;
   ScoreKind kind;
+  bool causal;  ///< the reference's mask
   float scale;
   AttentionInputs in;
   ref::Attention r;
@@ -73,11 +74,21 @@ void for_each_attention_input(const std::vector<AttentionShape>& shapes, std::ui
       const std::string where = to_string(shape) + ", " + to_string(kind);
       CAPTURE(where);
       const float scale = default_scale(shape.d);
-      AttentionInput input{shape, kind, scale, make_attention_inputs(kind, shape, scale, seed), {}};
+      AttentionInput input{
+          shape, kind, causal, scale, make_attention_inputs(kind, shape, scale, seed), {}};
       input.r = ref::attention(input.in, shape, scale, causal, want_p);
       check(static_cast<const AttentionInput&>(input));
     }
   }
+}
+
+/// A step's final (m, d) per row, against fp64: m is the max of float scores, each within
+/// score_error of its exact value, so m is too; d (FA1's l) is a sum of the same terms as the
+/// softmax denominator, within softmax_floor of it.
+inline void check_row_stats(const std::vector<ch02::MD>& stats, const AttentionInput& a) {
+  const MdColumns s = split_md(stats);
+  WB_CHECK_WITHIN(compare(s.m, a.r.m), a.r.score_error);
+  WB_CHECK_WITHIN_REL(compare(s.d, a.r.d), ref::softmax_floor(a.r.score_error, a.shape.lk));
 }
 
 /// `check(t)` for every tile shape of a CPU step, captured for the failure messages.
@@ -88,6 +99,38 @@ void for_each_tiles(const std::vector<Tiles>& tiles, Check&& check) {
     CAPTURE(t.bc);
     check(t);
   }
+}
+
+/// The error of the step before on one input, and the tolerance policy's floor in the same
+/// measure: relative for P, absolute in units of sum_j p_j |v_j| for O (compare_weighted).
+struct StepBefore {
+  ErrorReport error;
+  double floor;
+  bool relative;
+};
+
+/// The chain rule between CPU steps (DESIGN.md) on every shape and score kind:
+/// `before(input)`, the step before's error, is within the floor, and `tiled(input, t)`, this
+/// step's error with each tile shape t of `tiles`, within twice it plus the floor. Either may
+/// check other outputs of its step itself.
+template <typename Before, typename Tiled>
+void check_step_chain(const std::vector<AttentionShape>& shapes, std::uint64_t seed, bool causal,
+                      bool want_p, const std::vector<Tiles>& tiles, Before&& before,
+                      Tiled&& tiled) {
+  for_each_attention_input(shapes, seed, causal, want_p, [&](const AttentionInput& a) {
+    const StepBefore b = before(a);
+    const auto within = [&](const ErrorReport& e, double bound) {
+      return b.relative ? e.within_rel(bound) : e.within(bound);
+    };
+    CHECK_MESSAGE(within(b.error, b.floor), "the step before: error ", b.error.describe(),
+                  " exceeds the floor ", b.floor);
+    const double bound = chain_bound(b.relative ? b.error.max_rel : b.error.max_abs, b.floor);
+    for_each_tiles(tiles, [&](const Tiles& t) {
+      const ErrorReport e = tiled(a, t);
+      CHECK_MESSAGE(within(e, bound), "error ", e.describe(),
+                    " exceeds 2 x the step before's + floor = ", bound);
+    });
+  });
 }
 
 /// A CPU step's O: step(in, shape, scale).
@@ -129,7 +172,8 @@ struct AttentionCase {
 /// Every shape times every score kind, under each of `masks`, in each of `dtypes`.
 inline std::vector<AttentionCase> attention_cases(const std::vector<AttentionShape>& shapes,
                                                   const std::vector<bool>& masks = {false},
-                                                  const std::vector<Dtype>& dtypes = {Dtype::fp32}) {
+                                                  const std::vector<Dtype>& dtypes = {
+                                                      Dtype::fp32}) {
   std::vector<AttentionCase> cases;
   for (Dtype t : dtypes)
     for (bool causal : masks)
@@ -193,28 +237,27 @@ using RungMeasure = std::function<RungError(const AttentionRungRun& run)>;
 inline void check_attention_ladder(Backend backend, const Ladder<AttentionArgs>& ladder,
                                    const std::vector<AttentionCase>& cases, std::uint64_t seed,
                                    const RungMeasure& measure) {
-  check_ladder(ladder, cases,
-               [&](const Rung<AttentionArgs>& rung,
-                   const AttentionCase& c) -> std::optional<RungError> {
-                 const std::optional<Dtype> dtype = rung_dtype(rung, c.dtype);
-                 if (!dtype) return std::nullopt;
-                 const std::string where = std::string(rung.name) + " on " + to_string(c.shape) +
-                                           ", " + to_string(c.kind) + ", " + to_string(c.dtype) +
-                                           (c.causal ? ", causal" : "");
-                 CAPTURE(where);
-                 const float scale = default_scale(c.shape.d);
-                 AttentionInputs in = make_attention_inputs(c.kind, c.shape, scale, seed);
-                 for (std::vector<float>* x : {&in.q, &in.k, &in.v})
-                   *x = round_elements(*x, c.dtype);
-                 const std::optional<RungOutput> out =
-                     run_attention_rung(backend, rung, in, c.shape, scale, c.causal, *dtype);
-                 if (!out) return std::nullopt;
-                 const ref::Attention r = ref::attention(in, c.shape, scale, c.causal,
-                                                         (rung.limits.outputs & kWritesP) != 0);
-                 RungError e = measure({rung, c, scale, in, r, *dtype, *out});
-                 e.where = where;
-                 return e;
-               });
+  check_ladder(
+      ladder, cases,
+      [&](const Rung<AttentionArgs>& rung, const AttentionCase& c) -> std::optional<RungError> {
+        const std::optional<Dtype> dtype = rung_dtype(rung, c.dtype);
+        if (!dtype) return std::nullopt;
+        const std::string where = std::string(rung.name) + " on " + to_string(c.shape) + ", " +
+                                  to_string(c.kind) + ", " + to_string(c.dtype) +
+                                  (c.causal ? ", causal" : "");
+        CAPTURE(where);
+        const float scale = default_scale(c.shape.d);
+        AttentionInputs in = make_attention_inputs(c.kind, c.shape, scale, seed);
+        for (std::vector<float>* x : {&in.q, &in.k, &in.v}) *x = round_elements(*x, c.dtype);
+        const std::optional<RungOutput> out =
+            run_attention_rung(backend, rung, in, c.shape, scale, c.causal, *dtype);
+        if (!out) return std::nullopt;
+        const ref::Attention r =
+            ref::attention(in, c.shape, scale, c.causal, (rung.limits.outputs & kWritesP) != 0);
+        RungError e = measure({rung, c, scale, in, r, *dtype, *out});
+        e.where = where;
+        return e;
+      });
 }
 
 /// run_rung refuses `shape` of `dtype` elements before anything runs: std::invalid_argument,

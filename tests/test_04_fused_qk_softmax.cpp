@@ -19,42 +19,37 @@ namespace {
 
 constexpr std::uint64_t kSeed = 404;
 
-using test::AttentionInput;
-using test::Tiles;
-const std::vector<Tiles> kTiles = test::attention_tiles({8, 32});  // the kernel's tile third
+const std::vector<test::Tiles> kTiles =
+    test::attention_tiles({kKernelRows, kKernelKeys});  // the kernel's tile third
+
+/// The naive step's P against fp64: the step before.
+test::StepBefore naive_error(const test::AttentionInput& a) {
+  // Fused and naive differ only in the order of float operations: both are within
+  // softmax_floor (see common/reference_attention.hpp) of fp64; the policy allows the
+  // fused step twice the naive step's error plus that floor.
+  return {compare(attention_naive(a.in, a.shape, a.scale).p, a.r.p),
+          ref::softmax_floor(a.r.score_error, a.shape.lk), /*relative=*/true};
+}
+
+/// The fused step's P against fp64 with tiles t, after its row statistics (m, d).
+ErrorReport fused_error(const test::AttentionInput& a, const test::Tiles& t) {
+  const FusedSoftmax fused = softmax_qk_fused(a.in, a.shape, a.scale, t.br, t.bc);
+  test::check_row_stats(fused.stats, a);
+  return compare(fused.p, a.r.p);
+}
 
 }  // namespace
 
 TEST_SUITE("cpu") {
   TEST_CASE("fused softmax equals the naive softmax under the 2x policy on adversarial inputs") {
-    test::for_each_attention_input(
-        test::kAttentionCpuShapes, kSeed, /*causal=*/false, /*want_p=*/true,
-        [](const AttentionInput& a) {
-          const ref::Attention& r = a.r;
-          // Fused and naive differ only in the order of float operations: both are within
-          // softmax_floor (see common/reference_attention.hpp) of fp64; the policy allows the
-          // fused step twice the naive step's error plus that floor.
-          const double floor = ref::softmax_floor(r.score_error, a.shape.lk);
-          const ErrorReport naive = compare(attention_naive(a.in, a.shape, a.scale).p, r.p);
-          WB_CHECK_WITHIN_REL(naive, floor);
-          test::for_each_tiles(kTiles, [&](const Tiles& t) {
-            const FusedSoftmax fused = softmax_qk_fused(a.in, a.shape, a.scale, t.br, t.bc);
-            const ErrorReport e = compare(fused.p, r.p);
-            WB_CHECK_WITHIN_REL(e, chain_bound(naive.max_rel, floor));
-            // The row statistics: m is the max of float scores, each within score_error of
-            // its exact value, so m is too; d is a sum of the same terms as P's denominator.
-            const test::MdColumns s = test::split_md(fused.stats);
-            WB_CHECK_WITHIN(compare(s.m, r.m), r.score_error);
-            WB_CHECK_WITHIN_REL(compare(s.d, r.d), floor);
-          });
-        });
+    test::check_step_chain(test::kAttentionCpuShapes, kSeed, /*causal=*/false, /*want_p=*/true,
+                           kTiles, naive_error, fused_error);
   }
 
   TEST_CASE("every row of fused P sums to 1 whatever the tiles") {
-    const AttentionShape shape{2, 37, 301, 64};
     test::for_each_attention_input(
-        {shape}, kSeed, false, /*want_p=*/false, [](const AttentionInput& a) {
-          test::for_each_tiles(kTiles, [&](const Tiles& t) {
+        {{2, 37, 301, 64}}, kSeed, false, /*want_p=*/false, [](const test::AttentionInput& a) {
+          test::for_each_tiles(kTiles, [&](const test::Tiles& t) {
             const FusedSoftmax fused = softmax_qk_fused(a.in, a.shape, a.scale, t.br, t.bc);
             for (std::size_t row = 0; row < a.shape.rows(); ++row) {
               double sum = 0.0;  // in double: exact enough not to add error of its own
@@ -82,23 +77,26 @@ TEST_SUITE("cpu") {
 
 namespace {
 
+/// The fused rung's P against fp64 (relative), and its final (m, d), on one case.
+test::RungError fused_rung_error(const test::AttentionRungRun& run) {
+  const ref::Attention& r = run.r;
+  const double floor = ref::softmax_floor(r.score_error, run.c.shape.lk);
+  const FusedSoftmax cpu =
+      softmax_qk_fused(run.in, run.c.shape, run.scale, kKernelRows, kKernelKeys);
+  const ErrorReport cpu_d = compare(test::split_md(cpu.stats).d, r.d);
+  const test::MdColumns s = test::split_md(run.run.out.md);
+  // The policy: at most twice the CPU step's error against fp64 plus the floor (the
+  // kernel merges in a butterfly, the CPU left to right, and CUDA's expf has 2 ulp).
+  WB_CHECK_WITHIN_REL(compare(s.d, r.d), chain_bound(cpu_d.max_rel, floor));
+  WB_CHECK_WITHIN(compare(s.m, r.m), r.score_error);  // a max of perturbed scores
+  return {compare(run.run.out.p, r.p), /*relative=*/true, compare(cpu.p, r.p).max_rel, floor, ""};
+}
+
 template <Backend B>
 void every_kernel_equals_the_fused_cpu_step() {
-  test::check_attention_ladder(
-      B, kernel_ladder<B>(), test::attention_cases(test::kAttentionKernelShapes), kSeed,
-      [](const test::AttentionRungRun& run) {
-        const ref::Attention& r = run.r;
-        const double floor = ref::softmax_floor(r.score_error, run.c.shape.lk);
-        const FusedSoftmax cpu = softmax_qk_fused(run.in, run.c.shape, run.scale, 8, 32);
-        const ErrorReport cpu_d = compare(test::split_md(cpu.stats).d, r.d);
-        const test::MdColumns s = test::split_md(run.run.out.md);
-        // The policy: at most twice the CPU step's error against fp64 plus the floor (the
-        // kernel merges in a butterfly, the CPU left to right, and CUDA's expf has 2 ulp).
-        WB_CHECK_WITHIN_REL(compare(s.d, r.d), chain_bound(cpu_d.max_rel, floor));
-        WB_CHECK_WITHIN(compare(s.m, r.m), r.score_error);  // a max of perturbed scores
-        return test::RungError{compare(run.run.out.p, r.p), /*relative=*/true,
-                               compare(cpu.p, r.p).max_rel, floor, ""};
-      });
+  test::check_attention_ladder(B, kernel_ladder<B>(),
+                               test::attention_cases(test::kAttentionKernelShapes), kSeed,
+                               fused_rung_error);
 }
 
 template <Backend B>

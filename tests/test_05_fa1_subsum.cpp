@@ -20,13 +20,10 @@ namespace {
 
 constexpr std::uint64_t kSeed = 505;
 
-using test::AttentionInput;
-using test::Tiles;
-const std::vector<Tiles> kTiles = test::attention_tiles({8, 32});  // the kernel's tile third
-
 /// Chapter 04's step followed by O = P V: the fused P times V, accumulated in float.
 std::vector<float> previous_step(const AttentionInputs& in, AttentionShape shape, float scale) {
-  const ch04::FusedSoftmax fused = ch04::softmax_qk_fused(in, shape, scale, 8, 32);
+  const ch04::FusedSoftmax fused =
+      ch04::softmax_qk_fused(in, shape, scale, ch04::kKernelRows, ch04::kKernelKeys);
   std::vector<float> o(shape.q_elems(), 0.f);
   for (std::size_t row = 0; row < shape.rows(); ++row) {
     const std::size_t b = row / shape.lq;
@@ -37,6 +34,28 @@ std::vector<float> previous_step(const AttentionInputs& in, AttentionShape shape
     }
   }
   return o;
+}
+
+/// Chapter 04's P V against fp64: the step before; and the element-wise recurrence against it.
+test::StepBefore previous_and_elementwise_error(const test::AttentionInput& a) {
+  const ref::Attention& r = a.r;
+  // O can cancel to ~0 (the ones kind averages randn values), so its error is measured
+  // in units of sum_j p_j |v_j| (compare_weighted); output_floor bounds the rounding of
+  // the probabilities and of up to lk steps of the recurrence in those units.
+  const double floor = ref::output_floor(r.score_error, a.shape.lk);
+  const ErrorReport prev =
+      ref::compare_weighted(previous_step(a.in, a.shape, a.scale), r.o, r.o_weight);
+  const ErrorReport elem =
+      ref::compare_weighted(attention_elementwise(a.in, a.shape, a.scale), r.o, r.o_weight);
+  WB_CHECK_WITHIN(elem, chain_bound(prev.max_abs, floor));
+  return {prev, floor, /*relative=*/false};
+}
+
+/// Tiled FA1's O against fp64 with tiles t, after its final (m, l).
+ErrorReport fa1_cpu_error(const test::AttentionInput& a, const test::Tiles& t) {
+  const Fa1Result fa1 = attention_fa1(a.in, a.shape, a.scale, t.br, t.bc);
+  test::check_row_stats(fa1.stats, a);  // the final (m, l) in "HBM"
+  return ref::compare_weighted(fa1.o, a.r.o, a.r.o_weight);
 }
 
 /// The element-wise recurrence with a planted mistake: the old output is not rescaled by
@@ -67,31 +86,10 @@ std::vector<float> elementwise_without_rescale(const AttentionInputs& in, Attent
 
 TEST_SUITE("cpu") {
   TEST_CASE("the SubSum recurrence and tiled FA1 equal chapter 04 P V under the 2x policy") {
-    test::for_each_attention_input(
+    test::check_step_chain(
         test::kAttentionCpuShapes, kSeed, /*causal=*/false, /*want_p=*/false,
-        [](const AttentionInput& a) {
-          const ref::Attention& r = a.r;
-          // O can cancel to ~0 (the ones kind averages randn values), so its error is measured
-          // in units of sum_j p_j |v_j| (compare_weighted); output_floor bounds the rounding of
-          // the probabilities and of up to lk steps of the recurrence in those units.
-          const double floor = ref::output_floor(r.score_error, a.shape.lk);
-          const ErrorReport prev =
-              ref::compare_weighted(previous_step(a.in, a.shape, a.scale), r.o, r.o_weight);
-          WB_CHECK_WITHIN(prev, floor);
-          const ErrorReport elem =
-              ref::compare_weighted(attention_elementwise(a.in, a.shape, a.scale), r.o, r.o_weight);
-          WB_CHECK_WITHIN(elem, chain_bound(prev.max_abs, floor));
-          test::for_each_tiles(kTiles, [&](const Tiles& t) {
-            const Fa1Result fa1 = attention_fa1(a.in, a.shape, a.scale, t.br, t.bc);
-            WB_CHECK_WITHIN(ref::compare_weighted(fa1.o, r.o, r.o_weight),
-                            chain_bound(prev.max_abs, floor));
-            // The final (m, l) in "HBM": m is a max of scores each within score_error, l a sum
-            // of the terms of the softmax denominator.
-            const test::MdColumns s = test::split_md(fa1.stats);
-            WB_CHECK_WITHIN(compare(s.m, r.m), r.score_error);
-            WB_CHECK_WITHIN_REL(compare(s.d, r.d), ref::softmax_floor(r.score_error, a.shape.lk));
-          });
-        });
+        test::attention_tiles({kKernelRows, kKernelKeys}),  // the kernel's among them
+        previous_and_elementwise_error, fa1_cpu_error);
   }
 
   TEST_CASE("two normalized partial outputs merge into the output of all keys") {
@@ -147,27 +145,27 @@ TEST_SUITE("cpu") {
 
 namespace {
 
+/// The FA1 rung's O against fp64 (in units of sum_j p_j |v_j|), and its final (m, l), on one
+/// case.
+test::RungError fa1_error(const test::AttentionRungRun& run) {
+  const AttentionShape& shape = run.c.shape;
+  const Fa1Result cpu = attention_fa1(run.in, shape, run.scale, kKernelRows, kKernelKeys);
+  const ErrorReport cpu_l = compare(test::split_md(cpu.stats).d, run.r.d);
+  const test::MdColumns s = test::split_md(run.run.out.md);
+  // The policy: twice the CPU step's error plus the floor (the kernel merges the tile's
+  // statistics in a butterfly and sums P~ V with fmaf; CUDA's expf has 2 ulp).
+  WB_CHECK_WITHIN_REL(compare(s.d, run.r.d),
+                      chain_bound(cpu_l.max_rel, ref::softmax_floor(run.r.score_error, shape.lk)));
+  WB_CHECK_WITHIN(compare(s.m, run.r.m), run.r.score_error);
+  return {ref::compare_weighted(run.run.out.o, run.r.o, run.r.o_weight), /*relative=*/false,
+          ref::compare_weighted(cpu.o, run.r.o, run.r.o_weight).max_abs,
+          ref::output_floor(run.r.score_error, shape.lk), ""};
+}
+
 template <Backend B>
 void kernel_equals_the_tiled_cpu_step() {
   test::check_attention_ladder(
-      B, kernel_ladder<B>(), test::attention_cases(test::kAttentionKernelShapes), kSeed,
-      [](const test::AttentionRungRun& run) {
-        const ref::Attention& r = run.r;
-        const AttentionShape& shape = run.c.shape;
-        const Fa1Result cpu = attention_fa1(run.in, shape, run.scale, 8, 32);
-        const ErrorReport cpu_l = compare(test::split_md(cpu.stats).d, r.d);
-        const test::MdColumns s = test::split_md(run.run.out.md);
-        // The policy: twice the CPU step's error plus the floor (the kernel merges the tile's
-        // statistics in a butterfly and sums P~ V with fmaf; CUDA's expf has 2 ulp).
-        WB_CHECK_WITHIN_REL(
-            compare(s.d, r.d),
-            chain_bound(cpu_l.max_rel, ref::softmax_floor(r.score_error, shape.lk)));
-        WB_CHECK_WITHIN(compare(s.m, r.m), r.score_error);
-        return test::RungError{ref::compare_weighted(run.run.out.o, r.o, r.o_weight),
-                               /*relative=*/false,
-                               ref::compare_weighted(cpu.o, r.o, r.o_weight).max_abs,
-                               ref::output_floor(r.score_error, shape.lk), ""};
-      });
+      B, kernel_ladder<B>(), test::attention_cases(test::kAttentionKernelShapes), kSeed, fa1_error);
 }
 
 template <Backend B>

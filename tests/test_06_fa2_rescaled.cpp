@@ -24,9 +24,7 @@ namespace {
 
 constexpr std::uint64_t kSeed = 606;
 
-using test::AttentionInput;
-using test::Tiles;
-const std::vector<Tiles> kTiles = test::attention_tiles({16, 32});  // the kernel's tile third
+const std::vector<test::Tiles> kTiles = test::attention_tiles({16, 32});  // the kernel's tile third
 
 /// The K/V tiles that hold at least one (query, key) pair the mask lets through, counted by
 /// brute force over every pair: the tiles an honest causal kernel must visit, and no more.
@@ -41,17 +39,6 @@ long tiles_touching_the_diagonal(AttentionShape shape, int br, int bc) {
       tiles += any;
     }
   return tiles * shape.bh;
-}
-
-/// Checks the workbook's convention on every fully masked row: O = 0 exactly, lse = -inf.
-void check_masked_rows(const ref::Attention& r, AttentionShape shape, const std::vector<float>& o,
-                       const std::vector<float>& lse) {
-  for (std::size_t row = 0; row < shape.rows(); ++row) {
-    if (r.m[row] != -INFINITY) continue;
-    CAPTURE(row);
-    CHECK(lse[row] == -INFINITY);
-    for (int c = 0; c < shape.d; ++c) CHECK(o[row * shape.d + c] == 0.f);
-  }
 }
 
 /// FA2 with a planted mistake: the accumulator is not rescaled when the running max moves
@@ -84,27 +71,50 @@ std::vector<float> fa2_without_accumulator_rescale(const AttentionInputs& in, At
   return o;
 }
 
+/// Checks the workbook's convention on every fully masked row: O = 0 exactly, lse = -inf.
+void check_masked_rows(const ref::Attention& r, AttentionShape shape, const std::vector<float>& o,
+                       const std::vector<float>& lse) {
+  for (std::size_t row = 0; row < shape.rows(); ++row) {
+    if (r.m[row] != -INFINITY) continue;
+    CAPTURE(row);
+    CHECK(lse[row] == -INFINITY);
+    for (int c = 0; c < shape.d; ++c) CHECK(o[row * shape.d + c] == 0.f);
+  }
+}
+
+/// Chapter 05's FA1 against fp64: the step before FA2.
+test::StepBefore fa1_error(const test::AttentionInput& a) {
+  // O's error in units of sum_j p_j |v_j| (it may cancel to ~0), bounded by output_floor;
+  // logsumexp's absolute error by lse_floor (common/reference_attention.hpp).
+  return {ref::compare_weighted(
+              ch05::attention_fa1(a.in, a.shape, a.scale, ch05::kKernelRows, ch05::kKernelKeys).o,
+              a.r.o, a.r.o_weight),
+          ref::output_floor(a.r.score_error, a.shape.lk), /*relative=*/false};
+}
+
+/// The naive attention with -inf scores above the diagonal: the step before causal FA2.
+test::StepBefore masked_naive_error(const test::AttentionInput& a) {
+  return {ref::compare_weighted(ch04::attention_naive(a.in, a.shape, a.scale, /*causal=*/true).o,
+                                a.r.o, a.r.o_weight),
+          ref::output_floor(a.r.score_error, a.shape.lk), /*relative=*/false};
+}
+
+/// Tiled FA2's O against fp64 with tiles t (the mask of the reference), after its logsumexp
+/// and its fully masked rows.
+ErrorReport fa2_cpu_error(const test::AttentionInput& a, const test::Tiles& t) {
+  const Fa2Result fa2 = attention_fa2(a.in, a.shape, {a.scale, a.causal, t.br, t.bc});
+  WB_CHECK_WITHIN(compare(fa2.lse, a.r.lse),
+                  ref::lse_floor(a.r.score_error, a.shape.lk, a.r.max_abs_lse));
+  check_masked_rows(a.r, a.shape, fa2.o, fa2.lse);
+  return ref::compare_weighted(fa2.o, a.r.o, a.r.o_weight);
+}
+
 }  // namespace
 
 TEST_SUITE("cpu") {
   TEST_CASE("tiled FA2 equals FA1 under the 2x policy and its logsumexp is within its bound") {
-    test::for_each_attention_input(
-        test::kAttentionCpuShapes, kSeed, /*causal=*/false, /*want_p=*/false,
-        [](const AttentionInput& a) {
-          const ref::Attention& r = a.r;
-          // O's error in units of sum_j p_j |v_j| (it may cancel to ~0), bounded by output_floor;
-          // logsumexp's absolute error by lse_floor (common/reference_attention.hpp).
-          const double floor = ref::output_floor(r.score_error, a.shape.lk);
-          const double lse_bound = ref::lse_floor(r.score_error, a.shape.lk, r.max_abs_lse);
-          const ErrorReport fa1 = ref::compare_weighted(
-              ch05::attention_fa1(a.in, a.shape, a.scale, 8, 32).o, r.o, r.o_weight);
-          test::for_each_tiles(kTiles, [&](const Tiles& t) {
-            const Fa2Result fa2 = attention_fa2(a.in, a.shape, {a.scale, false, t.br, t.bc});
-            WB_CHECK_WITHIN(ref::compare_weighted(fa2.o, r.o, r.o_weight),
-                            chain_bound(fa1.max_abs, floor));
-            WB_CHECK_WITHIN(compare(fa2.lse, r.lse), lse_bound);
-          });
-        });
+    test::check_step_chain(test::kAttentionCpuShapes, kSeed, /*causal=*/false, /*want_p=*/false,
+                           kTiles, fa1_error, fa2_cpu_error);
   }
 
   TEST_CASE("causal FA2 equals the naive attention with a -inf mask when lq and lk differ") {
@@ -113,28 +123,14 @@ TEST_SUITE("cpu") {
     const std::vector<AttentionShape> shapes = {
         {2, 17, 17, 16},  {1, 127, 17, 59}, {1, 17, 127, 64}, {1, 1000, 31, 1},
         {1, 1, 1000, 16}, {2, 64, 64, 128}, {1, 45, 1, 96}};
-    test::for_each_attention_input(
-        shapes, kSeed, /*causal=*/true, /*want_p=*/false, [](const AttentionInput& a) {
-          const ref::Attention& r = a.r;
-          const double floor = ref::output_floor(r.score_error, a.shape.lk);
-          const ErrorReport naive = ref::compare_weighted(
-              ch04::attention_naive(a.in, a.shape, a.scale, /*causal=*/true).o, r.o, r.o_weight);
-          WB_CHECK_WITHIN(naive, floor);
-          test::for_each_tiles(kTiles, [&](const Tiles& t) {
-            const Fa2Result fa2 = attention_fa2(a.in, a.shape, {a.scale, true, t.br, t.bc});
-            WB_CHECK_WITHIN(ref::compare_weighted(fa2.o, r.o, r.o_weight),
-                            chain_bound(naive.max_abs, floor));
-            WB_CHECK_WITHIN(compare(fa2.lse, r.lse),
-                            ref::lse_floor(r.score_error, a.shape.lk, r.max_abs_lse));
-            check_masked_rows(r, a.shape, fa2.o, fa2.lse);
-          });
-        });
+    test::check_step_chain(shapes, kSeed, /*causal=*/true, /*want_p=*/false, kTiles,
+                           masked_naive_error, fa2_cpu_error);
   }
 
   TEST_CASE("causal FA2 visits exactly the tiles that touch the diagonal") {
     for (AttentionShape shape : {AttentionShape{1, 256, 256, 8}, AttentionShape{2, 100, 37, 8},
                                  AttentionShape{1, 37, 100, 8}, AttentionShape{1, 5, 1, 8}}) {
-      for (const Tiles& t : kTiles) {
+      for (const test::Tiles& t : kTiles) {
         const std::string where =
             to_string(shape) + ", tiles " + std::to_string(t.br) + " x " + std::to_string(t.bc);
         CAPTURE(where);
@@ -196,7 +192,7 @@ const std::vector<AttentionShape> kTensorCoreRaceShapes = {{1, 17, 127, 64}, {1,
 
 /// The tiles of a rung, Br query rows by Bc keys, on head dimension d: the CPU step runs with
 /// them, and they decide which K/V tiles the causal mask skips.
-Tiles rung_tiles(const Rung<AttentionArgs>& rung, int d) {
+test::Tiles rung_tiles(const Rung<AttentionArgs>& rung, int d) {
   if (std::string(rung.name) == "fa2_tensor_core") return {kTensorCoreRows, tensor_core_keys(d)};
   return {kKernelRows, kKernelKeys};
 }
@@ -220,7 +216,7 @@ std::vector<test::AttentionCase> ladder_cases() {
 test::RungError measure(const test::AttentionRungRun& run) {
   const AttentionShape& shape = run.c.shape;
   const ref::Attention& r = run.r;
-  const Tiles t = rung_tiles(run.rung, shape.d);
+  const test::Tiles t = rung_tiles(run.rung, shape.d);
   // The kernel's inputs, and the CPU step and fp64 reference run on exactly those values.
   // The +1e4 offsets (large_offset) still make sense in fp16: q_0 = k_0 = sqrt(1e4 /
   // scale) is about 283 (d = 64) or 336 (d = 128), far below fp16's 65504, and the

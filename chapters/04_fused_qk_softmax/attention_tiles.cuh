@@ -1,11 +1,13 @@
 // Device helpers for the tiled attention kernels of chapters 04-06: cooperative tile loads,
-// one score from shared tiles, chapter 03's merge across a warp, warp max and sum. Inline functions
-// only (this file compiles to nothing by itself); each chapter's kernel file includes it.
+// one score from shared tiles, chapter 03's merge across a warp, warp max and sum, and the
+// shared-memory tiles of the FA1 and FA2 kernels. Inline functions only (this file compiles to
+// nothing by itself); each chapter's kernel file includes it.
 #pragma once
 
 #include "common/kernel.cuh"
 
 #include "chapters/03_block_merge/md_merge.hpp"
+#include "chapters/04_fused_qk_softmax/fused_softmax.hpp"
 
 namespace wb::ch04 {
 
@@ -59,5 +61,36 @@ __device__ inline float warp_sum(float x) {
     x += __shfl_xor_sync(kAllLanes, x, lane_mask);
   return x;
 }
+
+// ------------------------------------------------------------------------------------------
+// The shared-memory tiles of the FA1 and FA2 kernels (chapters 05, 06)
+// ------------------------------------------------------------------------------------------
+
+/// Keys of a K/V tile of the FA1 and FA2 kernels: one lane each in the score phase.
+inline constexpr int kTileKeys = kWarpLanes;
+/// Output columns of a lane in the FA1 and FA2 kernels, c = lane + 32 t, up to kMaxHeadDim.
+inline constexpr int kColumnsPerLane = kMaxHeadDim / kWarpLanes;
+static_assert(kMaxHeadDim % kWarpLanes == 0, "whole columns per lane");
+
+/// The tiles of the FA1 and FA2 kernels in dynamic shared memory, for Q tiles of `rows` rows:
+/// the K tile (kTileKeys, d + 1) (the pad spreads lane j's row over the banks), the V tile
+/// (kTileKeys, d), the Q tile (rows, d) and the P~ tile (rows, kTileKeys), in that order.
+struct SharedTiles {
+  float* k;
+  float* v;
+  float* q;
+  float* p;
+
+  /// The bytes of the four tiles: the launch's dynamic shared memory.
+  static std::size_t bytes(int rows, int d) {
+    return sizeof(float) * (std::size_t(kTileKeys) * (d + 1) + std::size_t(kTileKeys) * d +
+                            std::size_t(rows) * d + std::size_t(rows) * kTileKeys);
+  }
+  __device__ SharedTiles(int rows, int d)
+      : k(dynamic_shared<float>()),
+        v(k + kTileKeys * (d + 1)),
+        q(v + kTileKeys * d),
+        p(q + rows * d) {}
+};
 
 }  // namespace wb::ch04

@@ -30,12 +30,6 @@ namespace wb::ch04 {
 
 using ch03::MD;
 
-/// The largest head dimension the kernels of chapters 04-06 take (their tiles of K, V and Q
-/// rows live in shared memory; 128 covers every common model).
-inline constexpr int kMaxHeadDim = 128;
-/// The attention kernels put (batch, head) on grid.y, whose CUDA limit is 65535.
-inline constexpr int kMaxBatchHeads = 65535;
-
 // [causal_mask]
 /// The workbook's causal mask, bottom-right aligned as in FlashAttention 2.1 and later:
 /// query i (of lq) sees key j (of lk) iff j <= i + (lk - lq). The last query sees every key;
@@ -123,6 +117,16 @@ inline FusedSoftmax softmax_qk_fused(const AttentionInputs& in, AttentionShape s
 // Kernel ladder (launchers defined in fused_softmax_kernels.cuh, once per kernel backend)
 // ------------------------------------------------------------------------------------------
 
+/// The largest head dimension the kernels of chapters 04-06 take (their tiles of K, V and Q
+/// rows live in shared memory; 128 covers every common model).
+inline constexpr int kMaxHeadDim = 128;
+/// The attention kernels put (batch, head) on grid.y, whose CUDA limit is 65535.
+inline constexpr int kMaxBatchHeads = 65535;
+/// The fused kernel's tiles, Br query rows by Bc keys (fused_softmax_kernels.cuh), stated here
+/// so that the program and the tests run the CPU step on the same tiles.
+inline constexpr int kKernelRows = 8;
+inline constexpr int kKernelKeys = 32;
+
 /// The launcher of the ladder's rung. Of `a`: q, k fp32 (bh, lq, d); p (bh, lq, lk); md
 /// (bh, lq) pairs (m, d), laid out as MD; device pointers of backend B.
 template <Backend B>
@@ -134,8 +138,7 @@ struct Kernels {
 template <Backend B>
 Ladder<AttentionArgs> kernel_ladder() {
   return {{"fused_softmax_qk",
-           "S tile by tile from Q and K in shared memory, never stored; each tile's (m~, d~) "
-           "merged into the row's (m, d)",
+           "S from Q and K tiles in shared memory, never stored; tile (m~, d~) merged into (m, d)",
            attention_limits({Dtype::fp32}, kMaxHeadDim, {}, kMaxBatchHeads, /*causal=*/false,
                             kWritesP | kWritesMd),
            &Kernels<B>::fused_softmax_qk}};

@@ -23,8 +23,8 @@
 namespace wb::ch04 {
 namespace {  // kernels have internal linkage: one copy per backend's translation unit
 
-constexpr int kRowsPerBlock = 8;  // query rows of a block's Q tile: one warp each
-constexpr int kKeysPerTile = 32;  // keys of a K tile: one lane each
+constexpr int kRowsPerBlock = kKernelRows;  // query rows of a block's Q tile: one warp each
+constexpr int kKeysPerTile = kKernelKeys;   // keys of a K tile: one lane each
 constexpr int kThreads = kRowsPerBlock * kWarpLanes;
 static_assert(kKeysPerTile == kWarpLanes, "lane x scores key x of the tile");
 

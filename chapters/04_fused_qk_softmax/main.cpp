@@ -11,7 +11,6 @@
 #include "common/attention_report.hpp"
 #include "common/cli.hpp"
 #include "common/compare.hpp"
-#include "common/ladder_run.hpp"
 #include "common/program.hpp"
 #include "common/reference_attention.hpp"
 #include "common/table.hpp"
@@ -20,10 +19,6 @@ namespace {
 
 using namespace wb;
 using namespace wb::ch04;
-
-// The CPU step's tiles in the report: the kernel's 8 query rows by 32 keys.
-constexpr int kReportBr = 8;
-constexpr int kReportBc = 32;
 
 void print_intro() {
   std::cout
@@ -81,26 +76,16 @@ void print_trace() {
 void report(Backend backend, const Ladder<AttentionArgs>& ladder, AttentionShape shape,
             std::uint64_t seed) {
   const float scale = default_scale(shape.d);
-  for (ScoreKind kind : {ScoreKind::randn, ScoreKind::large_offset}) {
-    const AttentionInputs in = make_attention_inputs(kind, shape, scale, seed);
-    const ref::Attention r = ref::attention(in, shape, scale, false);
-    std::vector<AttentionRun> runs = {
-        run_cpu_attention("cpu naive (Eigen, S stored)",
-                          [&] { return p_output(attention_naive(in, shape, scale).p); }),
-        run_cpu_attention("cpu fused 8 x 32 tiles", [&] {
-          return p_output(softmax_qk_fused(in, shape, scale, kReportBr, kReportBc).p);
-        })};
-    std::vector<std::string> skipped;
-    run_attention_ladder(backend, ladder, in, shape, scale, false, Dtype::fp32, &runs, &skipped);
-    std::cout << "P against the fp64 reference on (" << to_string(shape) << ") " << to_string(kind)
-              << ", seed " << seed << ":\n";
-    print_attention_table(std::cout, runs, r, {true, {}, "naive"}, shape, false);
-    print_skipped(skipped);
-    std::cout << "  stated floor for these inputs (common/reference_attention.hpp): "
-              << sci(ref::softmax_floor(r.score_error, shape.lk)) << "\n\n";
-  }
+  const std::vector<AttentionStep> steps = {
+      {"cpu naive (Eigen, S stored)",
+       [&](const AttentionInputs& in) { return p_output(attention_naive(in, shape, scale).p); }},
+      {"cpu fused 8 x 32 tiles", [&](const AttentionInputs& in) {
+         return p_output(softmax_qk_fused(in, shape, scale, kKernelRows, kKernelKeys).p);
+       }}};
+  report_attention(backend, ladder, steps, {ScoreKind::randn, ScoreKind::large_offset}, shape, seed,
+                   /*p=*/true, "naive");
   std::cout << "  Scores held at once, per head: naive " << std::size_t(shape.lq) * shape.lk
-            << " floats (the whole S), fused " << kReportBr * kReportBc
+            << " floats (the whole S), fused " << kKernelRows * kKernelKeys
             << " (one tile). Chapter 06 measures the difference.\n";
   print_sim_time_note(std::cout, backend);
   std::cout << '\n';
@@ -109,39 +94,24 @@ void report(Backend backend, const Ladder<AttentionArgs>& ladder, AttentionShape
 }  // namespace
 
 int main(int argc, char** argv) {
-  int bh = 0, lq = 0, lk = 0, d = 64;
   Cli cli("ch04", "Chapter 04: fused QK^T-softmax, on the CPU and as a CUDA kernel.");
-  cli.option("--bh", &bh, "batch x heads (default 8 on cuda, 1 otherwise)", kMaxBatchHeads)
-      .option("--lq", &lq, "query rows (default 1024 on cuda, 256 otherwise)")
-      .option("--lk", &lk, "key rows (default 1024)")
-      .option("--d", &d, "head dimension (default 64)", kMaxHeadDim);
+  AttentionShapeOptions shape_options{{8, 1024, 1024, 64}, {1, 256, 1024, 64}};
+  shape_options.add_to(cli, kMaxBatchHeads, kMaxHeadDim);
   ProgramOptions options;
   options.offers_bench = false;  // chapter 06's --bench times the FA2 rungs that replace it
   if (const int code = parse_program(cli, argc, argv, &options); code >= 0) return code;
   const auto make_ladder = [](auto b) { return kernel_ladder<decltype(b)::value>(); };
   if (options.list) return list_ladder(options, "04_fused_qk_softmax", "attention", make_ladder);
-  const Backend backend = options.backend;
-  const std::uint64_t seed = options.seed;
-  const bool gpu = backend == Backend::cuda;
-  const AttentionShape shape{bh > 0 ? bh : (gpu ? 8 : 1), lq > 0 ? lq : (gpu ? 1024 : 256),
-                             lk > 0 ? lk : 1024, d};
-  constexpr std::size_t kMaxProbabilities = std::size_t{1} << 26;  // P in fp64: 512 MiB
-  if (shape.p_elems() > kMaxProbabilities)
-    return cli.error("--bh x --lq x --lk = " + std::to_string(shape.p_elems()) +
-                     " probabilities exceeds this program's limit of 2^26 (the fp64 reference "
-                     "keeps them all)");
-
-  print_intro();
-  print_trace();
-  if (options.trace_only) return 0;
-  const Ladder<AttentionArgs> ladder = select_kernel_backend(backend, make_ladder);
-  const int code = run_guarded(cli, [&] {
-    report(backend, ladder, shape, seed);
-    return 0;
-  });
-  if (code != 0) return code;
-  std::cout << "Next: chapter 05, FlashAttention-1 (chapters/05_fa1_subsum, docs page\n"
-               "\"Chapter 05: FlashAttention-1, the SubSum recurrence\"): the output O = P V\n"
-               "carried through the same tiles, so that P is never stored either.\n";
-  return 0;
+  const AttentionShape shape = shape_options.resolve(options.backend);
+  // P in fp64: 2^26 probabilities are 512 MiB.
+  if (const int code = check_probabilities(cli, shape, 26, "the fp64 reference keeps them all");
+      code >= 0)
+    return code;
+  const Ladder<AttentionArgs> ladder = select_kernel_backend(options.backend, make_ladder);
+  return run_chapter(
+      cli, options, print_intro, print_trace,
+      [&] { report(options.backend, ladder, shape, options.seed); },
+      "Next: chapter 05, FlashAttention-1 (chapters/05_fa1_subsum, docs page\n"
+      "\"Chapter 05: FlashAttention-1, the SubSum recurrence\"): the output O = P V\n"
+      "carried through the same tiles, so that P is never stored either.\n");
 }

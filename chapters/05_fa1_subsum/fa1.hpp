@@ -150,8 +150,10 @@ inline Fa1Result attention_fa1(const AttentionInputs& in, AttentionShape shape, 
 // Kernel ladder (launchers defined in fa1_kernels.cuh, once per kernel backend)
 // ------------------------------------------------------------------------------------------
 
-/// FA1 puts one block per (batch, head) on grid.x, whose CUDA limit is 2^31 - 1.
-inline constexpr int kMaxBatchHeads = INT_MAX;
+/// The FA1 kernel's tiles, Br query rows by Bc keys (fa1_kernels.cuh), stated here so that the
+/// program and the tests run the CPU step on the same tiles.
+inline constexpr int kKernelRows = 8;
+inline constexpr int kKernelKeys = 32;
 
 /// The launcher of the ladder's rung. Of `a`: q fp32 (bh, lq, d); k, v (bh, lk, d); o
 /// (bh, lq, d); md (bh, lq) pairs, the running (m, l), initialized and updated in global
@@ -164,12 +166,13 @@ struct Kernels {
 /// The ladder: one rung, FA1 Algorithm 1 on the GPU (fa1_kernels.cuh). Any lq, lk >= 1.
 template <Backend B>
 Ladder<AttentionArgs> kernel_ladder() {
+  // One block per (batch, head), on grid.x: bh up to its CUDA limit, 2^31 - 1.
+  const RungLimits limits = attention_limits({Dtype::fp32}, ch04::kMaxHeadDim, {}, INT_MAX,
+                                             /*causal=*/false, kWritesO | kWritesMd);
   return {{"fa1",
            "P never stored: each tile's P~ V folded into the normalized O, which goes through "
            "global memory with (m, l)",
-           attention_limits({Dtype::fp32}, ch04::kMaxHeadDim, {}, kMaxBatchHeads,
-                            /*causal=*/false, kWritesO | kWritesMd),
-           &Kernels<B>::fa1}};
+           limits, &Kernels<B>::fa1}};
 }
 
 }  // namespace wb::ch05

@@ -27,21 +27,13 @@ namespace wb::ch05 {
 namespace {  // kernels have internal linkage: one copy per backend's translation unit
 
 using ch04::kAllLanes;
+using ch04::kColumnsPerLane;  // output columns of a lane
 using ch04::kWarpLanes;
 
-constexpr int kRowsPerTile = 8;   // Br: query rows of a Q tile, one warp each
-constexpr int kKeysPerTile = 32;  // Bc: keys of a K/V tile, one lane each in the score phase
+constexpr int kRowsPerTile = kKernelRows;  // Br: query rows of a Q tile, one warp each
+constexpr int kKeysPerTile = kKernelKeys;  // Bc: keys of a K/V tile, one lane each
 constexpr int kThreads = kRowsPerTile * kWarpLanes;
-constexpr int kColumnsPerLane = ch04::kMaxHeadDim / kWarpLanes;  // output columns of a lane
-static_assert(kKeysPerTile == kWarpLanes, "lane x scores key x of the tile");
-static_assert(ch04::kMaxHeadDim % kWarpLanes == 0, "whole columns per lane");
-
-/// Shared memory of a launch: K tile (32, d + 1) (the pad spreads lane j's row over the
-/// banks), V tile (32, d), Q tile (8, d), P~ tile (8, 32).
-inline std::size_t shared_bytes(int d) {
-  return sizeof(float) * (std::size_t(kKeysPerTile) * (d + 1) + std::size_t(kKeysPerTile) * d +
-                          std::size_t(kRowsPerTile) * d + std::size_t(kRowsPerTile) * kKeysPerTile);
-}
+static_assert(kKeysPerTile == ch04::kTileKeys, "the K/V tile of ch04::SharedTiles");
 
 // q: (bh, lq, d); k, v: (bh, lk, d); o: (bh, lq, d), the running normalized output;
 // stats: (bh, lq), the running (m, l); scale: the softmax scale. Block b owns head b.
@@ -58,12 +50,10 @@ __global__ void __launch_bounds__(kThreads)
   const float* vb = v + std::size_t(b) * lk * d;
   float* ob = o + std::size_t(b) * lq * d;
   MD* stats_b = stats + std::size_t(b) * lq;
-  float* k_tile = dynamic_shared<float>();             // (kKeysPerTile, d + 1)
-  float* v_tile = k_tile + kKeysPerTile * (d + 1);     // (kKeysPerTile, d)
-  float* q_tile = v_tile + kKeysPerTile * d;           // (kRowsPerTile, d)
-  float* p_tile = q_tile + kRowsPerTile * d;           // (kRowsPerTile, kKeysPerTile)
-  float* p_row = p_tile + threadIdx.y * kKeysPerTile;  // this warp's row of P~
-  const float* q_row = q_tile + threadIdx.y * d;
+  const ch04::SharedTiles smem(kRowsPerTile, d);  // K (32, d + 1), V (32, d), Q (8, d), P~ (8, 32)
+  const float* v_tile = smem.v;
+  float* p_row = smem.p + threadIdx.y * kKeysPerTile;  // this warp's row of P~
+  const float* q_row = smem.q + threadIdx.y * d;
 
   // Line 2: O = 0, (m, l) = (-inf, 0) in global memory.
   for (std::size_t e = tid; e < std::size_t(lq) * d; e += kThreads) ob[e] = 0.f;
@@ -71,15 +61,15 @@ __global__ void __launch_bounds__(kThreads)
 
   for (int j0 = 0; j0 < lk; j0 += kKeysPerTile) {  // line 5: K_j, V_j into shared memory
     __syncthreads();  // the previous K/V tile is no longer read (and line 2 is done)
-    ch04::load_rows(kb, j0, kKeysPerTile, lk, d, d + 1, k_tile);
-    ch04::load_rows(vb, j0, kKeysPerTile, lk, d, d, v_tile);
+    ch04::load_rows(kb, j0, kKeysPerTile, lk, d, d + 1, smem.k);
+    ch04::load_rows(vb, j0, kKeysPerTile, lk, d, d, smem.v);
     for (int i0 = 0; i0 < lq; i0 += kRowsPerTile) {  // line 7: Q_i, O_i, l_i, m_i
       __syncthreads();  // K/V tile complete; the previous Q tile is no longer read
-      ch04::load_rows(qb, i0, kRowsPerTile, lq, d, d, q_tile);
+      ch04::load_rows(qb, i0, kRowsPerTile, lq, d, d, smem.q);
       __syncthreads();                 // the Q tile is complete
       const int i = i0 + threadIdx.y;  // this warp's query row
       const int j = j0 + lane;         // this lane's key
-      const float s = ch04::score(q_row, k_tile + lane * (d + 1), d, scale);  // line 9
+      const float s = ch04::score(q_row, smem.k + lane * (d + 1), d, scale);  // line 9
       // Line 10: the tile's (m~, l~) by chapter 03's merge over the warp, and P~ = e^{S - m~}.
       const MD key = j < lk ? ch02::online_update(ch03::md_identity(), s) : ch03::md_identity();
       const MD tile = ch04::warp_merge(key);
@@ -119,7 +109,8 @@ __global__ void __launch_bounds__(kThreads)
 template <>
 void Kernels<kThisBackend>::fa1(const AttentionArgs& a) {
   static_assert(sizeof(MD) == 2 * sizeof(float), "md holds the (m, l) pairs as MD");
-  launch<fa1_kernel>(dim3(a.shape.bh), dim3(kWarpLanes, kRowsPerTile), shared_bytes(a.shape.d),
+  launch<fa1_kernel>(dim3(a.shape.bh), dim3(kWarpLanes, kRowsPerTile),
+                     ch04::SharedTiles::bytes(kRowsPerTile, a.shape.d),
                      static_cast<const float*>(a.q), static_cast<const float*>(a.k),
                      static_cast<const float*>(a.v), static_cast<float*>(a.o),
                      reinterpret_cast<MD*>(a.md), a.shape, a.scale);

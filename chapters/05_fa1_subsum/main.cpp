@@ -11,7 +11,6 @@
 #include "common/attention_inputs.hpp"
 #include "common/attention_report.hpp"
 #include "common/cli.hpp"
-#include "common/ladder_run.hpp"
 #include "common/program.hpp"
 #include "common/reference_attention.hpp"
 #include "common/table.hpp"
@@ -21,12 +20,8 @@ namespace {
 using namespace wb;
 using namespace wb::ch05;
 
-// The CPU steps' tiles in the report: the kernel's 8 query rows by 32 keys.
-constexpr int kReportBr = 8;
-constexpr int kReportBc = 32;
-
 int kv_tiles(int lk) {
-  return (lk + kReportBc - 1) / kReportBc;
+  return (lk + kKernelKeys - 1) / kKernelKeys;
 }
 
 void print_intro() {
@@ -77,27 +72,22 @@ void print_trace() {
 void report(Backend backend, const Ladder<AttentionArgs>& ladder, AttentionShape shape,
             std::uint64_t seed) {
   const float scale = default_scale(shape.d);
-  for (ScoreKind kind : {ScoreKind::randn, ScoreKind::ones}) {
-    const AttentionInputs in = make_attention_inputs(kind, shape, scale, seed);
-    const ref::Attention r = ref::attention(in, shape, scale, false, false);
-    std::vector<AttentionRun> runs = {
-        run_cpu_attention("cpu ch04 naive P V (previous)",
-                          [&] { return o_output(ch04::attention_naive(in, shape, scale).o); }),
-        run_cpu_attention("cpu element-wise, eq. (4)",
-                          [&] { return o_output(attention_elementwise(in, shape, scale)); }),
-        run_cpu_attention("cpu FA1 Algorithm 1, 8 x 32", [&] {
-          return o_output(attention_fa1(in, shape, scale, kReportBr, kReportBc).o);
-        })};
-    std::vector<std::string> skipped;
-    run_attention_ladder(backend, ladder, in, shape, scale, false, Dtype::fp32, &runs, &skipped);
-    std::cout << "O against the fp64 reference on (" << to_string(shape) << ") " << to_string(kind)
-              << ", seed " << seed << ":\n";
-    print_attention_table(std::cout, runs, r, {false, r.o_weight, "previous"}, shape, false);
-    print_skipped(skipped);
-    std::cout << "  w = sum_j p_ij |v_jc|: O itself can cancel to ~0 (\"ones\" averages randn\n"
-                 "  values). Stated floor for these inputs: "
-              << sci(ref::output_floor(r.score_error, shape.lk)) << "\n\n";
-  }
+  const std::vector<AttentionStep> steps = {
+      {"cpu ch04 naive P V (previous)",
+       [&](const AttentionInputs& in) {
+         return o_output(ch04::attention_naive(in, shape, scale).o);
+       }},
+      {"cpu element-wise, eq. (4)",
+       [&](const AttentionInputs& in) {
+         return o_output(attention_elementwise(in, shape, scale));
+       }},
+      {"cpu FA1 Algorithm 1, 8 x 32", [&](const AttentionInputs& in) {
+         return o_output(attention_fa1(in, shape, scale, kKernelRows, kKernelKeys).o);
+       }}};
+  std::cout << "O's error in units of w = sum_j p_ij |v_jc|: O itself can cancel to ~0 (\"ones\"\n"
+               "averages randn values).\n";
+  report_attention(backend, ladder, steps, {ScoreKind::randn, ScoreKind::ones}, shape, seed,
+                   /*p=*/false, "previous");
   const int tiles = kv_tiles(shape.lk);
   std::cout << "  FA1's price: O and (m, l) make a round trip through global memory once per\n"
                "  K/V tile: "
@@ -112,39 +102,24 @@ void report(Backend backend, const Ladder<AttentionArgs>& ladder, AttentionShape
 }  // namespace
 
 int main(int argc, char** argv) {
-  int bh = 0, lq = 0, lk = 0, d = 64;
   Cli cli("ch05", "Chapter 05: FlashAttention-1, on the CPU and as a CUDA kernel.");
-  cli.option("--bh", &bh, "batch x heads (default 16 on cuda, 2 otherwise)", ch04::kMaxBatchHeads)
-      .option("--lq", &lq, "query rows (default 1024 on cuda, 256 otherwise)")
-      .option("--lk", &lk, "key rows (default 1024)")
-      .option("--d", &d, "head dimension (default 64)", ch04::kMaxHeadDim);
+  AttentionShapeOptions shape_options{{16, 1024, 1024, 64}, {2, 256, 1024, 64}};
+  shape_options.add_to(cli, ch04::kMaxBatchHeads, ch04::kMaxHeadDim);
   ProgramOptions options;
   options.offers_bench = false;  // chapter 06's --bench times the FA2 rungs that replace FA1
   if (const int code = parse_program(cli, argc, argv, &options); code >= 0) return code;
   const auto make_ladder = [](auto b) { return kernel_ladder<decltype(b)::value>(); };
   if (options.list) return list_ladder(options, "05_fa1_subsum", "attention", make_ladder);
-  const Backend backend = options.backend;
-  const std::uint64_t seed = options.seed;
-  const bool gpu = backend == Backend::cuda;
-  const AttentionShape shape{bh > 0 ? bh : (gpu ? 16 : 2), lq > 0 ? lq : (gpu ? 1024 : 256),
-                             lk > 0 ? lk : 1024, d};
-  constexpr std::size_t kMaxProbabilities = std::size_t{1} << 28;  // naive P: 1 GiB of float
-  if (shape.p_elems() > kMaxProbabilities)
-    return cli.error("--bh x --lq x --lk = " + std::to_string(shape.p_elems()) +
-                     " exceeds this program's limit of 2^28 (the naive baseline stores P)");
-
-  print_intro();
-  print_trace();
-  if (options.trace_only) return 0;
-  const Ladder<AttentionArgs> ladder = select_kernel_backend(backend, make_ladder);
-  const int code = run_guarded(cli, [&] {
-    report(backend, ladder, shape, seed);
-    return 0;
-  });
-  if (code != 0) return code;
-  std::cout << "Next: chapter 06, FlashAttention-2 (chapters/06_fa2_rescaled, docs page\n"
-               "\"Chapter 06: FlashAttention-2, the rescaled accumulator\"): keep the output\n"
-               "unnormalized, divide once at the end, and swap the loops so that O never\n"
-               "leaves the chip until it is final.\n";
-  return 0;
+  const AttentionShape shape = shape_options.resolve(options.backend);
+  if (const int code = check_probabilities(cli, shape, 28, "the naive baseline stores P, 1 GiB");
+      code >= 0)
+    return code;
+  const Ladder<AttentionArgs> ladder = select_kernel_backend(options.backend, make_ladder);
+  return run_chapter(
+      cli, options, print_intro, print_trace,
+      [&] { report(options.backend, ladder, shape, options.seed); },
+      "Next: chapter 06, FlashAttention-2 (chapters/06_fa2_rescaled, docs page\n"
+      "\"Chapter 06: FlashAttention-2, the rescaled accumulator\"): keep the output\n"
+      "unnormalized, divide once at the end, and swap the loops so that O never\n"
+      "leaves the chip until it is final.\n");
 }

@@ -24,21 +24,13 @@
 namespace wb::ch06 {
 namespace {  // kernels have internal linkage: one copy per backend's translation unit
 
+using ch04::kColumnsPerLane;  // SS registers of a lane
 using ch04::kWarpLanes;
 
 constexpr int kRowsPerTile = kKernelRows;  // Br: one warp per query row
 constexpr int kKeysPerTile = kKernelKeys;  // Bc: one lane per key in the score phase
 constexpr int kThreads = kRowsPerTile * kWarpLanes;
-constexpr int kColumnsPerLane = ch04::kMaxHeadDim / kWarpLanes;  // SS registers of a lane
-static_assert(kKeysPerTile == kWarpLanes, "lane x scores key x of the tile");
-static_assert(ch04::kMaxHeadDim % kWarpLanes == 0, "whole columns per lane");
-
-/// Shared memory of a launch: K tile (32, d + 1) (the pad spreads lane j's row over the
-/// banks), V tile (32, d), Q tile (16, d), P~ tile (16, 32).
-inline std::size_t shared_bytes(int d) {
-  return sizeof(float) * (std::size_t(kKeysPerTile) * (d + 1) + std::size_t(kKeysPerTile) * d +
-                          std::size_t(kRowsPerTile) * d + std::size_t(kRowsPerTile) * kKeysPerTile);
-}
+static_assert(kKeysPerTile == ch04::kTileKeys, "the K/V tile of ch04::SharedTiles");
 
 // q: (bh, lq, d); k, v: (bh, lk, d); o: (bh, lq, d); lse: (bh, lq); scale: the softmax scale;
 // causal: apply eq. (6); tiles_visited: nullptr or (bh, gridDim.x), K/V tiles each block loaded.
@@ -55,14 +47,12 @@ __global__ void __launch_bounds__(kThreads)
   const int lane = threadIdx.x;
   const float* kb = k + std::size_t(b) * lk * d;
   const float* vb = v + std::size_t(b) * lk * d;
-  float* k_tile = dynamic_shared<float>();             // (kKeysPerTile, d + 1)
-  float* v_tile = k_tile + kKeysPerTile * (d + 1);     // (kKeysPerTile, d)
-  float* q_tile = v_tile + kKeysPerTile * d;           // (kRowsPerTile, d)
-  float* p_tile = q_tile + kRowsPerTile * d;           // (kRowsPerTile, kKeysPerTile)
-  float* p_row = p_tile + threadIdx.y * kKeysPerTile;  // this warp's row of P~
-  const float* q_row = q_tile + threadIdx.y * d;
-
-  ch04::load_rows(q + std::size_t(b) * lq * d, i0, kRowsPerTile, lq, d, d, q_tile);
+  // K (32, d + 1), V (32, d), Q (16, d), P~ (16, 32); the Q tile is loaded once, for good.
+  const ch04::SharedTiles smem(kRowsPerTile, d);
+  ch04::load_rows(q + std::size_t(b) * lq * d, i0, kRowsPerTile, lq, d, d, smem.q);
+  const float* q_row = smem.q + threadIdx.y * d;
+  float* p_row = smem.p + threadIdx.y * kKeysPerTile;  // this warp's row of P~
+  const float* v_tile = smem.v;
 
   float m = -INFINITY;             // running max of the row
   float l = 0.f;                   // running denominator, relative to m
@@ -72,11 +62,11 @@ __global__ void __launch_bounds__(kThreads)
   for (int jt = 0; jt < tiles; ++jt) {
     const int j0 = jt * kKeysPerTile;
     __syncthreads();  // the previous K/V tile is no longer read (and the Q tile is loaded)
-    ch04::load_rows(kb, j0, kKeysPerTile, lk, d, d + 1, k_tile);
-    ch04::load_rows(vb, j0, kKeysPerTile, lk, d, d, v_tile);
+    ch04::load_rows(kb, j0, kKeysPerTile, lk, d, d + 1, smem.k);
+    ch04::load_rows(vb, j0, kKeysPerTile, lk, d, d, smem.v);
     __syncthreads();  // the K/V tile is complete
     const int j = j0 + lane;
-    float s = ch04::score(q_row, k_tile + lane * (d + 1), d, scale);
+    float s = ch04::score(q_row, smem.k + lane * (d + 1), d, scale);
     if (j >= lk || (causal && !ch04::causal_visible(i, j, lq, lk))) s = -INFINITY;  // eq. (6)
     // [accumulator_rescale]
     // [exercise]
@@ -124,11 +114,11 @@ __global__ void __launch_bounds__(kThreads)
 
 template <>
 void Kernels<kThisBackend>::fa2(const AttentionArgs& a) {
-  launch<fa2_kernel>(dim3(ceil_div(a.shape.lq, kRowsPerTile), a.shape.bh),
-                     dim3(kWarpLanes, kRowsPerTile), shared_bytes(a.shape.d),
-                     static_cast<const float*>(a.q), static_cast<const float*>(a.k),
-                     static_cast<const float*>(a.v), static_cast<float*>(a.o), a.lse, a.shape,
-                     a.scale, a.causal, a.tiles_visited);
+  launch<fa2_kernel>(
+      dim3(ceil_div(a.shape.lq, kRowsPerTile), a.shape.bh), dim3(kWarpLanes, kRowsPerTile),
+      ch04::SharedTiles::bytes(kRowsPerTile, a.shape.d), static_cast<const float*>(a.q),
+      static_cast<const float*>(a.k), static_cast<const float*>(a.v), static_cast<float*>(a.o),
+      a.lse, a.shape, a.scale, a.causal, a.tiles_visited);
 }
 
 }  // namespace wb::ch06

@@ -259,9 +259,9 @@ template <typename T, int D>
 void launch_tensor_core(const AttentionArgs& a) {
   launch<fa2_tensor_core_kernel<T, D>>(
       dim3(ceil_div(a.shape.lq, TcTiles<D>::kRows), a.shape.bh), dim3(kTcLanes, kTcWarps),
-      std::size_t(TcTiles<D>::kSharedBytes), static_cast<const T*>(a.q),
-      static_cast<const T*>(a.k), static_cast<const T*>(a.v), static_cast<T*>(a.o), a.lse,
-      a.shape, a.scale, a.causal, a.tiles_visited);
+      std::size_t(TcTiles<D>::kSharedBytes), static_cast<const T*>(a.q), static_cast<const T*>(a.k),
+      static_cast<const T*>(a.v), static_cast<T*>(a.o), a.lse, a.shape, a.scale, a.causal,
+      a.tiles_visited);
 }
 
 template <typename T>
@@ -272,8 +272,8 @@ void launch_tensor_core(const AttentionArgs& a) {
   else if (a.shape.d == 128)
     launch_tensor_core<T, 128>(a);
   else
-    throw std::invalid_argument("fa2_tensor_core: head dimension d = " +
-                                std::to_string(a.shape.d) + " is not one it takes (64 or 128)");
+    throw std::invalid_argument("fa2_tensor_core: head dimension d = " + std::to_string(a.shape.d) +
+                                " is not one it takes (64 or 128)");
 }
 
 }  // namespace

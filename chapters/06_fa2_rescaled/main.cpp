@@ -105,10 +105,8 @@ void print_intro() {
          "  scale, and with the causal mask never visits the tiles above the diagonal.\n\n";
 }
 
-// One query, six keys with two-component values, in tiles of two.
-void print_accumulator_trace() {
-  const std::vector<float>& x = kTraceScores;
-  const std::vector<float>& v = kTraceValues;
+// One query with scores x, keys with two-component values v, in tiles of two.
+void print_accumulator_trace(const std::vector<float>& x, const std::vector<float>& v) {
   constexpr int kTraceTile = 2;
   std::cout << "Trace: one query, scores x = [1, 3, -2, 2.5, 6, 0], values v_j in R^2, tiles of "
             << kTraceTile << " keys\n";
@@ -159,43 +157,39 @@ void print_causal_map(int lq, int lk, int br, int bc) {
 }
 
 void print_trace() {
-  print_accumulator_trace();
+  print_accumulator_trace(kTraceScores, kTraceValues);  // chapter 05's trace, in tiles
   print_causal_map(6, 10, 2, 4);
   print_causal_map(8, 5, 2, 2);
 }
 
-/// The step before FA2: chapter 05's FA1, or with the mask the naive attention of chapter 04
-/// with -inf scores above the diagonal.
-AttentionRun run_previous(const AttentionInputs& in, AttentionShape shape, float scale,
-                          bool causal) {
-  if (causal)
-    return run_cpu_attention("cpu naive, -inf mask (previous)", [&] {
-      return o_output(ch04::attention_naive(in, shape, scale, true).o);
-    });
-  return run_cpu_attention("cpu ch05 FA1 (previous)", [&] {
-    return o_output(ch05::attention_fa1(in, shape, scale, 8, 32).o);
-  });
-}
-
-// The previous step, the CPU FA2 and every rung of `ladder` that takes `dtype`, on Q, K, V of
-// `in` (rounded to `dtype`), against the fp64 attention of those very values. A 16-bit type
-// that no rung takes (d = 59 on tensor cores) prints the rungs' reasons instead of a table,
-// and returns false.
+// The previous step (FA1; the naive attention with a -inf mask when causal), the CPU FA2 and
+// every rung of `ladder` that takes `dtype`, on Q, K, V of `in` (rounded to `dtype`), against
+// the fp64 attention of those very values. A 16-bit type that no rung takes (d = 59 on tensor
+// cores) prints the rungs' reasons instead of a table, and returns false.
 bool report_table(Backend backend, const Ladder<AttentionArgs>& ladder, const AttentionInputs& in,
                   AttentionShape shape, bool causal, Dtype dtype, std::uint64_t seed) {
   const float scale = default_scale(shape.d);
-  const ref::Attention r = ref::attention(in, shape, scale, causal, false);
-  std::vector<AttentionRun> runs = {
-      run_previous(in, shape, scale, causal), run_cpu_attention("cpu FA2, 64 x 64 tiles", [&] {
-        Fa2Result fa2 = attention_fa2(in, shape, {scale, causal, kCpuTile, kCpuTile});
-        return o_output(std::move(fa2.o), std::move(fa2.lse));
-      })};
-  const std::size_t cpu_runs = runs.size();
+  const std::vector<AttentionStep> steps = {
+      causal
+          ? AttentionStep{"cpu naive, -inf mask (previous)",
+                          [&](const AttentionInputs& x) {
+                            return o_output(ch04::attention_naive(x, shape, scale, true).o);
+                          }}
+          : AttentionStep{"cpu ch05 FA1 (previous)",
+                          [&](const AttentionInputs& x) {
+                            return o_output(ch05::attention_fa1(x, shape, scale, ch05::kKernelRows,
+                                                                ch05::kKernelKeys)
+                                                .o);
+                          }},
+      {"cpu FA2, 64 x 64 tiles", [&](const AttentionInputs& x) {
+         Fa2Result fa2 = attention_fa2(x, shape, {scale, causal, kCpuTile, kCpuTile});
+         return o_output(std::move(fa2.o), std::move(fa2.lse));
+       }}};
   std::vector<std::string> skipped;
-  run_attention_ladder(backend, rungs_taking(ladder, dtype), in, shape, scale, causal, dtype, &runs,
-                       &skipped);
+  const std::vector<AttentionRun> runs = run_attention_table(
+      backend, steps, rungs_taking(ladder, dtype), in, shape, scale, causal, dtype, &skipped);
   const bool rounded = dtype != Dtype::fp32;
-  if (rounded && runs.size() == cpu_runs) {
+  if (rounded && runs.size() == steps.size()) {
     std::cout << to_string(dtype) << " on tensor cores:\n";
     print_skipped(skipped);
     return false;
@@ -207,14 +201,12 @@ bool report_table(Backend backend, const Ladder<AttentionArgs>& ladder, const At
                  "rounding P~ and O (u = 2^-11 in fp16, 2^-8 in bf16).\n";
   std::cout << (causal ? "Causal: " : "") << "O and logsumexp against fp64 on (" << to_string(shape)
             << ") randn, " << to_string(dtype) << ", seed " << seed << ":\n";
-  const std::vector<double> w =
-      rounded ? tensor_core_weight(r.o_weight, in, shape, dtype) : r.o_weight;
-  print_attention_table(std::cout, runs, r, {false, w, "previous"}, shape, causal);
-  print_skipped(skipped);
-  std::cout << "  stated floors: O "  // 2u = 0 in fp32: nothing is rounded
-            << sci(ref::output_floor(r.score_error, shape.lk) + 2.0 * unit_roundoff(dtype))
-            << ", logsumexp " << sci(ref::lse_floor(r.score_error, shape.lk, r.max_abs_lse))
-            << "\n\n";
+  const ref::Attention r = ref::attention(in, shape, scale, causal, false);
+  // 2u = 0 in fp32: nothing is rounded.
+  const AttentionMeasure measure{
+      false, rounded ? tensor_core_weight(r.o_weight, in, shape, dtype) : r.o_weight, "previous",
+      2.0 * unit_roundoff(dtype)};
+  print_attention_table(std::cout, runs, skipped, r, measure, shape, causal);
   return true;
 }
 
@@ -252,20 +244,18 @@ int run_bench(const Ladder<AttentionArgs>& ladder, const BenchOptions& options,
 }  // namespace
 
 int main(int argc, char** argv) {
-  int bh = 0, lq = 0, lk = 0, d = 64, memory_length = 4096;
+  int memory_length = 4096;
   bool causal = false;
   std::string dtype = "fp32";
   constexpr int kMaxMemoryLength = 16384;  // S at 16384^2 is 1 GiB
   Cli cli("ch06",
           "Chapter 06: FlashAttention-2, on the CPU and as CUDA kernels (fp32, and fp16 "
           "and bf16 on tensor cores).");
-  cli.option("--bh", &bh, "batch x heads (default 16 on cuda, 2 otherwise)", ch04::kMaxBatchHeads)
-      .option("--lq", &lq, "query rows (default 4096 on cuda, 256 otherwise)")
-      .option("--lk", &lk, "key rows (default 4096 on cuda, 1024 otherwise)")
-      .option("--d", &d, "head dimension (default 64; the tensor-core kernel takes 64 or 128)",
-              ch04::kMaxHeadDim)
-      .option("--memory-length", &memory_length,
-              "lq = lk of the CPU memory and time comparison (default 4096)", kMaxMemoryLength)
+  AttentionShapeOptions shape_options{{16, 4096, 4096, 64}, {2, 256, 1024, 64}};
+  shape_options.add_to(cli, ch04::kMaxBatchHeads, ch04::kMaxHeadDim,
+                       "; the tensor-core rung takes 64 or 128");
+  cli.option("--memory-length", &memory_length,
+             "lq = lk of the CPU memory and time comparison (default 4096)", kMaxMemoryLength)
       .flag("--causal", &causal, "with --bench: time the causal attention (the report runs both)")
       .option("--dtype", &dtype, {"fp32", "fp16", "bf16"},
               "with --bench: the element type; the rungs that take it are timed (fp32: fa2, "
@@ -274,36 +264,29 @@ int main(int argc, char** argv) {
   if (const int code = parse_program(cli, argc, argv, &options); code >= 0) return code;
   const auto make_ladder = [](auto b) { return kernel_ladder<decltype(b)::value>(); };
   if (options.list) return list_ladder(options, "06_fa2_rescaled", "attention", make_ladder);
-  const Backend backend = options.backend;
-  const std::uint64_t seed = options.seed;
-  const bool gpu = backend == Backend::cuda;
-  const AttentionShape shape{bh > 0 ? bh : (gpu ? 16 : 2), lq > 0 ? lq : (gpu ? 4096 : 256),
-                             lk > 0 ? lk : (gpu ? 4096 : 1024), d};
+  const AttentionShape shape = shape_options.resolve(options.backend);
   if (!options.bench.enabled && (causal || dtype != "fp32"))
     return cli.error("--causal and --dtype only apply with --bench (the report runs both)");
-  const Ladder<AttentionArgs> ladder = select_kernel_backend(backend, make_ladder);
+  const Ladder<AttentionArgs> ladder = select_kernel_backend(options.backend, make_ladder);
   if (options.bench.enabled) {
     if (shape.q_elems() > kMaxBenchElements || shape.kv_elems() > kMaxBenchElements)
       return cli.error("--bh x --lq x --d or --bh x --lk x --d exceeds 2^31 elements");
     return run_guarded(cli, [&] {
-      return run_bench(ladder, options.bench, shape, causal, dtypes_of_option(dtype).front(), seed);
+      return run_bench(ladder, options.bench, shape, causal, dtypes_of_option(dtype).front(),
+                       options.seed);
     });
   }
-  constexpr std::size_t kMaxProbabilities = std::size_t{1} << 28;  // the baselines store P
-  if (shape.p_elems() > kMaxProbabilities)
-    return cli.error("--bh x --lq x --lk = " + std::to_string(shape.p_elems()) +
-                     " exceeds this program's limit of 2^28 (the naive baseline stores P)");
+  if (const int code = check_probabilities(cli, shape, 28, "the naive baseline stores P, 1 GiB");
+      code >= 0)
+    return code;
 
-  print_intro();
-  print_trace();
-  if (options.trace_only) return 0;
-  const int code = run_guarded(cli, [&] {
-    report_errors(backend, ladder, shape, seed);
-    report_memory(memory_length, seed, g_heap);
-    return 0;
-  });
-  if (code != 0) return code;
-  std::cout << "Next: chapter 07, Welford LayerNorm (chapters/07_welford_layernorm, docs page\n"
-               "\"Chapter 07: Welford LayerNorm\"): the same monoid idea, for mean and variance.\n";
-  return 0;
+  return run_chapter(
+      cli, options, print_intro, print_trace,
+      [&] {
+        report_errors(options.backend, ladder, shape, options.seed);
+        report_memory(memory_length, options.seed, g_heap);
+      },
+      "Next: chapter 07, Welford LayerNorm (chapters/07_welford_layernorm, docs "
+      "page\n\"Chapter 07: Welford LayerNorm\"): the same monoid idea, for mean "
+      "and variance.\n");
 }
