@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "tests/sim/fault_of.hpp"
 #include "common/kernel.cuh"
 
 namespace {
@@ -75,18 +76,7 @@ __global__ void throwing_kernel(int* out) {
   out[threadIdx.x] = 1;
 }
 
-/// Runs `launch`, requires a Fault of `kind`, and returns its message.
-template <typename Launch>
-std::string fault_of(wb::sim::Fault::Kind kind, Launch launch) {
-  try {
-    launch();
-  } catch (const wb::sim::Fault& fault) {
-    CHECK(static_cast<int>(fault.kind()) == static_cast<int>(kind));
-    return fault.what();
-  }
-  FAIL("the planted bug was not reported");
-  return "";
-}
+using wb::test::fault_of;
 
 /// The message is one line naming the kernel, the block and the thread.
 void check_names(const std::string& message, const char* kernel, const char* block,

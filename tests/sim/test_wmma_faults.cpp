@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "tests/sim/fault_of.hpp"
 #include "common/half.hpp"
 #include "common/kernel.cuh"
 #include "tests/sim/wmma_support.hpp"
@@ -17,17 +18,7 @@ namespace {
 using namespace nvcuda;
 using wb::test::Aligned;
 
-template <typename Launch>
-std::string fault_of(wb::sim::Fault::Kind kind, Launch launch) {
-  try {
-    launch();
-  } catch (const wb::sim::Fault& fault) {
-    CHECK(static_cast<int>(fault.kind()) == static_cast<int>(kind));
-    return fault.what();
-  }
-  FAIL("the planted bug was not reported");
-  return "";
-}
+using wb::test::fault_of;
 
 bool has(const std::string& message, const std::string& part) {
   return message.find(part) != std::string::npos;
