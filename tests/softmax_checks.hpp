@@ -82,4 +82,13 @@ inline void check_softmax_ladder(Backend backend, const Ladder<RowArgs>& ladder,
                });
 }
 
+/// The same for an fp32 ladder whose floor depends on cols only.
+inline void check_softmax_ladder(Backend backend, const Ladder<RowArgs>& ladder,
+                                 const SoftmaxStep& cpu_step, double (*floor)(int cols),
+                                 std::uint64_t seed) {
+  check_softmax_ladder(
+      backend, ladder, cpu_step, [floor](const Rung<RowArgs>&, int cols, Dtype) { return floor(cols); },
+      seed);
+}
+
 }  // namespace wb::test

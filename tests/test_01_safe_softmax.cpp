@@ -120,11 +120,9 @@ namespace {
 
 template <Backend B>
 void every_kernel_equals_the_cpu_step() {
-  test::check_softmax_ladder(
-      B, kernel_ladder<B>(),
-      [](const std::vector<float>& x, int rows, int cols) { return softmax_safe(x, rows, cols); },
-      // The tolerance policy: at most twice the CPU step's error, plus the float-sum floor.
-      [](const Rung<RowArgs>&, int cols, Dtype) { return kernel_floor(cols); }, kSeed);
+  // The tolerance policy: at most twice the CPU step's error, plus the float-sum floor.
+  const auto safe = [](const std::vector<float>& x, int r, int c) { return softmax_safe(x, r, c); };
+  test::check_softmax_ladder(B, kernel_ladder<B>(), safe, kernel_floor, kSeed);
 }
 
 }  // namespace

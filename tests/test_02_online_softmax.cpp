@@ -154,11 +154,9 @@ namespace {
 
 template <Backend B>
 void every_kernel_equals_the_cpu_step() {
-  test::check_softmax_ladder(
-      B, kernel_ladder<B>(),
-      [](const std::vector<float>& x, int rows, int cols) { return softmax_online(x, rows, cols); },
-      // The tolerance policy: at most twice the CPU step's error, plus the floor above.
-      [](const Rung<RowArgs>&, int cols, Dtype) { return online_kernel_floor(cols); }, kSeed);
+  // The tolerance policy: at most twice the CPU step's error, plus the floor above.
+  const auto online = [](const std::vector<float>& x, int r, int c) { return softmax_online(x, r, c); };
+  test::check_softmax_ladder(B, kernel_ladder<B>(), online, online_kernel_floor, kSeed);
 }
 
 }  // namespace
