@@ -242,9 +242,11 @@ inline void check_attention_ladder(Backend backend, const Ladder<AttentionArgs>&
       [&](const Rung<AttentionArgs>& rung, const AttentionCase& c) -> std::optional<RungError> {
         const std::optional<Dtype> dtype = rung_dtype(rung, c.dtype);
         if (!dtype) return std::nullopt;
-        const std::string where = std::string(rung.name) + " on " + to_string(c.shape) + ", " +
-                                  to_string(c.kind) + ", " + to_string(c.dtype) +
-                                  (c.causal ? ", causal" : "");
+        // The case alone, the same for every rung: the chain check's key for the rung before.
+        const std::string where = to_string(c.shape) + ", " + to_string(c.kind) + ", " +
+                                  to_string(c.dtype) + (c.causal ? ", causal" : "");
+        const std::string running = rung.name;  // also when the check reruns the rung before
+        CAPTURE(running);
         CAPTURE(where);
         const float scale = default_scale(c.shape.d);
         AttentionInputs in = make_attention_inputs(c.kind, c.shape, scale, seed);
