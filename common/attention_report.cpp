@@ -44,13 +44,6 @@ int check_probabilities(const Cli& cli, AttentionShape shape, int log2_max,
                    ")");
 }
 
-Ladder<AttentionArgs> rungs_taking(const Ladder<AttentionArgs>& ladder, Dtype dtype) {
-  Ladder<AttentionArgs> taking;
-  for (const Rung<AttentionArgs>& rung : ladder)
-    if (rung.limits.takes(dtype)) taking.push_back(rung);
-  return taking;
-}
-
 std::vector<AttentionRun> run_attention_table(Backend backend,
                                               const std::vector<AttentionStep>& steps,
                                               const Ladder<AttentionArgs>& ladder,

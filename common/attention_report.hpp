@@ -57,10 +57,6 @@ struct AttentionStep {
   std::function<AttentionOut(const AttentionInputs& in)> run;
 };
 
-/// The rungs of `ladder` that take `dtype` elements: a report's table (or a benchmark) is of
-/// one element type, and a rung of another type is not a rung it skipped.
-Ladder<AttentionArgs> rungs_taking(const Ladder<AttentionArgs>& ladder, Dtype dtype);
-
 /// The rows of a report table: each of `steps` on `in` (timed), then every rung of `ladder`
 /// (kernels of `backend`; none on the cpu backend) on Q, K, V of `in` as `dtype` elements,
 /// through run_ladder; `skipped` gets the rungs whose limits refuse the call, with the reason.

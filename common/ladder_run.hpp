@@ -37,8 +37,8 @@ auto run_ladder(Backend backend, const Ladder<Args>& ladder, const Args& args, D
 /// Prints the rungs run_ladder skipped, one line each, under a table.
 void print_skipped(const std::vector<std::string>& skipped);
 
-/// --bench: times every rung of `ladder` (cuda kernels) that takes `args`, one row each of
-/// `dtype` and `shape` doing `work`; records the others as skipped with their reason.
+/// --bench: times every rung of `ladder` (cuda kernels) that takes `args`, one row each (the
+/// element type of `args`, `shape`, `work`); records the others as skipped with their reason.
 template <typename Args>
 void bench_ladder(Bench& bench, const Ladder<Args>& ladder, const Args& args,
                   const std::string& shape, const Work& work) {

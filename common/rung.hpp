@@ -16,7 +16,7 @@
 //              row_limits(kAnyCols), &Kernels<B>::block_per_row}};
 //   }
 //
-// and everything else iterates it: the program's report and --bench (common/ladder_report.hpp),
+// and everything else iterates it: the program's report and --bench (common/ladder_run.hpp),
 // `chNN --list` (common/rung_list.hpp), the tests' chain check (tests/ladder_checks.hpp), and
 // bench/bench_vs_torch.py, which reads `chNN --list --csv -`. Adding a rung is one entry here
 // plus its kernel. docs/rungs.md explains it for a learner.
@@ -130,6 +130,16 @@ void run_rung(const Rung<Args>& rung, const Args& args) {
   if (const std::string why = why_refused(rung, args); !why.empty())
     throw std::invalid_argument(std::string(rung.name) + ": " + why);
   rung.launch(args);
+}
+
+/// The rungs of `ladder` that take `dtype` elements: a table or a benchmark of one element
+/// type, where a rung of another type is not one it skipped.
+template <typename Args>
+Ladder<Args> rungs_taking(const Ladder<Args>& ladder, Dtype dtype) {
+  Ladder<Args> taking;
+  for (const Rung<Args>& r : ladder)
+    if (r.limits.takes(dtype)) taking.push_back(r);
+  return taking;
 }
 
 /// The rung named `name`, or nullptr.

@@ -70,19 +70,17 @@ struct AttentionBuffers {
   DeviceBuffer<unsigned char> q, k, v, o;
   DeviceBuffer<float> lse, md, p;
   AttentionArgs args;
-  unsigned outputs;
   AttentionBuffers(Backend backend, const AttentionInputs& in, AttentionShape shape, float scale,
-                   bool causal, Dtype dtype, unsigned outputs_)
+                   bool causal, Dtype dtype, unsigned outputs)
       : q(upload_elements(backend, in.q, dtype)), k(upload_elements(backend, in.k, dtype)),
         v(upload_elements(backend, in.v, dtype)),
-        o(backend, (outputs_ & kWritesO) ? shape.q_elems() * dtype_bytes(dtype) : 0),
-        lse(backend, (outputs_ & kWritesLse) ? shape.rows() : 0),
-        md(backend, (outputs_ & kWritesMd) ? 2 * shape.rows() : 0),
-        p(backend, (outputs_ & kWritesP) ? shape.p_elems() : 0),
+        o(backend, (outputs & kWritesO) ? shape.q_elems() * dtype_bytes(dtype) : 0),
+        lse(backend, (outputs & kWritesLse) ? shape.rows() : 0),
+        md(backend, (outputs & kWritesMd) ? 2 * shape.rows() : 0),
+        p(backend, (outputs & kWritesP) ? shape.p_elems() : 0),
         args{q.data(), k.data(), v.data(), o.size() ? o.data() : nullptr,
              lse.size() ? lse.data() : nullptr, md.size() ? md.data() : nullptr,
-             p.size() ? p.data() : nullptr, shape, scale, causal, dtype},
-        outputs(outputs_) {}
+             p.size() ? p.data() : nullptr, shape, scale, causal, dtype} {}
   /// What `rung_outputs` (a rung's RungLimits::outputs) wrote.
   AttentionOut download(unsigned rung_outputs) const {
     AttentionOut out;

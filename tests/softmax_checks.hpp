@@ -3,7 +3,10 @@
 // policy.
 #pragma once
 
+#include <algorithm>
+#include <cmath>
 #include <functional>
+#include <limits>
 #include <optional>
 #include <string>
 #include <vector>
@@ -38,8 +41,39 @@ inline const std::vector<RowShape>& softmax_kernel_shapes() {
 
 /// A chapter's CPU step: y = step(x, rows, cols).
 using SoftmaxStep = std::function<std::vector<float>(const std::vector<float>& x, int rows, int cols)>;
-/// The floor of the tolerance policy for rung `rung` on rows of `cols` elements of `dtype`.
-using KernelFloor = std::function<double(const Rung<RowArgs>& rung, int cols, Dtype dtype)>;
+/// The floor of the tolerance policy for rung `rung` on the call `args` (its cols, its element
+/// type, and where x and y lie: a rung may vectorize only aligned rows), in float.
+using KernelFloor = std::function<double(const Rung<RowArgs>& rung, const RowArgs& args)>;
+
+// The output's rounding to `t` is output_rounding(t) (common/dtype.hpp): half an ulp, 2^-11 of
+// |y| for fp16, 2^-8 for bf16, 0 for fp32; below `tiny` (fp16's smallest normal 2^-14; FLT_MIN
+// otherwise) the spacing stops shrinking, so the error is measured against max(|ref|, tiny).
+// For fp32 that is compare()'s relative error, and the rounding adds nothing.
+
+/// max_i |y_i - ref_i| / max(|ref_i|, tiny), and where it is; infinity for a NaN or inf where
+/// the reference is finite (compare() reports those too).
+struct RelError {
+  double max_rel = 0.0;
+  std::size_t worst = 0;
+};
+inline RelError rel_error(const std::vector<float>& y, const std::vector<double>& ref,
+                          double tiny) {
+  RelError e;
+  for (std::size_t i = 0; i < y.size(); ++i) {
+    const double err = std::isfinite(y[i])
+                           ? std::fabs(y[i] - ref[i]) / std::max(std::fabs(ref[i]), tiny)
+                           : std::numeric_limits<double>::infinity();
+    if (!(err <= e.max_rel)) e = {err, i};
+  }
+  return e;
+}
+
+/// The bound of a rung whose float computation is within `a` of fp64 (relative), after the
+/// rounding to t, relative half_ulp (1 + a) of |y|: |round(y) - ref| <= (a + half_ulp (1 + a))
+/// max(|ref|, tiny).
+inline double rounded_bound(double a, Dtype t) {
+  return a + output_rounding(t).half_ulp * (1 + a);
+}
 
 /// One case of a softmax ladder check: a shape, an input kind, an element type.
 struct SoftmaxCase {
@@ -58,9 +92,12 @@ inline std::vector<SoftmaxCase> softmax_cases(const std::vector<Dtype>& dtypes =
 }
 
 /// Every rung of `ladder` (kernels of `backend`) against `cpu_step` and the rung before, on
-/// every case (tests/ladder_checks.hpp), inputs rounded to the case's type: a rung's relative
-/// error against fp64 may be at most twice the CPU step's (and twice the rung before's), plus
-/// `floor`. A rung whose limits refuse a case is not run on it.
+/// every case (tests/ladder_checks.hpp), inputs rounded to the case's type (fp64 and the CPU
+/// step run on the rounded values): a rung's relative error against fp64, measured against
+/// max(|ref|, tiny), may be at most twice the CPU step's (and twice the rung before's) plus
+/// `floor`, plus the output's rounding: with a = chain_bound(cpu, floor), the floor passed on is
+/// floor + half_ulp (1 + a), so the bound against the CPU step is rounded_bound(a). A rung
+/// whose limits refuse a case is not run on it.
 inline void check_softmax_ladder(Backend backend, const Ladder<RowArgs>& ladder,
                                  const SoftmaxStep& cpu_step, const KernelFloor& floor,
                                  std::uint64_t seed,
@@ -74,9 +111,14 @@ inline void check_softmax_ladder(Backend backend, const Ladder<RowArgs>& ladder,
                  if (!why_refused(rung, buffers.args).empty()) return std::nullopt;
                  run_rung(rung, buffers.args);
                  const std::vector<double> reference = ref::softmax(x, rows, cols);
-                 return RungError{compare(buffers.download_y(), reference), true,
-                                  compare(cpu_step(x, rows, cols), reference).max_rel,
-                                  floor(rung, cols, c.dtype),
+                 const std::vector<float> y = buffers.download_y();
+                 const OutputRounding rounding = output_rounding(c.dtype);
+                 ErrorReport report = compare(y, reference);  // NaN-aware, and where the worst is
+                 report.max_rel = rel_error(y, reference, rounding.tiny).max_rel;
+                 const double cpu = compare(cpu_step(x, rows, cols), reference).max_rel;
+                 const double float_floor = floor(rung, buffers.args);
+                 const double a = chain_bound(cpu, float_floor);
+                 return RungError{report, true, cpu, float_floor + rounding.half_ulp * (1 + a),
                                   std::to_string(rows) + "x" + std::to_string(cols) + " " +
                                       to_string(c.kind) + " " + to_string(c.dtype)};
                });
@@ -87,8 +129,8 @@ inline void check_softmax_ladder(Backend backend, const Ladder<RowArgs>& ladder,
                                  const SoftmaxStep& cpu_step, double (*floor)(int cols),
                                  std::uint64_t seed) {
   check_softmax_ladder(
-      backend, ladder, cpu_step, [floor](const Rung<RowArgs>&, int cols, Dtype) { return floor(cols); },
-      seed);
+      backend, ladder, cpu_step,
+      [floor](const Rung<RowArgs>&, const RowArgs& args) { return floor(args.cols); }, seed);
 }
 
 }  // namespace wb::test

@@ -218,11 +218,6 @@ namespace {
 
 template <Backend B>
 void every_kernel_equals_the_cpu_step() {
-  // RowBuffers' allocations are 256-byte aligned (DeviceBuffer), so a fast rung runs the
-  // plan of aligned rows, the one its floor follows.
-  const RowBuffers probe(B, std::vector<float>(3), 1, 3, Dtype::fp32);
-  REQUIRE(can_vectorize(probe.args.x, probe.args.y, 4, Dtype::fp32));
-  alignas(kVecBytes) static const unsigned char aligned[kVecBytes] = {};
   // The softmax shapes, and the dispatcher's bucket edges for the fast rungs.
   std::vector<test::SoftmaxCase> cases = test::softmax_cases();
   for (const test::SoftmaxCase& c : fast_cases({Dtype::fp32})) cases.push_back(c);
@@ -232,8 +227,8 @@ void every_kernel_equals_the_cpu_step() {
         return softmax_blocked(x, rows, cols, kCpuBlock);
       },
       // The tolerance policy: at most twice the CPU step's error, plus the rung's floor.
-      [](const Rung<RowArgs>& rung, int cols, Dtype t) {
-        return rung_floor(rung, aligned, aligned, cols, t);
+      [](const Rung<RowArgs>& rung, const RowArgs& a) {
+        return rung_floor(rung, a.x, a.y, a.cols, a.dtype);
       },
       kSeed, cases);
 }
@@ -242,7 +237,16 @@ void every_kernel_equals_the_cpu_step() {
 // rounded inputs (the fp64 reference is computed from them too).
 template <Backend B>
 void every_fast_kernel_equals_the_cpu_step_in_16_bits() {
-  check_16bit_ladder<B>(kernel_ladder<B>(), {Dtype::fp16, Dtype::bf16});
+  // The rungs that take 16-bit elements (the fp32-only ones would take none of the cases).
+  test::check_softmax_ladder(
+      B, rungs_taking(kernel_ladder<B>(), Dtype::fp16),
+      [](const std::vector<float>& x, int rows, int cols) {
+        return softmax_blocked(x, rows, cols, kCpuBlock);
+      },
+      [](const Rung<RowArgs>& rung, const RowArgs& a) {
+        return rung_floor(rung, a.x, a.y, a.cols, a.dtype);
+      },
+      kSeed, fast_cases({Dtype::fp16, Dtype::bf16}));
 }
 
 // At every bucket edge, in every type: no byte around y written, and fully -inf rows zeros.
