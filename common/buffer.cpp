@@ -10,9 +10,22 @@
 #include "common/cuda_check.hpp"
 #endif
 
+// The simulator's memcheck and initcheck (common/sim/access_runtime.hpp) learn of device
+// buffers here. Weak references: wb_common does not link wb_sim (kernel libraries do), and a
+// program without kernels has no simulator to tell.
+namespace wb::sim::detail {
+void note_device_alloc(const void* ptr, std::size_t bytes) __attribute__((weak));
+void note_device_free(const void* ptr) __attribute__((weak));
+void note_device_write(const void* ptr, std::size_t bytes) __attribute__((weak));
+}  // namespace wb::sim::detail
+
 namespace wb {
 
 namespace {
+template <typename F, typename... A>
+void tell_simulator(F* note, A... args) {
+  if (note != nullptr) note(args...);
+}
 #if !WB_HAVE_CUDA
 [[noreturn]] void no_cuda() {
   throw std::runtime_error("the cuda backend is not compiled in (no nvcc at configure time)");
@@ -32,6 +45,7 @@ namespace detail {
 
 void* device_alloc(Backend backend, std::size_t bytes) {
   check_kernel_backend(backend);
+  const std::size_t requested = bytes;
   if (bytes == 0) bytes = 1;  // a valid, unique pointer for empty buffers on both backends
   if (backend == Backend::cuda) {
 #if WB_HAVE_CUDA
@@ -45,6 +59,8 @@ void* device_alloc(Backend backend, std::size_t bytes) {
   // 256-byte alignment, as cudaMalloc guarantees, so vectorized loads behave the same.
   void* ptr = std::aligned_alloc(256, (bytes + 255) / 256 * 256);
   if (ptr == nullptr) throw std::bad_alloc();
+  // memcheck and initcheck in instrumented builds see exactly the requested bytes, unwritten.
+  tell_simulator(sim::detail::note_device_alloc, ptr, requested);
   return ptr;
 }
 
@@ -56,6 +72,7 @@ void device_free(Backend backend, void* ptr) noexcept {
 #endif
     return;
   }
+  tell_simulator(sim::detail::note_device_free, ptr);
   std::free(ptr);
 }
 
@@ -73,6 +90,7 @@ void copy_bytes(Backend backend, void* dst, const void* src, std::size_t bytes, 
     no_cuda();
 #endif
   }
+  if (to_device) tell_simulator(sim::detail::note_device_write, dst, bytes);
   std::memcpy(dst, src, bytes);
 }
 }  // namespace
@@ -95,6 +113,7 @@ void device_fill_zero(Backend backend, void* dst, std::size_t bytes) {
     no_cuda();
 #endif
   }
+  tell_simulator(sim::detail::note_device_write, dst, bytes);
   std::memset(dst, 0, bytes);
 }
 

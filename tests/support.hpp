@@ -9,12 +9,16 @@
 #ifndef WB_SIM_RACE_MODE
 #define WB_SIM_RACE_MODE 0
 #endif
+#ifndef WB_SIM_INSTRUMENTED
+#define WB_SIM_INSTRUMENTED 0
+#endif
 
 namespace wb::test {
 /// True in the race-mode twin of a test binary (built with ThreadSanitizer over the
-/// simulator's fibers, see the simulator's page), where every memory access is checked and
-/// kernels run about ten times slower: kernel tests use their smaller shapes there.
-inline constexpr bool kRaceMode = WB_SIM_RACE_MODE != 0;
+/// simulator's fibers) and in its instrumented twin (memcheck and initcheck), see the
+/// simulator's page: every memory access is checked and kernels run several times slower, so
+/// kernel tests use their smaller shapes there.
+inline constexpr bool kRaceMode = WB_SIM_RACE_MODE != 0 || WB_SIM_INSTRUMENTED != 0;
 }  // namespace wb::test
 
 /// CHECK that `report` is within `bound`, printing the worst element when it is not.

@@ -9,7 +9,8 @@
 #   *.md            the chapter page, added to the docs
 #   tests/test_NN_name*.cpp  the chapter's doctest files (one, or several split by concern),
 #                   one binary registered with CTest as NN_name/cpu, NN_name/sim,
-#                   NN_name/sim-race (race mode), NN_name/cuda, and
+#                   NN_name/sim-race (race mode), NN_name/sim-memcheck (memcheck and
+#                   initcheck), NN_name/cuda, and
 #                   NN_name/exercise-stub-fails when the chapter has an exercise
 include_guard(GLOBAL)
 
@@ -141,6 +142,13 @@ function(wb_add_chapter_tests chapter ch test_sources)
   wb_sim_race_variant(${exe} OUTPUT_VARIABLE race_exe)
   if(race_exe)
     wb_sim_add_race_test(NAME ${chapter}/sim-race COMMAND ${race_exe} --test-suite=sim)
+  endif()
+  # memcheck and initcheck: the sim tests again, every access of every kernel checked against
+  # the launch's device buffers and shared memory (common/sim/access.hpp), same small shapes.
+  wb_sim_instrumented_variant(${exe} OUTPUT_VARIABLE instrumented_exe)
+  if(instrumented_exe)
+    add_test(NAME ${chapter}/sim-memcheck COMMAND ${instrumented_exe} --test-suite=sim)
+    set_tests_properties(${chapter}/sim-memcheck PROPERTIES LABELS "sim;memcheck")
   endif()
 endfunction()
 

@@ -36,6 +36,9 @@ class Fiber {
   void abandon() { abandoned_ = true; }
   /// The ThreadSanitizer fiber (nullptr when not running under TSan).
   void* tsan_fiber() const { return tsan_; }
+  /// The usable stack, [stack_lo(), stack_hi()): a kernel thread's local memory.
+  const char* stack_lo() const { return stack_lo_; }
+  const char* stack_hi() const { return stack_lo_ + stack_bytes_; }
   /// Names the fiber in ThreadSanitizer reports (no-op without TSan).
   void set_name(const char* name);
 

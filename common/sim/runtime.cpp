@@ -25,6 +25,7 @@
 #include <string>
 #include <vector>
 
+#include "common/sim/access_runtime.hpp"
 #include "common/sim/fiber.hpp"
 #include "common/sim/runtime.hpp"
 #include "common/sim/sanitizers.hpp"
@@ -64,6 +65,7 @@ struct Thread {
   SyncObject* sync = nullptr;  // to acquire when it passes (race mode)
   const AlignedCall* call = nullptr;  // a WMMA operation's arguments while waiting at one
   Fiber* fiber = nullptr;
+  int runtime_depth = 0;  // > 0 while the simulator's own code runs on this thread (RuntimeScope)
 };
 
 enum class WarpOp : unsigned char { syncwarp, shfl_idx, shfl_up, shfl_down, shfl_bfly, ballot,
@@ -509,6 +511,7 @@ void run_block(std::vector<Fiber*>& fibers) {
     t.status = Status::runnable;
     t.wait = Wait::none;
     t.sync = nullptr;
+    t.runtime_depth = 0;  // a faulted thread may have left its scope open
     t.fiber = fibers[i];
     t.fiber->restart(&thread_main, &t);
     if (race) {
@@ -531,6 +534,7 @@ void run_block(std::vector<Fiber*>& fibers) {
       wb_sim_current.warp = t.warp;
       wb_sim_current.lane = t.lane;
       wb_sim_current.active = 1;
+      access_thread_stack(t.fiber->stack_lo(), t.fiber->stack_hi());
       t.fiber->resume();
       wb_sim_current.active = 0;
       L.running = nullptr;
@@ -539,6 +543,7 @@ void run_block(std::vector<Fiber*>& fibers) {
     if (!ran && !L.faulted) report_deadlock();
   }
   if (race) __tsan_acquire(&g_block_end);
+  access_block_end();
   if (L.faulted) {
     for (Thread& t : L.threads) {
       if (t.status != Status::exited) t.fiber->abandon();
@@ -634,7 +639,7 @@ void set_max_dynamic_shared_bytes(KernelKey kernel, const char* name, std::size_
 }
 
 void launch(const char* name, KernelKey key, dim3 grid, dim3 block, std::size_t shared_bytes,
-            void (*invoke)(void*), void* ctx) {
+            void (*invoke)(void*), void* ctx, std::size_t ctx_bytes) {
   if (wb_sim_current.active != 0) {
     throw Fault(Fault::Kind::invalid_argument,
                 launch_prefix(name) + "a kernel cannot launch kernels in the simulator");
@@ -685,6 +690,7 @@ void launch(const char* name, KernelKey key, dim3 grid, dim3 block, std::size_t 
   L.shared = static_cast<unsigned char*>(shared);
   std::vector<Fiber*>& fibers = fiber_pool(L.threads_per_block);
 
+  access_launch_begin(LaunchInfo{name, grid, block, L.shared, shared_bytes, ctx, ctx_bytes});
   wb_sim_current.kernel = name;
   wb_sim_current.block_dim = block;
   wb_sim_current.grid_dim = grid;
@@ -695,6 +701,7 @@ void launch(const char* name, KernelKey key, dim3 grid, dim3 block, std::size_t 
         // Real shared memory starts with whatever the previous block left: make reads of
         // unwritten bytes visible (NaN as float) instead of a convenient zero.
         if (shared_bytes > 0) std::memset(L.shared, 0xff, shared_bytes);
+        access_block_begin();
         run_block(fibers);
       }
     }
@@ -702,6 +709,7 @@ void launch(const char* name, KernelKey key, dim3 grid, dim3 block, std::size_t 
   std::free(L.shared);
   L.shared = nullptr;
   wb_sim_current.active = 0;
+  access_launch_end(L.faulted);
   if (L.faulted) {
     L.faulted = false;
     throw Fault(L.fault_kind, L.fault_message);
@@ -709,6 +717,7 @@ void launch(const char* name, KernelKey key, dim3 grid, dim3 block, std::size_t 
 }
 
 int block_barrier(BarrierOp op, int predicate, Site site) {
+  const RuntimeScope runtime;
   Thread& t = self();
   BlockBarrier& b = g_launch.barrier;
   t.site = site;
@@ -748,6 +757,7 @@ int block_barrier(BarrierOp op, int predicate, Site site) {
     return static_cast<int>(t.out);
   }
   // The last thread to arrive releases everyone.
+  access_barrier();
   for (Thread& u : g_launch.threads) {
     u.out = static_cast<std::uint64_t>(b.reduction);
     u.sync = b.sync;
@@ -764,11 +774,13 @@ int block_barrier(BarrierOp op, int predicate, Site site) {
 }
 
 void warp_barrier(unsigned mask, Site site) {
+  const RuntimeScope runtime;
   warp_collective(WarpOp::syncwarp, "__syncwarp", mask, site);
 }
 
 std::uint64_t warp_shuffle(ShuffleMode mode, unsigned mask, std::uint64_t bits, int lane_or_delta,
                            int width, const char* name, Site site) {
+  const RuntimeScope runtime;
   Thread& t = self();
   if (width < 1 || width > kWarpSize || (width & (width - 1)) != 0) {
     t.site = site;
@@ -792,12 +804,14 @@ std::uint64_t warp_shuffle(ShuffleMode mode, unsigned mask, std::uint64_t bits, 
 }
 
 bool warp_aligned(const AlignedCall& call, Site site) {
+  const RuntimeScope runtime;
   Thread& t = self();
   t.call = &call;
   return warp_collective(WarpOp::aligned, call.name, kFullMask, site);
 }
 
 void warp_fault(unsigned lane, Fault::Kind kind, const char* what) {
+  const RuntimeScope runtime;
   Thread& t = self();
   set_fault(kind, lane_thread(t, lane), what);  // the message's temporaries end here: this
   stop_faulted(t);                              // fiber's frames are never unwound
@@ -805,7 +819,22 @@ void warp_fault(unsigned lane, Fault::Kind kind, const char* what) {
 
 std::string site_string(Site site) { return where(site); }
 
+RuntimeScope::RuntimeScope() {
+  if (g_launch.running != nullptr) ++g_launch.running->runtime_depth;
+}
+RuntimeScope::~RuntimeScope() {
+  if (g_launch.running != nullptr) --g_launch.running->runtime_depth;
+}
+
+bool in_runtime() { return g_launch.running != nullptr && g_launch.running->runtime_depth > 0; }
+
+unsigned live_lanes(unsigned warp) {
+  const Warp& w = g_launch.warps[warp];
+  return w.existing & ~w.exited;
+}
+
 unsigned warp_vote(VoteOp op, unsigned mask, int predicate, Site site) {
+  const RuntimeScope runtime;
   Thread& t = self();
   t.in = predicate != 0;
   switch (op) {

@@ -58,6 +58,8 @@ class Fault : public std::runtime_error {
     warp_collective,       ///< a warp collective that cannot complete or has no defined result
     kernel_exception,      ///< a C++ exception escaped a kernel thread
     invalid_argument,      ///< a bad argument to a simulator call (like cudaErrorInvalidValue)
+    memory_access,         ///< memcheck: an access outside device buffers and shared memory
+    uninitialized_read,    ///< initcheck: a read of device or shared memory nothing wrote
   };
   Fault(Kind kind, const std::string& message) : std::runtime_error(message), kind_(kind) {}
   Kind kind() const { return kind_; }
@@ -101,8 +103,9 @@ const char* kernel_name() {
 
 namespace detail {
 /// Runs the grid; `invoke(ctx)` runs the kernel body for the current thread.
+/// `ctx` (`ctx_bytes` long) holds the kernel's arguments, which every thread reads.
 void launch(const char* name, KernelKey key, dim3 grid, dim3 block, std::size_t shared_bytes,
-            void (*invoke)(void*), void* ctx);
+            void (*invoke)(void*), void* ctx, std::size_t ctx_bytes);
 }  // namespace detail
 
 /// Runs `fn<<<grid, block, shared_bytes>>>(args...)` on the CPU and returns when the whole
@@ -133,7 +136,7 @@ void launch(const char* name, void (*fn)(P...), dim3 grid, dim3 block, std::size
   detail::launch(
       name, reinterpret_cast<detail::KernelKey>(fn), grid, block, shared_bytes,
       [](void* ctx) { detail::invoke_kernel<Call>(ctx, std::index_sequence_for<P...>{}); },
-      &call);
+      &call, sizeof call);
 }
 
 namespace detail {

@@ -3,6 +3,7 @@
 #include <string>
 
 #include "common/half.hpp"
+#include "common/sim/access_runtime.hpp"
 #include "common/sim/wmma_runtime.hpp"
 
 namespace wb::sim {
@@ -102,6 +103,7 @@ void gather(WmmaUse use, WmmaType type, int elements, int slot, const char* what
 
 void wmma_check_memory(const char* name, const void* ptr, unsigned ldm, std::size_t element_bytes,
                        Site site) {
+  const RuntimeScope runtime;
   const auto address = reinterpret_cast<std::uintptr_t>(ptr);
   char buf[512];
   if (address % 32 != 0) {
@@ -123,16 +125,19 @@ void wmma_check_memory(const char* name, const void* ptr, unsigned ldm, std::siz
 
 // volatile keeps the compiler from turning these loops into memcpy calls.
 void wmma_put(int slot, const std::uint32_t* bits, int n) {
+  const RuntimeScope runtime;
   volatile std::uint32_t* x = my_slot(slot);
   for (int i = 0; i < n; ++i) x[i] = bits[i];
 }
 
 void wmma_get(int slot, std::uint32_t* bits, int n) {
+  const RuntimeScope runtime;
   const volatile std::uint32_t* x = my_slot(slot);
   for (int i = 0; i < n; ++i) bits[i] = x[i];
 }
 
 void wmma_tile_to_lanes(WmmaUse use, int elements, const std::uint32_t* tile) {
+  const RuntimeScope runtime;
   for (unsigned lane = 0; lane < kWarpSize; ++lane) {
     std::uint32_t* x = lane_slot(wb_sim_current.warp, lane, kWmmaSlotOut);
     for (int i = 0; i < elements; ++i) {
@@ -143,6 +148,7 @@ void wmma_tile_to_lanes(WmmaUse use, int elements, const std::uint32_t* tile) {
 }
 
 void wmma_lanes_to_tile(std::uint32_t* tile) {
+  const RuntimeScope runtime;
   for (unsigned lane = 0; lane < kWarpSize; ++lane) {
     const std::uint32_t* x = lane_slot(wb_sim_current.warp, lane, kWmmaSlotC);
     for (int i = 0; i < 8; ++i) {
@@ -153,10 +159,12 @@ void wmma_lanes_to_tile(std::uint32_t* tile) {
 }
 
 void wmma_mma(WmmaType ab, int elements, Site site) {
+  const RuntimeScope runtime;
   float a[kTile * kTile], b[kTile * kTile], c[kTile * kTile];
   gather(WmmaUse::matrix_a, ab, elements, kWmmaSlotA, "A", site, a);
   gather(WmmaUse::matrix_b, ab, elements, kWmmaSlotB, "B", site, b);
   gather(WmmaUse::accumulator, WmmaType::f32, 8, kWmmaSlotC, "C", site, c);
+  on_mma(kTile, kTile, kTile);
   std::uint32_t d[kTile * kTile];
   for (int m = 0; m < kTile; ++m) {
     for (int n = 0; n < kTile; ++n) {

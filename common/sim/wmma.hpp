@@ -20,6 +20,7 @@
 #include <type_traits>
 
 #include "common/sim/half.hpp"
+#include "common/sim/access_runtime.hpp"
 #include "common/sim/runtime.hpp"
 #include "common/sim/wmma_runtime.hpp"
 
@@ -144,10 +145,13 @@ void wmma_load(Frag& f, WmmaUse use, const T* p, unsigned ldm, bool col_major, S
   const AlignedCall call{"load_matrix_sync", p, ldm, col_major ? 1 : 0};
   if (warp_aligned(call, site)) {
     std::uint32_t tile[16 * 16];
+    begin_tile_elements();  // checked one by one, counted as the warp's tile access below
     for (int r = 0; r < 16; ++r) {
       for (int c = 0; c < 16; ++c)
         tile[r * 16 + c] = element_bits(p[wmma_offset(r, c, ldm, col_major)]);
     }
+    end_tile_elements();
+    on_tile_access(TileAccess{p, 16 * sizeof(T), ldm * sizeof(T), false, site});
     wmma_tile_to_lanes(use, Frag::num_elements, tile);
   }
   wmma_get_fragment(f);
@@ -188,10 +192,13 @@ inline void store_matrix_sync(float* p, const fragment<accumulator, 16, 16, 16, 
   if (warp_aligned(call, site)) {
     std::uint32_t tile[16 * 16];
     wmma_lanes_to_tile(tile);
+    begin_tile_elements();
     for (int r = 0; r < 16; ++r) {
       for (int c = 0; c < 16; ++c)
         p[wmma_offset(r, c, ldm, col)] = element_from_bits<float>(tile[r * 16 + c]);
     }
+    end_tile_elements();
+    on_tile_access(TileAccess{p, 16 * sizeof(float), ldm * sizeof(float), true, site});
   }
 }
 

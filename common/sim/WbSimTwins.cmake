@@ -1,5 +1,6 @@
-# Race mode: ThreadSanitizer over the simulator's fibers.
+# Twins of simulator test binaries: the same sources rebuilt with compiler instrumentation.
 #
+# Race mode (ThreadSanitizer over the simulator's fibers):
 # wb_sim_race_variant(<target> [OUTPUT_VARIABLE <var>])
 #   Adds <target>_race: the executable <target> rebuilt with -fsanitize=thread, together with
 #   every static library in its link tree that links wb_sim directly (the libraries holding
@@ -14,6 +15,20 @@
 #   Registers a CTest test for a race binary, labelled `sim;race`, with TSAN_OPTIONS that make
 #   a race report fail the program (exit code 66). With EXPECT_RACE the test instead passes
 #   only if the output matches <regex> (a planted race that must be reported).
+#
+# Per-access instrumentation (memcheck, initcheck and profile mode, common/sim/access.hpp):
+# wb_sim_instrumented_variant(<target> [INSTRUMENT_SOURCES] [OUTPUT_VARIABLE <var>])
+#   Adds <target>_instrumented: <target> rebuilt against <lib>_instrumented twins of its kernel
+#   libraries, compiled with GCC's -fsanitize=thread instrumentation but linked without
+#   ThreadSanitizer's runtime: wb_sim_hooks answers the calls, so every load and store of a
+#   kernel reaches the simulator. With INSTRUMENT_SOURCES the executable's own sources are
+#   instrumented too (kernels defined in a test file); otherwise only the kernel libraries are,
+#   so host code runs at full speed. Everything is compiled with WB_SIM_INSTRUMENTED=1.
+#   <var> is empty when unavailable (not GCC, another sanitizer, -DWB_SIM_INSTRUMENTED_TWINS=OFF).
+#
+# wb_sim_instrument(<target>)
+#   Instruments <target>'s own sources in place and links wb_sim_hooks (call only when
+#   the global property WB_SIM_INSTRUMENTED_AVAILABLE is ON).
 #
 # Example (a chapter's sim tests):
 #   wb_sim_race_variant(test_01_safe_softmax OUTPUT_VARIABLE race_exe)
@@ -50,6 +65,26 @@ if(WB_SIM_RACE_MODE)
   endif()
 endif()
 
+option(WB_SIM_INSTRUMENTED_TWINS
+       "Build instrumented twins (memcheck, initcheck, profile mode) of simulator binaries" ON)
+set(WB_SIM_INSTRUMENTED_AVAILABLE OFF)
+if(WB_SIM_INSTRUMENTED_TWINS)
+  if(NOT "${WB_SANITIZE}" STREQUAL "" OR CMAKE_CXX_FLAGS MATCHES "-fsanitize=")
+    message(STATUS "wb_sim: instrumented twins off (the build already uses a sanitizer)")
+  elseif(NOT CMAKE_CXX_COMPILER_ID STREQUAL "GNU")
+    message(STATUS "wb_sim: instrumented twins off (they use GCC's -fsanitize=thread calls)")
+  else()
+    set(WB_SIM_INSTRUMENTED_AVAILABLE ON)
+  endif()
+endif()
+set_property(GLOBAL PROPERTY WB_SIM_INSTRUMENTED_AVAILABLE ${WB_SIM_INSTRUMENTED_AVAILABLE})
+# Every load and store becomes a call, function entries and exits do not. No vectorizing:
+# the host compiler would merge a thread's scalar accesses into vectors nvcc does not make,
+# and the counts must be the kernel's own. Debug information names the source lines.
+set_property(GLOBAL PROPERTY WB_SIM_INSTRUMENTED_FLAGS
+  -fsanitize=thread --param=tsan-instrument-func-entry-exit=0 -fno-tree-vectorize
+  -fno-tree-slp-vectorize -fno-tree-sra -g)
+
 # Kept as global properties: the functions run in other directories' scopes.
 set_property(GLOBAL PROPERTY WB_SIM_RACE_AVAILABLE ${WB_SIM_RACE_AVAILABLE})
 # A race report must name the kernel's file and line in every build type, so the race twins
@@ -64,8 +99,9 @@ set_property(GLOBAL PROPERTY WB_SIM_TSAN_OPTIONS "${WB_SIM_TSAN_OPTIONS}")
 # release-race preset builds only this target).
 add_custom_target(wb_race_tests)
 
-# Copies the build properties of <from> to <to>, rewriting link items with _wb_sim_race_item.
-function(_wb_sim_race_copy_properties from to)
+# Copies the build properties of <from> to <to>, rewriting link items for twin kind <kind>
+# (race or instrumented).
+function(_wb_sim_twin_copy_properties kind from to)
   foreach(prop INCLUDE_DIRECTORIES INTERFACE_INCLUDE_DIRECTORIES COMPILE_DEFINITIONS
                INTERFACE_COMPILE_DEFINITIONS COMPILE_OPTIONS INTERFACE_COMPILE_OPTIONS
                COMPILE_FEATURES INTERFACE_COMPILE_FEATURES LINK_OPTIONS INTERFACE_LINK_OPTIONS
@@ -80,7 +116,7 @@ function(_wb_sim_race_copy_properties from to)
     if(items)
       set(rewritten)
       foreach(item IN LISTS items)
-        _wb_sim_race_item("${item}" new_item)
+        _wb_sim_twin_item(${kind} "${item}" new_item)
         list(APPEND rewritten "${new_item}")
       endforeach()
       set_property(TARGET ${to} PROPERTY ${prop} "${rewritten}")
@@ -102,8 +138,8 @@ function(_wb_sim_race_sources target out)
   set(${out} "${result}" PARENT_SCOPE)
 endfunction()
 
-# True when <target> (a library) must be rebuilt for race mode: it links wb_sim directly, or
-# it is an INTERFACE library whose link items must be rebuilt.
+# True when <target> (a library) must be rebuilt for a twin: it links wb_sim directly, or it
+# is an INTERFACE library whose link items must be rebuilt.
 function(_wb_sim_race_needed target out)
   get_property(known GLOBAL PROPERTY _WB_SIM_RACE_NEEDED_${target} SET)
   if(known)
@@ -138,8 +174,8 @@ function(_wb_sim_race_needed target out)
   set(${out} ${needed} PARENT_SCOPE)
 endfunction()
 
-# <item> for race mode: the race twin of a library that needs one (created on first use).
-function(_wb_sim_race_item item out)
+# <item> for twin kind <kind>: the twin of a library that needs one (created on first use).
+function(_wb_sim_twin_item kind item out)
   set(result "${item}")
   set(inner "${item}")
   set(wrap OFF)
@@ -150,7 +186,7 @@ function(_wb_sim_race_item item out)
   if(TARGET "${inner}")
     _wb_sim_race_needed(${inner} needed)
     if(needed)
-      set(twin ${inner}_race)
+      set(twin ${inner}_${kind})
       if(NOT TARGET ${twin})
         get_target_property(type ${inner} TYPE)
         if(type STREQUAL "INTERFACE_LIBRARY")
@@ -158,11 +194,13 @@ function(_wb_sim_race_item item out)
         else()
           _wb_sim_race_sources(${inner} sources)
           add_library(${twin} STATIC ${sources})
-          get_property(flags GLOBAL PROPERTY WB_SIM_RACE_FLAGS)
-          target_compile_options(${twin} PRIVATE ${flags})
-          target_compile_definitions(${twin} PRIVATE WB_SIM_RACE_MODE=1)
+          _wb_sim_twin_compile(${kind} ${twin})
         endif()
-        _wb_sim_race_copy_properties(${inner} ${twin})
+        _wb_sim_twin_copy_properties(${kind} ${inner} ${twin})
+        if(kind STREQUAL "instrumented")
+          # After the library on the link line: the hooks answer its instrumentation's calls.
+          set_property(TARGET ${twin} APPEND PROPERTY INTERFACE_LINK_LIBRARIES wb_sim_hooks)
+        endif()
       endif()
       set(result ${twin})
       if(wrap)
@@ -173,6 +211,19 @@ function(_wb_sim_race_item item out)
   set(${out} "${result}" PARENT_SCOPE)
 endfunction()
 
+# The compile flags and definitions of twin kind <kind> on <target>.
+function(_wb_sim_twin_compile kind target)
+  if(kind STREQUAL "race")
+    get_property(flags GLOBAL PROPERTY WB_SIM_RACE_FLAGS)
+    target_compile_options(${target} PRIVATE ${flags})
+    target_compile_definitions(${target} PRIVATE WB_SIM_RACE_MODE=1)
+  else()
+    get_property(flags GLOBAL PROPERTY WB_SIM_INSTRUMENTED_FLAGS)
+    target_compile_options(${target} PRIVATE ${flags})
+    target_compile_definitions(${target} PRIVATE WB_SIM_INSTRUMENTED=1)
+  endif()
+endfunction()
+
 function(wb_sim_race_variant target)
   cmake_parse_arguments(arg "" "OUTPUT_VARIABLE" "" ${ARGN})
   set(race "")
@@ -181,10 +232,8 @@ function(wb_sim_race_variant target)
     set(race ${target}_race)
     _wb_sim_race_sources(${target} sources)
     add_executable(${race} ${sources})
-    _wb_sim_race_copy_properties(${target} ${race})
-    get_property(flags GLOBAL PROPERTY WB_SIM_RACE_FLAGS)
-    target_compile_options(${race} PRIVATE ${flags})
-    target_compile_definitions(${race} PRIVATE WB_SIM_RACE_MODE=1)
+    _wb_sim_twin_copy_properties(race ${target} ${race})
+    _wb_sim_twin_compile(race ${race})
     target_link_options(${race} PRIVATE -fsanitize=thread)
     add_dependencies(wb_race_tests ${race})
   endif()
@@ -204,5 +253,33 @@ function(wb_sim_add_race_test)
     ENVIRONMENT "TSAN_OPTIONS=${tsan_options}")
   if(arg_EXPECT_RACE)
     set_tests_properties(${arg_NAME} PROPERTIES PASS_REGULAR_EXPRESSION "${arg_EXPECT_RACE}")
+  endif()
+endfunction()
+
+# Compiles all of <target>'s own sources with the per-access instrumentation and links the
+# hooks (a test binary whose kernels are its own).
+function(wb_sim_instrument target)
+  _wb_sim_twin_compile(instrumented ${target})
+  target_link_libraries(${target} PRIVATE wb_sim_hooks)
+endfunction()
+
+function(wb_sim_instrumented_variant target)
+  cmake_parse_arguments(arg "INSTRUMENT_SOURCES" "OUTPUT_VARIABLE" "" ${ARGN})
+  set(twin "")
+  get_property(available GLOBAL PROPERTY WB_SIM_INSTRUMENTED_AVAILABLE)
+  if(available)
+    set(twin ${target}_instrumented)
+    _wb_sim_race_sources(${target} sources)
+    add_executable(${twin} ${sources})
+    _wb_sim_twin_copy_properties(instrumented ${target} ${twin})
+    if(arg_INSTRUMENT_SOURCES)
+      _wb_sim_twin_compile(instrumented ${twin})
+    else()
+      target_compile_definitions(${twin} PRIVATE WB_SIM_INSTRUMENTED=1)
+    endif()
+    target_link_libraries(${twin} PRIVATE wb_sim_hooks)
+  endif()
+  if(arg_OUTPUT_VARIABLE)
+    set(${arg_OUTPUT_VARIABLE} "${twin}" PARENT_SCOPE)
   endif()
 endfunction()

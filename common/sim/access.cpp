@@ -1,0 +1,578 @@
+// Per-access instrumentation: classification, memcheck, initcheck and profile counters
+// (common/sim/access.hpp explains the model; docs/simulator.md the choices).
+//
+// Everything here runs on the launching OS thread (launches are serialized) between fiber
+// switches, so it needs no locks. An ordinary sim build never calls on_access(), and the
+// scheduler's calls return at once unless the binary is instrumented.
+#include "common/sim/access.hpp"
+
+#include <algorithm>
+#include <cinttypes>
+#include <cstdio>
+#include <map>
+#include <set>
+#include <stdexcept>
+#include <unordered_map>
+
+#include "common/sim/access_runtime.hpp"
+#include "common/sim/image.hpp"
+
+namespace wb::sim {
+
+AccessCounts& AccessCounts::operator+=(const AccessCounts& o) {
+  bytes += o.bytes;
+  requests += o.requests;
+  units += o.units;
+  ideal_units += o.ideal_units;
+  return *this;
+}
+
+TrafficCounts& TrafficCounts::operator+=(const TrafficCounts& o) {
+  global_load += o.global_load;
+  global_store += o.global_store;
+  shared_load += o.shared_load;
+  shared_store += o.shared_store;
+  return *this;
+}
+
+namespace detail {
+namespace {
+
+constexpr std::size_t kSectorBytes = 32;
+constexpr std::size_t kBanks = 32;
+constexpr std::size_t kBankBytes = 4;
+constexpr std::size_t kPhaseBytes = kBanks * kBankBytes;  // one pass of the banks: 128 bytes
+constexpr std::size_t kTileChunkBytes = 16;               // one row address of ldmatrix
+constexpr unsigned kTileChunksPerPhase = 8;
+
+enum class Space : unsigned char { global, shared };
+
+struct Buffer {
+  std::uintptr_t lo = 0, hi = 0;
+  std::string name;
+  unsigned id = 0;
+  std::vector<unsigned char> written;  // initcheck: one flag per byte
+};
+
+/// Where an access landed.
+struct Region {
+  Space space = Space::global;
+  std::uintptr_t lo = 0, hi = 0;
+  std::vector<unsigned char>* written = nullptr;  // nullptr: not tracked (static data)
+  const Buffer* buffer = nullptr;
+  std::string what;  // for messages: "device buffer y (1024 bytes)", ...
+};
+
+// ---- Profile records ---------------------------------------------------------------------
+
+struct RequestKey {
+  unsigned warp;
+  const void* pc;
+  std::uint32_t k;  // the k-th execution of the instruction by each lane
+  bool operator==(const RequestKey& o) const { return warp == o.warp && pc == o.pc && k == o.k; }
+};
+struct RequestKeyHash {
+  std::size_t operator()(const RequestKey& key) const {
+    return std::hash<const void*>()(key.pc) ^ (std::size_t(key.warp) << 40) ^
+           (std::size_t(key.k) * 0x9e3779b97f4a7c15ull);
+  }
+};
+
+struct OpenRequest {
+  Space space = Space::global;
+  bool store = false;
+  int buffer = -1;  // index into the launch's buffers (global)
+  unsigned mask = 0;
+  std::uintptr_t address[32] = {};
+  std::uint32_t bytes[32] = {};
+};
+
+struct LaunchRecord {
+  LaunchProfile profile;
+  std::unordered_map<const void*, TrafficCounts> by_pc;
+  std::map<std::string, TrafficCounts> by_site;  // WMMA tile operations (they know their site)
+  std::unordered_map<unsigned, std::size_t> buffer_index;  // Buffer::id -> profile.buffers
+};
+
+// ---- State ---------------------------------------------------------------------------------
+
+struct State {
+  bool instrumented = false;
+  std::map<std::uintptr_t, Buffer> buffers;  // by lo
+  unsigned next_buffer_id = 0;
+  const Buffer* last_buffer = nullptr;  // the one the last access hit (a cache)
+
+  bool in_launch = false;
+  LaunchInfo launch{};
+  std::string kernel;  // launch.kernel without anonymous namespaces
+  std::set<std::string> kernels;  // every kernel launched so far, by that name
+  std::vector<unsigned char> dynamic_written;
+  std::unordered_map<std::uintptr_t, std::vector<unsigned char>> static_written;  // by array lo
+  std::uintptr_t stack_lo = 0, stack_hi = 0;
+  int tile_depth = 0;
+
+  bool profiling = false;
+  std::vector<LaunchRecord> records;
+  std::vector<std::unordered_map<const void*, std::uint32_t>> executions;  // per thread
+  std::unordered_map<RequestKey, OpenRequest, RequestKeyHash> open;
+};
+
+State& state() {
+  static State s;
+  return s;
+}
+
+std::string format_bytes_at(std::size_t bytes, std::uintptr_t address) {
+  char buf[96];
+  std::snprintf(buf, sizeof buf, "%zu bytes at 0x%" PRIxPTR, bytes, address);
+  return buf;
+}
+
+std::string buffer_what(const Buffer& b) {
+  return "device buffer " + b.name + " (" + format_bytes_at(b.hi - b.lo, b.lo) + ")";
+}
+
+[[noreturn]] void memory_fault(Fault::Kind kind, const std::string& what, const void* pc) {
+  const std::string message = what + ", at " + source_line(pc);
+  warp_fault(wb_sim_current.lane, kind, message.c_str());
+}
+
+[[noreturn]] void out_of_bounds(std::uintptr_t a, std::size_t bytes, bool store,
+                                const std::string& why, const void* pc) {
+  char buf[160];
+  std::snprintf(buf, sizeof buf, "memcheck: invalid %s of %zu bytes at 0x%" PRIxPTR ": ",
+                store ? "write" : "read", bytes, a);
+  memory_fault(Fault::Kind::memory_access, buf + why, pc);
+}
+
+/// Why `a` is outside everything a kernel may touch, naming the nearest thing it missed.
+std::string miss_reason(std::uintptr_t a) {
+  State& s = state();
+  char buf[256];
+  const auto shared_lo = reinterpret_cast<std::uintptr_t>(s.launch.dynamic_shared);
+  const std::uintptr_t shared_hi = shared_lo + s.launch.dynamic_shared_bytes;
+  if (shared_lo != 0 && a >= shared_hi && a < shared_hi + kPhaseBytes * 64) {
+    std::snprintf(buf, sizeof buf,
+                  "%zu bytes past the end of the block's dynamic shared memory (%zu bytes)",
+                  static_cast<std::size_t>(a - shared_hi), s.launch.dynamic_shared_bytes);
+    return buf;
+  }
+  auto after = s.buffers.upper_bound(a);
+  if (after != s.buffers.begin()) {
+    const Buffer& below = std::prev(after)->second;
+    if (a >= below.hi && a - below.hi < (1u << 20)) {
+      std::snprintf(buf, sizeof buf, "%zu bytes past the end of ",
+                    static_cast<std::size_t>(a - below.hi));
+      return buf + buffer_what(below);
+    }
+  }
+  if (after != s.buffers.end() && after->second.lo - a < (1u << 20)) {
+    std::snprintf(buf, sizeof buf, "%zu bytes before ", static_cast<std::size_t>(after->second.lo - a));
+    return buf + buffer_what(after->second);
+  }
+  return "not in any device buffer, the block's shared memory or this thread's stack";
+}
+
+/// "N bytes past the end of the __shared__ array X (B bytes)" when `a` lies a little past one.
+std::string past_shared_array(std::uintptr_t a, const StaticObject* below) {
+  if (below == nullptr || below->owner.empty() || a < below->hi || a - below->hi >= kPhaseBytes * 64) {
+    return "";
+  }
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%zu bytes past the end of ", static_cast<std::size_t>(a - below->hi));
+  return buf + ("the __shared__ array " + below->name + " (" + std::to_string(below->hi - below->lo) +
+                " bytes)");
+}
+
+/// The static object at `a`, as a region. A kernel may touch its __shared__ arrays (function-
+/// local statics), constants and the simulator's built-in variables; anything else in the
+/// program's static data (another function's guard variable, a host global) is a fault.
+Region static_region(std::uintptr_t a, std::size_t bytes, bool store, const void* pc) {
+  State& s = state();
+  Region r;
+  r.lo = a;
+  r.hi = a + bytes;
+  const StaticObject* o = static_object_near(a);
+  if (o == nullptr || a >= o->hi) {  // between objects: alignment padding, or a constant pool
+    const std::string past = past_shared_array(a, o);
+    if (!past.empty()) out_of_bounds(a, bytes, store, past, pc);
+    return r;  // constants the compiler placed: allowed, not tracked
+  }
+  if (o->owner.empty()) {
+    if (!o->writable || o->name == "wb_sim_current") {
+      r.lo = o->lo;
+      r.hi = o->hi;
+      r.what = "constant " + o->name;
+      return r;
+    }
+    std::string why = past_shared_array(a, o->lo > 0 ? static_object_near(o->lo - 1) : nullptr);
+    if (why.empty()) why = "in the host variable " + o->name + ", which is not device memory";
+    out_of_bounds(a, bytes, store, why, pc);
+  }
+  if (o->owner != s.kernel && s.kernels.count(o->owner) != 0) {
+    std::string why = past_shared_array(a, o->lo > 0 ? static_object_near(o->lo - 1) : nullptr);
+    if (why.empty()) {
+      why = "in the __shared__ array " + o->name + " of another kernel, outside the shared memory "
+            "of this one";
+    }
+    out_of_bounds(a, bytes, store, why, pc);
+  }
+  r.lo = o->lo;
+  r.hi = o->hi;
+  r.space = Space::shared;
+  r.what = "__shared__ array " + o->name + " (" + std::to_string(o->hi - o->lo) + " bytes)";
+  std::vector<unsigned char>& written = s.static_written[o->lo];
+  if (written.size() != o->hi - o->lo) written.assign(o->hi - o->lo, 0);
+  r.written = &written;
+  return r;
+}
+
+/// Classifies [a, a + bytes); local memory returns false. Faults for memory a kernel may not
+/// touch.
+bool classify(std::uintptr_t a, std::size_t bytes, bool store, const void* pc, Region& r) {
+  State& s = state();
+  if (a >= s.stack_lo && a < s.stack_hi) return false;  // registers and local memory
+  const auto params = reinterpret_cast<std::uintptr_t>(s.launch.params);
+  if (a >= params && a < params + s.launch.params_bytes) return false;  // the kernel's arguments
+  const auto shared_lo = reinterpret_cast<std::uintptr_t>(s.launch.dynamic_shared);
+  if (a >= shared_lo && a < shared_lo + s.launch.dynamic_shared_bytes) {
+    r.space = Space::shared;
+    r.lo = shared_lo;
+    r.hi = shared_lo + s.launch.dynamic_shared_bytes;
+    r.written = &s.dynamic_written;
+    r.what = "the block's dynamic shared memory (" + std::to_string(r.hi - r.lo) + " bytes)";
+    return true;
+  }
+  const Buffer* b = s.last_buffer;
+  if (b == nullptr || a < b->lo || a >= b->hi) {
+    b = nullptr;
+    auto after = s.buffers.upper_bound(a);
+    if (after != s.buffers.begin() && a < std::prev(after)->second.hi) b = &std::prev(after)->second;
+  }
+  if (b != nullptr) {
+    s.last_buffer = b;
+    r.space = Space::global;
+    r.lo = b->lo;
+    r.hi = b->hi;
+    r.buffer = b;
+    r.written = const_cast<std::vector<unsigned char>*>(&b->written);
+    r.what = buffer_what(*b);
+    return true;
+  }
+  if (in_program_image(a)) {
+    r = static_region(a, bytes, store, pc);
+    return true;
+  }
+  out_of_bounds(a, bytes, store, miss_reason(a), pc);
+}
+
+// ---- Profile -------------------------------------------------------------------------------
+
+AccessCounts& counts_of(TrafficCounts& t, Space space, bool store) {
+  if (space == Space::global) return store ? t.global_store : t.global_load;
+  return store ? t.shared_store : t.shared_load;
+}
+
+/// Distinct 32-byte sectors of a global request.
+std::uint64_t sectors(const std::vector<std::pair<std::uintptr_t, std::size_t>>& parts) {
+  std::vector<std::uintptr_t> ids;
+  for (const auto& [a, n] : parts) {
+    for (std::uintptr_t id = a / kSectorBytes; id <= (a + n - 1) / kSectorBytes; ++id) ids.push_back(id);
+  }
+  std::sort(ids.begin(), ids.end());
+  return static_cast<std::uint64_t>(std::unique(ids.begin(), ids.end()) - ids.begin());
+}
+
+/// Wavefronts of one phase of a shared request: the most distinct 4-byte words in one bank.
+std::uint64_t phase_wavefronts(const std::vector<std::pair<std::uintptr_t, std::size_t>>& parts) {
+  std::vector<std::uintptr_t> words;
+  for (const auto& [a, n] : parts) {
+    for (std::uintptr_t w = a / kBankBytes; w <= (a + n - 1) / kBankBytes; ++w) words.push_back(w);
+  }
+  std::sort(words.begin(), words.end());
+  words.erase(std::unique(words.begin(), words.end()), words.end());
+  std::uint64_t per_bank[kBanks] = {};
+  std::uint64_t most = 0;
+  for (std::uintptr_t w : words) most = std::max(most, ++per_bank[w % kBanks]);
+  return most;
+}
+
+/// Adds one finished request (its parts grouped into the phases the hardware serves) to the
+/// launch's totals, its line's and its buffer's.
+void add_request(LaunchRecord& rec, TrafficCounts& line, Space space, bool store, int buffer,
+                 const std::vector<std::vector<std::pair<std::uintptr_t, std::size_t>>>& phases) {
+  AccessCounts c;
+  c.requests = 1;
+  std::vector<std::pair<std::uintptr_t, std::size_t>> all;
+  for (const auto& phase : phases) {
+    if (phase.empty()) continue;
+    for (const auto& part : phase) c.bytes += part.second;
+    if (space == Space::shared) {
+      c.units += phase_wavefronts(phase);
+      c.ideal_units += 1;
+    }
+    all.insert(all.end(), phase.begin(), phase.end());
+  }
+  if (space == Space::global) c.units = sectors(all);
+  counts_of(rec.profile.counts, space, store) += c;
+  counts_of(line, space, store) += c;
+  if (buffer >= 0) {
+    BufferTraffic& b = rec.profile.buffers[static_cast<std::size_t>(buffer)];
+    (store ? b.stored : b.loaded) += c.bytes;
+  }
+}
+
+void close_request(const RequestKey& key, const OpenRequest& q) {
+  State& s = state();
+  LaunchRecord& rec = s.records.back();
+  // Lanes in phases of 128 bytes: 32 lanes of up to 4 bytes, 16 of 8, 8 of 16.
+  std::uint32_t widest = 0;
+  for (unsigned lane = 0; lane < 32; ++lane) widest = std::max(widest, q.bytes[lane]);
+  const unsigned lanes_per_phase =
+      q.space == Space::global || widest <= kBankBytes
+          ? 32u
+          : static_cast<unsigned>(std::max<std::size_t>(1, kPhaseBytes / widest));
+  std::vector<std::vector<std::pair<std::uintptr_t, std::size_t>>> phases(
+      (32 + lanes_per_phase - 1) / lanes_per_phase);
+  for (unsigned lane = 0; lane < 32; ++lane) {
+    if (q.mask >> lane & 1u) phases[lane / lanes_per_phase].emplace_back(q.address[lane], q.bytes[lane]);
+  }
+  add_request(rec, rec.by_pc[key.pc], q.space, q.store, q.buffer, phases);
+}
+
+int buffer_slot(LaunchRecord& rec, const Buffer* b) {
+  if (b == nullptr) return -1;
+  auto [it, inserted] = rec.buffer_index.emplace(b->id, rec.profile.buffers.size());
+  if (inserted) rec.profile.buffers.push_back(BufferTraffic{b->name, b->hi - b->lo, 0, 0});
+  return static_cast<int>(it->second);
+}
+
+void record(const Region& r, std::uintptr_t a, std::size_t bytes, bool store, const void* pc) {
+  State& s = state();
+  if (r.space == Space::global && r.buffer == nullptr) return;  // constants: not traffic
+  const unsigned linear = wb_sim_current.linear, warp = wb_sim_current.warp;
+  const RequestKey key{warp, pc, s.executions[linear][pc]++};
+  OpenRequest& q = s.open[key];
+  q.space = r.space;
+  q.store = store;
+  q.buffer = buffer_slot(s.records.back(), r.buffer);
+  q.mask |= 1u << wb_sim_current.lane;
+  q.address[wb_sim_current.lane] = a;
+  q.bytes[wb_sim_current.lane] = static_cast<std::uint32_t>(bytes);
+  if (q.mask == live_lanes(warp)) {
+    close_request(key, q);
+    s.open.erase(key);
+  }
+}
+
+void close_open_requests() {
+  State& s = state();
+  for (const auto& [key, q] : s.open) close_request(key, q);
+  s.open.clear();
+}
+
+}  // namespace
+
+// ---- Entry points --------------------------------------------------------------------------
+
+void set_instrumented() { state().instrumented = true; }
+
+void note_device_alloc(const void* ptr, std::size_t bytes) {
+  State& s = state();
+  if (!s.instrumented) return;
+  const auto lo = reinterpret_cast<std::uintptr_t>(ptr);
+  Buffer b;
+  b.lo = lo;
+  b.hi = lo + bytes;
+  b.id = s.next_buffer_id++;
+  b.name = "#" + std::to_string(b.id);
+  b.written.assign(bytes, 0);
+  s.buffers[lo] = std::move(b);
+  s.last_buffer = nullptr;
+}
+
+void note_device_free(const void* ptr) {
+  State& s = state();
+  if (!s.instrumented) return;
+  s.buffers.erase(reinterpret_cast<std::uintptr_t>(ptr));
+  s.last_buffer = nullptr;
+}
+
+void note_device_write(const void* ptr, std::size_t bytes) {
+  State& s = state();
+  if (!s.instrumented || bytes == 0) return;
+  const auto a = reinterpret_cast<std::uintptr_t>(ptr);
+  auto after = s.buffers.upper_bound(a);
+  if (after == s.buffers.begin()) return;
+  Buffer& b = std::prev(after)->second;
+  if (a >= b.hi) return;
+  const std::size_t from = a - b.lo, to = std::min<std::size_t>(b.written.size(), from + bytes);
+  std::fill(b.written.begin() + static_cast<std::ptrdiff_t>(from),
+            b.written.begin() + static_cast<std::ptrdiff_t>(to), 1);
+}
+
+void access_launch_begin(const LaunchInfo& launch) {
+  State& s = state();
+  if (!s.instrumented) return;
+  s.in_launch = true;
+  s.launch = launch;
+  s.kernel = without_anonymous_namespaces(launch.kernel);
+  s.kernels.insert(s.kernel);
+  s.last_buffer = nullptr;
+  if (s.profiling) {
+    LaunchRecord rec;
+    rec.profile.kernel = launch.kernel;
+    rec.profile.grid = launch.grid;
+    rec.profile.block = launch.block;
+    rec.profile.dynamic_shared_bytes = launch.dynamic_shared_bytes;
+    s.records.push_back(std::move(rec));
+  }
+}
+
+void access_block_begin() {
+  State& s = state();
+  if (!s.in_launch) return;
+  s.dynamic_written.assign(s.launch.dynamic_shared_bytes, 0);
+  for (auto& [lo, written] : s.static_written) std::fill(written.begin(), written.end(), 0);
+  if (s.profiling) {
+    s.executions.assign(s.launch.block.x * s.launch.block.y * s.launch.block.z, {});
+    s.open.clear();
+  }
+}
+
+void access_thread_stack(const void* lo, const void* hi) {
+  State& s = state();
+  s.stack_lo = reinterpret_cast<std::uintptr_t>(lo);
+  s.stack_hi = reinterpret_cast<std::uintptr_t>(hi);
+}
+
+void access_barrier() {
+  State& s = state();
+  if (s.in_launch && s.profiling) ++s.records.back().profile.barriers;
+}
+
+void access_block_end() {
+  State& s = state();
+  if (s.in_launch && s.profiling) close_open_requests();
+}
+
+void access_launch_end(bool faulted) {
+  State& s = state();
+  if (!s.in_launch) return;
+  s.in_launch = false;
+  s.launch = LaunchInfo{};
+  s.tile_depth = 0;
+  if (s.profiling && faulted) s.records.pop_back();
+}
+
+void on_access(const void* address, std::size_t bytes, bool store, const void* pc) {
+  if (wb_sim_current.active == 0 || in_runtime()) return;
+  const RuntimeScope own;  // what this function calls is not the kernel's either
+  State& s = state();
+  const auto a = reinterpret_cast<std::uintptr_t>(address);
+  Region r;
+  if (!classify(a, bytes, store, pc, r)) return;
+  if (a + bytes > r.hi) {
+    char buf[64];
+    std::snprintf(buf, sizeof buf, "%zu of its bytes lie past the end of ",
+                  static_cast<std::size_t>(a + bytes - r.hi));
+    out_of_bounds(a, bytes, store, buf + r.what, pc);
+  }
+  if (r.written != nullptr) {
+    unsigned char* flags = r.written->data() + (a - r.lo);
+    if (store) {
+      std::fill(flags, flags + bytes, 1);
+    } else if (std::find(flags, flags + bytes, 0) != flags + bytes) {
+      char buf[160];
+      std::snprintf(buf, sizeof buf,
+                    "initcheck: read of %zu bytes at 0x%" PRIxPTR
+                    " (offset %zu) that nothing has written, in ",
+                    bytes, a, static_cast<std::size_t>(a - r.lo));
+      memory_fault(Fault::Kind::uninitialized_read,
+                   buf + r.what + (r.space == Space::shared ? " since the block started" : ""), pc);
+    }
+  }
+  if (s.profiling && s.tile_depth == 0) record(r, a, bytes, store, pc);
+}
+
+void begin_tile_elements() { ++state().tile_depth; }
+void end_tile_elements() { --state().tile_depth; }
+
+void on_tile_access(const TileAccess& tile) {
+  State& s = state();
+  if (!s.in_launch || !s.profiling || wb_sim_current.active == 0) return;
+  const RuntimeScope own;
+  const auto base = reinterpret_cast<std::uintptr_t>(tile.base);
+  Region r;
+  if (!classify(base, tile.row_bytes, tile.store, nullptr, r)) return;
+  LaunchRecord& rec = s.records.back();
+  // ldmatrix's phases: for each 16-byte column of chunks, rows 0-7, then rows 8-15.
+  std::vector<std::vector<std::pair<std::uintptr_t, std::size_t>>> phases;
+  for (std::size_t chunk = 0; chunk < tile.row_bytes; chunk += kTileChunkBytes) {
+    for (unsigned first = 0; first < 16; first += kTileChunksPerPhase) {
+      phases.emplace_back();
+      for (unsigned row = first; row < first + kTileChunksPerPhase; ++row) {
+        phases.back().emplace_back(base + row * tile.ld_bytes + chunk,
+                                   std::min(kTileChunkBytes, tile.row_bytes - chunk));
+      }
+    }
+  }
+  add_request(rec, rec.by_site[site_string(tile.site)], r.space, tile.store,
+              buffer_slot(rec, r.buffer), phases);
+}
+
+void on_mma(int m, int n, int k) {
+  State& s = state();
+  if (s.in_launch && s.profiling) s.records.back().profile.mma_flops += 2ull * m * n * k;
+}
+
+}  // namespace detail
+
+// ---- Public API ----------------------------------------------------------------------------
+
+bool instrumented() { return detail::state().instrumented; }
+
+void label_device_buffer(const void* ptr, const char* name) {
+  detail::State& s = detail::state();
+  auto it = s.buffers.find(reinterpret_cast<std::uintptr_t>(ptr));
+  if (it != s.buffers.end()) it->second.name = name;
+}
+
+void start_profile() {
+  detail::State& s = detail::state();
+  if (!s.instrumented) {
+    throw std::logic_error(
+        "wb::sim::start_profile: this program's kernels are not instrumented (run its "
+        "instrumented twin)");
+  }
+  s.records.clear();
+  s.profiling = true;
+}
+
+std::vector<LaunchProfile> stop_profile() {
+  detail::State& s = detail::state();
+  s.profiling = false;
+  // One addr2line run for every instruction of every launch.
+  std::vector<const void*> pcs;
+  for (const detail::LaunchRecord& rec : s.records) {
+    for (const auto& [pc, counts] : rec.by_pc) pcs.push_back(pc);
+  }
+  const std::vector<std::string> lines = detail::kernel_lines(pcs);
+  std::size_t next = 0;
+  std::vector<LaunchProfile> out;
+  for (detail::LaunchRecord& rec : s.records) {
+    std::map<std::string, TrafficCounts> by_line = rec.by_site;
+    for (const auto& [pc, counts] : rec.by_pc) by_line[lines[next++]] += counts;
+    for (auto& [where, counts] : by_line) rec.profile.lines.push_back(LineTraffic{where, counts});
+    std::stable_sort(rec.profile.lines.begin(), rec.profile.lines.end(),
+                     [](const LineTraffic& a, const LineTraffic& b) {
+                       return a.counts.global_load.bytes + a.counts.global_store.bytes >
+                              b.counts.global_load.bytes + b.counts.global_store.bytes;
+                     });
+    out.push_back(std::move(rec.profile));
+  }
+  s.records.clear();
+  return out;
+}
+
+}  // namespace wb::sim

@@ -1,0 +1,205 @@
+// memcheck and initcheck in the instrumented simulator: each planted bug is reported as a
+// Fault naming the kernel, block, thread, address, what the access missed and the kernel's
+// source line; the same kernels without the bug pass. Built only as an instrumented binary
+// (test_sim_access, tests/sim/CMakeLists.txt), suite "memcheck".
+#include <doctest/doctest.h>
+
+#include <string>
+#include <vector>
+
+#include "common/buffer.hpp"
+#include "common/kernel.cuh"
+#include "common/sim/access.hpp"
+#include "tests/sim/fault_of.hpp"
+
+namespace {
+
+using wb::Backend;
+using wb::DeviceBuffer;
+using Kind = wb::sim::Fault::Kind;
+
+constexpr int kThreads = 64;
+
+// The planted lines, recorded where they are written, so the tests can require them.
+constexpr int kCopyLine = __LINE__ + 4;
+// out[i] = in[i + shift]: shift 1 reads one element past `in` in the last thread.
+__global__ void shifted_copy_kernel(const float* in, float* out, int n, int shift) {
+  const int i = static_cast<int>(blockIdx.x * blockDim.x + threadIdx.x);
+  if (i < n) out[i] = in[i + shift];
+}
+
+constexpr int kStoreLine = __LINE__ + 4;
+// out[i + shift] = 1: shift 1 writes one element past `out` in the last thread.
+__global__ void shifted_store_kernel(float* out, int n, int shift) {
+  const int i = static_cast<int>(blockIdx.x * blockDim.x + threadIdx.x);
+  if (i < n) out[i + shift] = 1.0f;
+}
+
+constexpr int kStaticLine = __LINE__ + 6;
+// A static __shared__ tile of kThreads floats read at threadIdx.x + shift.
+__global__ void static_tile_kernel(float* out, int shift) {
+  __shared__ float tile[kThreads];
+  tile[threadIdx.x] = static_cast<float>(threadIdx.x);
+  __syncthreads();
+  out[threadIdx.x] = tile[(threadIdx.x + static_cast<unsigned>(shift)) % (kThreads + 1)];
+}
+
+constexpr int kDynamicLine = __LINE__ + 6;
+// The launch's dynamic shared memory (kThreads floats) written at threadIdx.x + shift.
+__global__ void dynamic_tile_kernel(float* out, int shift) {
+  float* tile = wb::dynamic_shared<float>();
+  tile[threadIdx.x] = 0.0f;
+  __syncthreads();
+  tile[threadIdx.x + static_cast<unsigned>(shift)] = 1.0f;
+  __syncthreads();
+  out[threadIdx.x] = tile[threadIdx.x];
+}
+
+constexpr int kAccumulateLine = __LINE__ + 4;
+// y[i] += x[i]: reads y, so y must hold values before the launch.
+__global__ void accumulate_kernel(const float* x, float* y, int n) {
+  const int i = static_cast<int>(blockIdx.x * blockDim.x + threadIdx.x);
+  if (i < n) y[i] += x[i];
+}
+
+constexpr int kSharedUnwrittenLine = __LINE__ + 8;
+// Each thread writes tile[t] for t < written, then reads its right neighbour's slot:
+// written < kThreads leaves a slot that is read but never written.
+__global__ void neighbour_kernel(float* out, int written) {
+  float* tile = wb::dynamic_shared<float>();
+  const unsigned t = threadIdx.x;
+  if (static_cast<int>(t) < written) tile[t] = static_cast<float>(t);
+  __syncthreads();
+  out[t] = tile[(t + 1) % kThreads];
+}
+
+std::string at_line(int line) { return "tests/sim/test_memcheck.cpp:" + std::to_string(line); }
+
+}  // namespace
+
+TEST_SUITE("memcheck") {
+
+TEST_CASE("this binary is instrumented") { CHECK(wb::sim::instrumented()); }
+
+TEST_CASE("a read one element past a global buffer names the buffer, thread and line") {
+  const int n = 2 * kThreads - 5;  // the last block is partial
+  DeviceBuffer<float> in(Backend::sim, std::vector<float>(n, 1.0f));
+  DeviceBuffer<float> out(Backend::sim, n);
+  wb::sim::label_device_buffer(in.data(), "in");
+  wb::launch<shifted_copy_kernel>(dim3(2), dim3(kThreads), 0, in.data(), out.data(), n, 0);
+  const std::string what = wb::test::fault_of(Kind::memory_access, [&] {
+    wb::launch<shifted_copy_kernel>(dim3(2), dim3(kThreads), 0, in.data(), out.data(), n, 1);
+  });
+  INFO(what);
+  CHECK(what.find("kernel shifted_copy_kernel, block (1,0,0), thread (58,0,0)") != std::string::npos);
+  CHECK(what.find("memcheck: invalid read of 4 bytes") != std::string::npos);
+  CHECK(what.find("0 bytes past the end of device buffer in (") != std::string::npos);
+  CHECK(what.find(at_line(kCopyLine)) != std::string::npos);
+}
+
+TEST_CASE("a write one element past a global buffer is reported") {
+  const int n = kThreads + 7;
+  DeviceBuffer<float> out(Backend::sim, n);
+  wb::launch<shifted_store_kernel>(dim3(2), dim3(kThreads), 0, out.data(), n, 0);
+  const std::string what = wb::test::fault_of(Kind::memory_access, [&] {
+    wb::launch<shifted_store_kernel>(dim3(2), dim3(kThreads), 0, out.data(), n, 1);
+  });
+  INFO(what);
+  CHECK(what.find("thread (6,0,0)") != std::string::npos);
+  CHECK(what.find("memcheck: invalid write of 4 bytes") != std::string::npos);
+  CHECK(what.find("0 bytes past the end of device buffer #") != std::string::npos);
+  CHECK(what.find(at_line(kStoreLine)) != std::string::npos);
+}
+
+TEST_CASE("a read one element past a static __shared__ array is reported") {
+  DeviceBuffer<float> out(Backend::sim, kThreads);
+  wb::launch<static_tile_kernel>(dim3(1), dim3(kThreads), 0, out.data(), 0);
+  const std::string what = wb::test::fault_of(Kind::memory_access, [&] {
+    wb::launch<static_tile_kernel>(dim3(1), dim3(kThreads), 0, out.data(), kThreads);
+  });
+  INFO(what);
+  // Thread 1 reads tile[(1 + 64) % 65] = tile[0]; thread 0 reads tile[64], one past the end.
+  CHECK(what.find("thread (0,0,0)") != std::string::npos);
+  CHECK(what.find("0 bytes past the end of the __shared__ array") != std::string::npos);
+  CHECK(what.find("static_tile_kernel(float*, int)::tile (256 bytes)") != std::string::npos);
+  CHECK(what.find(at_line(kStaticLine)) != std::string::npos);
+}
+
+TEST_CASE("a write one element past the dynamic shared memory is reported") {
+  DeviceBuffer<float> out(Backend::sim, kThreads);
+  const std::size_t bytes = kThreads * sizeof(float);
+  wb::launch<dynamic_tile_kernel>(dim3(1), dim3(kThreads), bytes, out.data(), 0);
+  const std::string what = wb::test::fault_of(Kind::memory_access, [&] {
+    wb::launch<dynamic_tile_kernel>(dim3(1), dim3(kThreads), bytes, out.data(), 1);
+  });
+  INFO(what);
+  CHECK(what.find("thread (63,0,0)") != std::string::npos);
+  CHECK(what.find("memcheck: invalid write of 4 bytes") != std::string::npos);
+  CHECK(what.find("0 bytes past the end of the block's dynamic shared memory (256 bytes)") !=
+        std::string::npos);
+  CHECK(what.find(at_line(kDynamicLine)) != std::string::npos);
+}
+
+TEST_CASE("initcheck: reading an output buffer nothing wrote is reported") {
+  const int n = 100;
+  DeviceBuffer<float> x(Backend::sim, std::vector<float>(n, 2.0f));
+  DeviceBuffer<float> y(Backend::sim, n);
+  wb::sim::label_device_buffer(y.data(), "y");
+  const std::string what = wb::test::fault_of(Kind::uninitialized_read, [&] {
+    wb::launch<accumulate_kernel>(dim3(2), dim3(kThreads), 0, x.data(), y.data(), n);
+  });
+  INFO(what);
+  CHECK(what.find("thread (0,0,0)") != std::string::npos);
+  CHECK(what.find("initcheck: read of 4 bytes") != std::string::npos);
+  CHECK(what.find("(offset 0) that nothing has written, in device buffer y") != std::string::npos);
+  CHECK(what.find(at_line(kAccumulateLine)) != std::string::npos);
+  // Written first (a fill counts, as cudaMemset does), the same launch is clean.
+  y.fill_zero();
+  wb::launch<accumulate_kernel>(dim3(2), dim3(kThreads), 0, x.data(), y.data(), n);
+  CHECK(y.download()[n - 1] == 2.0f);
+}
+
+TEST_CASE("initcheck: reading shared memory no thread of the block wrote is reported") {
+  DeviceBuffer<float> out(Backend::sim, kThreads);
+  const std::size_t bytes = kThreads * sizeof(float);
+  wb::launch<neighbour_kernel>(dim3(2), dim3(kThreads), bytes, out.data(), kThreads);
+  const std::string what = wb::test::fault_of(Kind::uninitialized_read, [&] {
+    wb::launch<neighbour_kernel>(dim3(2), dim3(kThreads), bytes, out.data(), kThreads - 1);
+  });
+  INFO(what);
+  // Thread 62 reads slot 63, which only thread 63 would have written.
+  CHECK(what.find("block (0,0,0), thread (62,0,0)") != std::string::npos);
+  CHECK(what.find("(offset 252) that nothing has written, in the block's dynamic shared memory") !=
+        std::string::npos);
+  CHECK(what.find(at_line(kSharedUnwrittenLine)) != std::string::npos);
+}
+
+TEST_CASE("what an earlier block wrote to shared memory does not count for the next block") {
+  // Block 0 writes every slot; block 1 skips slot 63. Real shared memory holds the previous
+  // block's bytes, which is exactly the stale value a missing write would read.
+  DeviceBuffer<float> out(Backend::sim, kThreads);
+  const std::size_t bytes = kThreads * sizeof(float);
+  const std::string what = wb::test::fault_of(Kind::uninitialized_read, [&] {
+    wb::launch<neighbour_kernel>(dim3(1), dim3(kThreads), bytes, out.data(), kThreads);
+    wb::launch<neighbour_kernel>(dim3(1), dim3(kThreads), bytes, out.data(), kThreads - 1);
+  });
+  INFO(what);
+  CHECK(what.find("thread (62,0,0)") != std::string::npos);
+}
+
+TEST_CASE("a freed buffer is no longer device memory") {
+  const int n = kThreads;
+  DeviceBuffer<float> out(Backend::sim, n);
+  const float* dangling = nullptr;
+  {
+    DeviceBuffer<float> in(Backend::sim, std::vector<float>(n, 1.0f));
+    dangling = in.data();
+  }
+  const std::string what = wb::test::fault_of(Kind::memory_access, [&] {
+    wb::launch<shifted_copy_kernel>(dim3(1), dim3(kThreads), 0, dangling, out.data(), n, 0);
+  });
+  INFO(what);
+  CHECK(what.find("memcheck: invalid read of 4 bytes") != std::string::npos);
+}
+
+}  // TEST_SUITE("memcheck")
