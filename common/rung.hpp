@@ -24,6 +24,7 @@
 
 #include <climits>
 #include <cstddef>
+#include <cstdint>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -103,6 +104,15 @@ inline RungLimits attention_limits(std::vector<Dtype> dtypes, int max_head_dim,
   return l;
 }
 
+/// The global-memory traffic a rung's header promises for one call: exact bytes, counted by the
+/// simulator's profile mode in the tests (tests/traffic_checks.hpp) and printed by
+/// `chNN --profile` next to what was counted.
+struct Traffic {
+  std::uint64_t loaded = 0;  ///< bytes read from global memory, all launches of the call
+  std::uint64_t stored = 0;  ///< bytes written
+  std::string formula;       ///< the claim in words, e.g. "x read 3 times, y written once"
+};
+
 /// One rung of a ladder over the arguments `Args` of its op.
 template <typename Args>
 struct Rung {
@@ -110,6 +120,8 @@ struct Rung {
   const char* change;  ///< the one thing it changes from the rung before
   RungLimits limits;
   void (*launch)(const Args& args);  ///< launches on the ladder's backend
+  /// What its header says it moves for `args` (the derivation's traffic formula).
+  Traffic (*traffic)(const Args& args) = nullptr;
 };
 
 template <typename Args>

@@ -8,6 +8,7 @@
 
 #include <cstddef>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "common/attention_inputs.hpp"
@@ -74,5 +75,13 @@ std::string refusal(const RungLimits& limits, const AttentionArgs& a);
 std::string dtypes_string(const std::vector<Dtype>& dtypes, const char* separator = ", ");
 /// The limits in a few words: "cols <= 1024; fp32, fp16, bf16".
 std::string describe(const RungLimits& limits);
+
+/// The traffic of a row op that reads each element of x `reads` times and writes each element
+/// of y `writes` times (Rung::traffic): rows * cols elements of args.dtype.
+inline Traffic per_element_traffic(const RowArgs& args, int reads, int writes, std::string formula) {
+  const std::uint64_t bytes = static_cast<std::uint64_t>(args.rows) *
+                              static_cast<std::uint64_t>(args.cols) * dtype_bytes(args.dtype);
+  return {reads * bytes, writes * bytes, std::move(formula)};
+}
 
 }  // namespace wb

@@ -90,16 +90,22 @@ struct Kernels {
   static void warp_shuffle(const RowArgs& a);
 };
 
+/// Every rung of this chapter makes the three passes of eqs. (3)-(5) over global memory: x is
+/// read for the max, again for the sum, again to normalize; y is written once.
+inline Traffic three_passes(const RowArgs& a) {
+  return per_element_traffic(a, 3, 1, "3 reads of x (max, sum, normalize) + 1 write of y");
+}
+
 // [ladder]
 /// The ladder in order, each rung one idea better than the one before (softmax_kernels.cuh).
 template <Backend B>
 Ladder<RowArgs> kernel_ladder() {
   return {{"thread_per_row", "the CPU loop, one thread per row", row_limits(kAnyCols),
-           &Kernels<B>::thread_per_row},
+           &Kernels<B>::thread_per_row, &three_passes},
           {"block_per_row", "256 threads share a row, partial results reduced by a shared-memory tree",
-           row_limits(kAnyCols), &Kernels<B>::block_per_row},
+           row_limits(kAnyCols), &Kernels<B>::block_per_row, &three_passes},
           {"warp_shuffle", "the reductions go through warp shuffles: 2 barriers instead of 10",
-           row_limits(kAnyCols), &Kernels<B>::warp_shuffle}};
+           row_limits(kAnyCols), &Kernels<B>::warp_shuffle, &three_passes}};
 }
 // [ladder]
 

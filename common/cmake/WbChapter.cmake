@@ -10,7 +10,7 @@
 #   tests/test_NN_name*.cpp  the chapter's doctest files (one, or several split by concern),
 #                   one binary registered with CTest as NN_name/cpu, NN_name/sim,
 #                   NN_name/sim-race (race mode), NN_name/sim-memcheck (memcheck and
-#                   initcheck), NN_name/cuda, and
+#                   initcheck), NN_name/sim-profile (traffic counts), NN_name/cuda, and
 #                   NN_name/exercise-stub-fails when the chapter has an exercise
 include_guard(GLOBAL)
 
@@ -149,6 +149,9 @@ function(wb_add_chapter_tests chapter ch test_sources)
   if(instrumented_exe)
     add_test(NAME ${chapter}/sim-memcheck COMMAND ${instrumented_exe} --test-suite=sim)
     set_tests_properties(${chapter}/sim-memcheck PROPERTIES LABELS "sim;memcheck")
+    # Profile mode: every rung moves exactly the bytes its header states (tests/traffic_checks.hpp).
+    add_test(NAME ${chapter}/sim-profile COMMAND ${instrumented_exe} --test-suite=profile)
+    set_tests_properties(${chapter}/sim-profile PROPERTIES LABELS "sim;profile")
   endif()
 endfunction()
 
