@@ -1,5 +1,9 @@
 #include "common/program.hpp"
 
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
 #include <exception>
 #include <iostream>
 #include <ostream>
@@ -9,7 +13,35 @@
 #include "common/table.hpp"
 #include "common/timer.hpp"
 
+// True in an instrumented twin (common/sim/access.hpp). A weak reference: wb_common does not
+// link the simulator, the chapter programs do.
+namespace wb::sim {
+bool instrumented() __attribute__((weak));
+}  // namespace wb::sim
+
 namespace wb {
+
+namespace {
+
+bool this_program_is_instrumented() {
+  return sim::instrumented != nullptr && sim::instrumented();
+}
+
+/// --profile in an ordinary build: runs the program's instrumented twin, chNN_instrumented
+/// next to it, with the same arguments. Returns only when that fails (the exit code).
+int run_instrumented_twin(const Cli& cli, char** argv) {
+  char self[4096];
+  const ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
+  if (n <= 0) return cli.error("--profile: cannot find this program's path");
+  const std::string twin = std::string(self, static_cast<std::size_t>(n)) + "_instrumented";
+  std::cout.flush();
+  execv(twin.c_str(), argv);
+  return cli.error("--profile runs " + twin + ", the program's instrumented twin, which " +
+                   (errno == ENOENT ? "is not built (it needs GCC; docs/simulator.md)"
+                                    : "cannot run: " + std::string(std::strerror(errno))));
+}
+
+}  // namespace
 
 int parse_program(Cli& cli, int argc, char** argv, ProgramOptions* options) {
   std::string backend_name = cuda_available() ? "cuda" : "sim";
@@ -19,9 +51,18 @@ int parse_program(Cli& cli, int argc, char** argv, ProgramOptions* options) {
       .flag("--trace", &options->trace_only, "print the worked trace only")
       .flag("--list", &options->list,
             "print the kernel ladder: each rung, what it changes, what it takes (--csv FILE, "
-            "or - for standard output: as CSV)");
+            "or - for standard output: as CSV)")
+      .flag("--profile", &options->profile,
+            "count each rung's memory traffic on the simulator: bytes per element against the "
+            "header's formula, sectors per request, bank conflicts (docs/simulator.md)");
   options->bench.add_to(cli, options->offers_bench);
   if (const int code = cli.parse(argc, argv); code >= 0) return code;
+  if (options->profile) {
+    if (options->bench.enabled || options->list)
+      return cli.error("--profile runs alone (not with --bench or --list)");
+    if (!this_program_is_instrumented()) return run_instrumented_twin(cli, argv);
+    backend_name = "sim";  // profile mode counts the simulator's accesses
+  }
   if (const int code = options->bench.validate(cli, options->list); code >= 0) return code;
   if (std::string why; !parse_backend(backend_name, &options->backend, &why))
     return cli.error(why);

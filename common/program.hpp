@@ -28,9 +28,10 @@ struct ProgramOptions {
   BenchOptions bench;
   bool offers_bench = true;  ///< set false before parsing where the program has no --bench
   bool list = false;         ///< --list: print the kernel ladder (--csv FILE: as CSV) and stop
+  bool profile = false;      ///< --profile: count each rung's traffic (common/ladder_profile.hpp)
 };
 
-/// Adds --seed, --backend (default: cuda with a GPU, else sim), --trace, --list and the
+/// Adds --seed, --backend (default: cuda with a GPU, else sim), --trace, --list, --profile and the
 /// benchmark options to `cli`, parses argv, resolves the backend. Returns -1 when the program should go
 /// on, else the exit code: 0 after --help, 2 after a one-line error.
 int parse_program(Cli& cli, int argc, char** argv, ProgramOptions* options);

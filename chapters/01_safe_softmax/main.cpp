@@ -73,6 +73,8 @@ int main(int argc, char** argv) {
   if (options.list) return list_ladder(options, "01_safe_softmax", "softmax", make_ladder);
   if (const int code = check_matrix_size(cli, options, rows, cols); code >= 0) return code;
   const Ladder<RowArgs> ladder = select_kernel_backend(options.backend, make_ladder);
+  if (options.profile)
+    return run_guarded(cli, [&] { return profile_softmax(ladder, rows, cols, options.seed); });
   if (options.bench.enabled)
     return run_guarded(cli, [&] {
       return bench_softmax("01_safe_softmax", ladder, options.bench, rows, cols, options.seed);

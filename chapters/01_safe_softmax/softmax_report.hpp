@@ -12,6 +12,7 @@
 #include "common/bench.hpp"
 #include "common/dtype.hpp"
 #include "common/inputs.hpp"
+#include "common/ladder_profile.hpp"
 #include "common/ladder_run.hpp"
 #include "common/program.hpp"
 #include "common/reference.hpp"
@@ -67,6 +68,21 @@ inline int bench_softmax(const std::string& chapter, const Ladder<RowArgs>& ladd
                  Work::moving(softmax_bytes(rows, cols, dtype_bytes(dtype))));
   }
   return bench.finish();
+}
+
+/// --profile: every rung of `ladder` (sim kernels) on (rows, cols) of randn in each of `dtypes`,
+/// its memory traffic counted by the simulator (common/ladder_profile.hpp).
+inline int profile_softmax(const Ladder<RowArgs>& ladder, int rows, int cols, std::uint64_t seed,
+                           const std::vector<Dtype>& dtypes = {Dtype::fp32}) {
+  const std::vector<float> x = make_input(InputKind::randn, rows, cols, seed);
+  for (Dtype dtype : dtypes) {
+    RowBuffers buffers(Backend::sim, x, rows, cols, dtype);
+    sim::label_device_buffer(buffers.x.data(), "x");
+    sim::label_device_buffer(buffers.y.data(), "y");
+    profile_ladder(ladder, buffers.args, std::uint64_t(rows) * std::uint64_t(cols), "element",
+                   "softmax " + shape_string(rows, cols) + " " + to_string(dtype));
+  }
+  return 0;
 }
 
 }  // namespace wb::ch01

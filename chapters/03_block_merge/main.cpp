@@ -125,6 +125,10 @@ int main(int argc, char** argv) {
   if (const int code = check_matrix_size(cli, options, rows, cols); code >= 0) return code;
   const Ladder<RowArgs> ladder = select_kernel_backend(options.backend, make_ladder);
   const std::vector<Dtype> dtypes = dtypes_of_option(dtype);
+  if (options.profile) {
+    return run_guarded(
+        cli, [&] { return ch01::profile_softmax(ladder, rows, cols, options.seed, dtypes); });
+  }
   if (options.bench.enabled)
     return run_guarded(cli, [&] {
       return ch01::bench_softmax("03_block_merge", ladder, options.bench, rows, cols, options.seed,

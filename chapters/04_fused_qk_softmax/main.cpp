@@ -8,6 +8,7 @@
 #include "chapters/04_fused_qk_softmax/attention_naive.hpp"
 #include "chapters/04_fused_qk_softmax/fused_softmax.hpp"
 #include "common/attention_inputs.hpp"
+#include "common/attention_profile.hpp"
 #include "common/attention_report.hpp"
 #include "common/cli.hpp"
 #include "common/compare.hpp"
@@ -108,6 +109,11 @@ int main(int argc, char** argv) {
       code >= 0)
     return code;
   const Ladder<AttentionArgs> ladder = select_kernel_backend(options.backend, make_ladder);
+  if (options.profile) {
+    return run_guarded(cli, [&] {
+      return profile_attention(ladder, shape, options.seed, false, Dtype::fp32);
+    });
+  }
   return run_chapter(
       cli, options, print_intro, print_trace,
       [&] { report(options.backend, ladder, shape, options.seed); },

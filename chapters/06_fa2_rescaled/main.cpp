@@ -17,6 +17,7 @@
 #include "chapters/06_fa2_rescaled/fa2.hpp"
 #include "chapters/06_fa2_rescaled/memory_probe.hpp"
 #include "common/attention_inputs.hpp"
+#include "common/attention_profile.hpp"
 #include "common/attention_report.hpp"
 #include "common/bench.hpp"
 #include "common/cli.hpp"
@@ -265,9 +266,14 @@ int main(int argc, char** argv) {
   const auto make_ladder = [](auto b) { return kernel_ladder<decltype(b)::value>(); };
   if (options.list) return list_ladder(options, "06_fa2_rescaled", "attention", make_ladder);
   const AttentionShape shape = shape_options.resolve(options.backend);
-  if (!options.bench.enabled && (causal || dtype != "fp32"))
-    return cli.error("--causal and --dtype only apply with --bench (the report runs both)");
+  if (!options.bench.enabled && !options.profile && (causal || dtype != "fp32"))
+    return cli.error("--causal and --dtype only apply with --bench or --profile (the report runs both)");
   const Ladder<AttentionArgs> ladder = select_kernel_backend(options.backend, make_ladder);
+  if (options.profile) {
+    return run_guarded(cli, [&] {
+      return profile_attention(ladder, shape, options.seed, causal, dtypes_of_option(dtype).front());
+    });
+  }
   if (options.bench.enabled) {
     if (shape.q_elems() > kMaxBenchElements || shape.kv_elems() > kMaxBenchElements)
       return cli.error("--bh x --lq x --d or --bh x --lk x --d exceeds 2^31 elements");

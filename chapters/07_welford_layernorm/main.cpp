@@ -13,6 +13,7 @@
 #include "common/compare.hpp"
 #include "common/dtype.hpp"
 #include "common/inputs.hpp"
+#include "common/ladder_profile.hpp"
 #include "common/ladder_run.hpp"
 #include "common/program.hpp"
 #include "common/reference_layernorm.hpp"
@@ -242,6 +243,28 @@ int run_bench(const Ladder<LayerNormArgs>& ladder, const BenchOptions& options,
   return bench.finish();
 }
 
+// --profile: every rung of `ladder` (sim kernels) on (rows, cols) of randn in every selected
+// element type, its memory traffic counted by the simulator.
+int run_profile(const Ladder<LayerNormArgs>& ladder, const std::vector<Dtype>& dtypes, int rows,
+                int cols, std::uint64_t seed) {
+  const std::size_t n = static_cast<std::size_t>(cols);
+  const std::vector<float> x = make_input(InputKind::randn, rows, cols, seed);
+  const Affine affine{randn(n, seed, 1.f, 0.5f), randn(n, seed + 1, 0.f, 0.5f)};
+  for (Dtype dtype : dtypes) {
+    LayerNormBuffers buffers(Backend::sim, x, affine.gamma, affine.beta, rows, cols, kDefaultEps,
+                             dtype);
+    sim::label_device_buffer(buffers.x.data(), "x");
+    sim::label_device_buffer(buffers.gamma.data(), "gamma");
+    sim::label_device_buffer(buffers.beta.data(), "beta");
+    sim::label_device_buffer(buffers.y.data(), "y");
+    sim::label_device_buffer(buffers.mean.data(), "mean");
+    sim::label_device_buffer(buffers.rstd.data(), "rstd");
+    profile_ladder(ladder, buffers.args, std::uint64_t(rows) * std::uint64_t(cols), "element",
+                   "layernorm " + shape_string(rows, cols) + " " + to_string(dtype));
+  }
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -260,6 +283,8 @@ int main(int argc, char** argv) {
   if (const int code = check_matrix_size(cli, options, rows, cols); code >= 0) return code;
   const std::vector<Dtype> dtypes = dtypes_of_option(dtype);
   const Ladder<LayerNormArgs> ladder = select_kernel_backend(options.backend, make_ladder);
+  if (options.profile)
+    return run_guarded(cli, [&] { return run_profile(ladder, dtypes, rows, cols, options.seed); });
   if (options.bench.enabled)
     return run_guarded(
         cli, [&] { return run_bench(ladder, options.bench, dtypes, rows, cols, options.seed); });

@@ -65,6 +65,8 @@ function(_wb_exercise_kernels ch suffix kernels exercise_kernel exercise_header)
 endfunction()
 
 function(wb_add_chapter)
+  # PROFILE_ARGS: a small shape for the CI run of `chNN --profile` (test NN_name/profile-runs).
+  cmake_parse_arguments(arg "" "" "PROFILE_ARGS" ${ARGN})
   get_filename_component(chapter ${CMAKE_CURRENT_SOURCE_DIR} NAME)  # 01_safe_softmax
   string(SUBSTRING ${chapter} 0 2 number)
   set(ch ch${number})
@@ -96,6 +98,15 @@ function(wb_add_chapter)
 
   add_executable(${ch} main.cpp)
   target_link_libraries(${ch} PRIVATE ${ch}_lib wb_warnings)
+  # chNN_instrumented: what `chNN --profile` runs (common/ladder_profile.hpp). The test runs
+  # the ordinary program, which hands over to its twin, on a small shape.
+  wb_sim_instrumented_variant(${ch} OUTPUT_VARIABLE instrumented_program)
+  if(instrumented_program)
+    add_test(NAME ${chapter}/profile-runs COMMAND ${ch} --profile ${arg_PROFILE_ARGS})
+    set_tests_properties(${chapter}/profile-runs PROPERTIES LABELS profile
+      PASS_REGULAR_EXPRESSION "Profile: global-memory traffic counted by the simulator"
+      FAIL_REGULAR_EXPRESSION "differs!|error")
+  endif()
   # Bad input gets one line on stderr and exit code 2 (common/cmake/expect_refusal.cmake).
   foreach(bad "unknown-option|--no-such-option|unknown option" "not-a-number|--seed,12ab|--seed expects"
               "negative-seed|--seed,-1|--seed expects" "unknown-backend|--backend,tpu|--backend expects")

@@ -1,0 +1,115 @@
+// `chNN --profile`: every rung of a chapter's ladder run once on the simulator's profile mode
+// (common/sim/access.hpp), one table row per rung: the global bytes it moved per element (or per
+// attention row) next to what its header states (Rung::traffic), how well its requests
+// coalesce (32-byte sectors per request), its shared-memory bank conflicts (wavefronts per
+// request against the conflict-free count), and the time that traffic alone would take at a
+// measured copy bandwidth. Under it, the source lines that moved the most bytes.
+//
+// Only an instrumented twin can count (chNN_instrumented, built next to chNN); parse_program
+// runs it for `chNN --profile`. Included by chapter programs, which link the simulator.
+#pragma once
+
+#include <algorithm>
+#include <cstdint>
+#include <iostream>
+#include <string>
+#include <vector>
+
+#include "common/rung.hpp"
+#include "common/sim/access.hpp"
+#include "common/table.hpp"
+
+namespace wb {
+
+/// The copy bandwidth the ideal times assume: NVIDIA H100 80GB HBM3, measured by
+/// bench/bench_vs_torch.py on 2026-11-22 (torch copy_ of 1 GiB: 3000.6 GB/s; the programs'
+/// device-to-device copy: 3005-3007 GB/s).
+inline constexpr double kProfileCopyBytesPerSecond = 3.0e12;
+inline constexpr const char* kProfileCopyDevice = "H100 80GB HBM3 copy, 3.0 TB/s";
+
+namespace detail {
+
+inline std::string per_unit(std::uint64_t bytes, std::uint64_t units) {
+  return fixed(static_cast<double>(bytes) / static_cast<double>(units), 2);
+}
+
+inline std::string ratio(std::uint64_t a, std::uint64_t b) {
+  return b == 0 ? std::string("-") : fixed(static_cast<double>(a) / static_cast<double>(b), 2);
+}
+
+}  // namespace detail
+
+/// Runs each rung of `ladder` (sim kernels) that takes `args` under profile mode and prints the
+/// table; `units` is what the bytes are divided by (rows * cols elements, or attention rows),
+/// `unit` its name. Returns the program's exit code.
+template <typename Args>
+int profile_ladder(const Ladder<Args>& ladder, const Args& args, std::uint64_t units,
+                   const std::string& unit, const std::string& shape) {
+  using sim::LaunchProfile;
+  std::cout << "Profile: global-memory traffic counted by the simulator, " << shape << " ("
+            << units << " " << unit << "s)\n";
+  Table t({"rung", "loaded B/" + unit, "stored B/" + unit, "header states", "sectors/req ld",
+           "sectors/req st", "shared wavefronts/req", "conflict", "ideal us at 3.0 TB/s"});
+  std::vector<std::string> skipped, lines;
+  for (const Rung<Args>& rung : ladder) {
+    if (const std::string why = why_refused(rung, args); !why.empty()) {
+      skipped.push_back(std::string(rung.name) + ": " + why);
+      continue;
+    }
+    sim::start_profile();
+    rung.launch(args);
+    const std::vector<LaunchProfile> launches = sim::stop_profile();
+    sim::TrafficCounts total;
+    std::vector<sim::LineTraffic> by_line;
+    for (const LaunchProfile& p : launches) {
+      total += p.counts;
+      by_line.insert(by_line.end(), p.lines.begin(), p.lines.end());
+    }
+    std::string stated = "-";
+    if (rung.traffic != nullptr) {
+      const Traffic tr = rung.traffic(args);
+      stated = detail::per_unit(tr.loaded, units) + " + " + detail::per_unit(tr.stored, units);
+      if (tr.loaded != total.global_load.bytes || tr.stored != total.global_store.bytes)
+        stated += " (differs!)";
+    }
+    const sim::AccessCounts shared_all = [&] {
+      sim::AccessCounts c = total.shared_load;
+      c += total.shared_store;
+      return c;
+    }();
+    const double bytes = static_cast<double>(total.global_load.bytes + total.global_store.bytes);
+    t.add_row({rung.name, detail::per_unit(total.global_load.bytes, units),
+               detail::per_unit(total.global_store.bytes, units), stated,
+               detail::ratio(total.global_load.units, total.global_load.requests),
+               detail::ratio(total.global_store.units, total.global_store.requests),
+               detail::ratio(shared_all.units, shared_all.requests),
+               detail::ratio(shared_all.units, shared_all.ideal_units),
+               fixed(bytes / kProfileCopyBytesPerSecond * 1e6, 2)});
+    std::stable_sort(by_line.begin(), by_line.end(), [](const auto& a, const auto& b) {
+      return a.counts.global_load.bytes + a.counts.global_store.bytes >
+             b.counts.global_load.bytes + b.counts.global_store.bytes;
+    });
+    for (std::size_t i = 0; i < std::min<std::size_t>(3, by_line.size()); ++i) {
+      const sim::TrafficCounts& c = by_line[i].counts;
+      if (c.global_load.bytes + c.global_store.bytes == 0) break;
+      lines.push_back(std::string(rung.name) + ": " + by_line[i].where + " moves " +
+                      detail::per_unit(c.global_load.bytes + c.global_store.bytes, units) + " B/" +
+                      unit);
+    }
+  }
+  t.print(std::cout);
+  std::cout << "  header states: loaded + stored bytes per " << unit
+            << " by the rung's traffic formula. sectors/req: 32-byte sectors per warp request "
+               "(4 for 32 consecutive floats). conflict: shared wavefronts over the "
+               "conflict-free count (1 = no bank conflicts). ideal: the counted bytes at the "
+            << kProfileCopyDevice << ".\n";
+  if (!lines.empty()) {
+    std::cout << "The source lines that move the most bytes:\n";
+    for (const std::string& l : lines) std::cout << "  " << l << "\n";
+  }
+  for (const std::string& s : skipped) std::cout << "  skipped " << s << "\n";
+  std::cout << "\n";
+  return 0;
+}
+
+}  // namespace wb
