@@ -7,6 +7,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <string>
 #include <utility>
 #include <vector>
@@ -76,12 +77,66 @@ std::string dtypes_string(const std::vector<Dtype>& dtypes, const char* separato
 /// The limits in a few words: "cols <= 1024; fp32, fp16, bf16".
 std::string describe(const RungLimits& limits);
 
+// ------------------------------------------------------------------------------------------
+// Traffic formulas (Rung::traffic): the pieces the chapters' ladders state their bytes with
+// ------------------------------------------------------------------------------------------
+
 /// The traffic of a row op that reads each element of x `reads` times and writes each element
 /// of y `writes` times (Rung::traffic): rows * cols elements of args.dtype.
-inline Traffic per_element_traffic(const RowArgs& args, int reads, int writes, std::string formula) {
+inline Traffic per_element_traffic(const RowArgs& args, int reads, int writes,
+                                   std::string formula) {
   const std::uint64_t bytes = static_cast<std::uint64_t>(args.rows) *
                               static_cast<std::uint64_t>(args.cols) * dtype_bytes(args.dtype);
   return {reads * bytes, writes * bytes, std::move(formula)};
+}
+
+/// The traffic of a LayerNorm that reads each element of x `x_reads` times and writes y once;
+/// gamma and beta, where given, are read once per row (every row's block or group reads all
+/// cols of them: the bytes its lanes ask for, though after the first rows they come from
+/// cache); mean and rstd are one float each per row.
+inline Traffic layernorm_traffic(const LayerNormArgs& args, int x_reads, std::string formula) {
+  const std::uint64_t rows = static_cast<std::uint64_t>(args.rows);
+  const std::uint64_t elems =
+      rows * static_cast<std::uint64_t>(args.cols) * dtype_bytes(args.dtype);
+  const std::uint64_t affine = (args.gamma != nullptr ? 1 : 0) + (args.beta != nullptr ? 1 : 0);
+  return {(x_reads + affine) * elems, elems + 2 * rows * sizeof(float), std::move(formula)};
+}
+
+/// Bytes moved by one block of an attention kernel (or one head of it).
+struct TileTraffic {
+  std::uint64_t loaded = 0;
+  std::uint64_t stored = 0;
+};
+
+/// The bytes of `rows` rows of the head dimension (rows of Q, K, V or O) of args.dtype.
+inline std::uint64_t head_rows_bytes(const AttentionArgs& args, std::uint64_t rows) {
+  return rows * static_cast<std::uint64_t>(args.shape.d) * dtype_bytes(args.dtype);
+}
+
+/// The keys in the first `tiles` K/V tiles of `bc` keys: tiles x bc, less what the last tile
+/// lacks when it passes lk (the tile loads skip the rows past lk).
+inline std::uint64_t keys_in_tiles(int tiles, int bc, int lk) {
+  const std::uint64_t keys = static_cast<std::uint64_t>(tiles) * static_cast<std::uint64_t>(bc);
+  return keys < static_cast<std::uint64_t>(lk) ? keys : static_cast<std::uint64_t>(lk);
+}
+
+/// The traffic of an attention kernel with one block per (Q tile of `br` rows, head):
+/// per_tile(i0, rows) states the bytes of the block whose tile holds query rows
+/// [i0, i0 + rows) (rows < br for the last, short tile), summed over the ceil(lq / br) tiles of
+/// a head and over the bh heads (every head moves the same bytes).
+template <typename PerTile>
+Traffic per_q_tile_traffic(const AttentionArgs& args, int br, PerTile per_tile,
+                           std::string formula) {
+  Traffic t{0, 0, std::move(formula)};
+  for (int i0 = 0; i0 < args.shape.lq; i0 += br) {
+    const int rows = args.shape.lq - i0 < br ? args.shape.lq - i0 : br;
+    const TileTraffic tile = per_tile(i0, rows);
+    t.loaded += tile.loaded;
+    t.stored += tile.stored;
+  }
+  t.loaded *= static_cast<std::uint64_t>(args.shape.bh);
+  t.stored *= static_cast<std::uint64_t>(args.shape.bh);
+  return t;
 }
 
 }  // namespace wb

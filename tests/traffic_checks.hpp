@@ -5,13 +5,18 @@
 // or whole vectors fails.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <doctest/doctest.h>
 
+#include "common/attention_inputs.hpp"
 #include "common/rung.hpp"
+#include "common/rung_args.hpp"
+#include "common/rung_buffers.hpp"
 #include "common/sim/access.hpp"
 
 namespace wb::test {
@@ -69,6 +74,87 @@ void check_every_rung_counted(const Ladder<Args>& ladder, const std::vector<std:
     for (const std::string& name : took) counted = counted || name == rung.name;
     CHECK_MESSAGE(counted, rung.name, " took none of the traffic check's cases");
   }
+}
+
+/// A softmax shape: rows x cols.
+struct RowShape {
+  int rows, cols;
+};
+
+/// check_ladder_traffic on every shape, in every type of `dtypes`, over a constant x (traffic
+/// does not depend on the values). Returns the rungs that took some case.
+inline std::vector<std::string> check_row_ladder_traffic(const Ladder<RowArgs>& ladder,
+                                                         const std::vector<RowShape>& shapes,
+                                                         const std::vector<Dtype>& dtypes) {
+  std::vector<std::string> took;
+  for (const Dtype t : dtypes) {
+    for (const RowShape& s : shapes) {
+      RowBuffers buffers(Backend::sim,
+                         std::vector<float>(static_cast<std::size_t>(s.rows) * s.cols, 0.5f),
+                         s.rows, s.cols, t);
+      const std::vector<std::string> r = check_ladder_traffic(
+          ladder, buffers.args,
+          std::to_string(s.rows) + " x " + std::to_string(s.cols) + " " + to_string(t));
+      took.insert(took.end(), r.begin(), r.end());
+    }
+  }
+  return took;
+}
+
+/// check_ladder_traffic on every shape, in every type of `dtypes`, with gamma and beta where
+/// `affine`, else without (nullptr, which a kernel must not read). Returns the rungs that took
+/// some case.
+inline std::vector<std::string> check_layernorm_ladder_traffic(const Ladder<LayerNormArgs>& ladder,
+                                                               const std::vector<RowShape>& shapes,
+                                                               const std::vector<Dtype>& dtypes,
+                                                               bool affine) {
+  constexpr float kEps = 1e-5f;  // any eps > 0: traffic does not depend on it
+  std::vector<std::string> took;
+  for (const Dtype t : dtypes) {
+    for (const RowShape& s : shapes) {
+      const std::vector<float> x(static_cast<std::size_t>(s.rows) * s.cols, 0.5f);
+      const std::vector<float> gamma(affine ? s.cols : 0, 2.f), beta(affine ? s.cols : 0, 1.f);
+      LayerNormBuffers buffers(Backend::sim, x, gamma, beta, s.rows, s.cols, kEps, t);
+      const std::vector<std::string> r = check_ladder_traffic(
+          ladder, buffers.args,
+          std::to_string(s.rows) + " x " + std::to_string(s.cols) + " " + to_string(t) +
+              (affine ? " with gamma and beta" : " without gamma and beta"));
+      took.insert(took.end(), r.begin(), r.end());
+    }
+  }
+  return took;
+}
+
+/// check_ladder_traffic on every shape, in every type of `dtypes`, without and (where
+/// `causal`) with the causal mask, with the outputs every rung of the ladder writes; where
+/// tiles_br > 0 (the smallest Br of the rungs), each masked case again with a tiles_visited
+/// buffer of (bh, ceil(lq / tiles_br)) ints. Returns the rungs that took some case.
+inline std::vector<std::string> check_attention_ladder_traffic(
+    const Ladder<AttentionArgs>& ladder, const std::vector<AttentionShape>& shapes,
+    const std::vector<Dtype>& dtypes, bool causal, int tiles_br = 0) {
+  constexpr std::uint64_t kSeed = 7;
+  std::vector<std::string> took;
+  for (const Dtype t : dtypes) {
+    for (const AttentionShape& s : shapes) {
+      const float scale = default_scale(s.d);
+      const AttentionInputs in = make_attention_inputs(ScoreKind::randn, s, scale, kSeed);
+      for (const bool masked : {false, true}) {
+        if (masked && !causal) continue;
+        AttentionBuffers buffers(Backend::sim, in, s, scale, masked, t, ladder_outputs(ladder));
+        const std::string where = to_string(s) + " " + to_string(t) + (masked ? " causal" : "");
+        std::vector<std::string> r = check_ladder_traffic(ladder, buffers.args, where);
+        took.insert(took.end(), r.begin(), r.end());
+        if (masked && tiles_br > 0) {  // again, with the K/V tiles each block visits written out
+          DeviceBuffer<int> visited(
+              Backend::sim, static_cast<std::size_t>(s.bh) * ((s.lq + tiles_br - 1) / tiles_br));
+          buffers.args.tiles_visited = visited.data();
+          r = check_ladder_traffic(ladder, buffers.args, where + ", tiles_visited");
+          took.insert(took.end(), r.begin(), r.end());
+        }
+      }
+    }
+  }
+  return took;
 }
 
 }  // namespace wb::test

@@ -62,12 +62,18 @@ struct Kernels {
   static void online_thread_per_row(const RowArgs& a);
 };
 
+/// The two passes of eqs. (1), (4) and (6) over global memory: x is read once for the
+/// statistics (m, d') and again to normalize; y is written once.
+inline Traffic two_passes(const RowArgs& a) {
+  return per_element_traffic(a, 2, 1, "2 reads of x (statistics, normalize) + 1 write of y");
+}
+
 /// This chapter's ladder (one rung: the direct port of the CPU step).
 template <Backend B>
 Ladder<RowArgs> kernel_ladder() {
   return {{"online_thread_per_row",
            "chapter 01's thread_per_row with its max and sum passes fused: 2 reads per element",
-           row_limits(kAnyCols), &Kernels<B>::online_thread_per_row}};
+           row_limits(kAnyCols), &Kernels<B>::online_thread_per_row, &two_passes}};
 }
 
 }  // namespace wb::ch02

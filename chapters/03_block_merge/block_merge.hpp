@@ -261,6 +261,26 @@ struct Kernels {
   static void fast_softmax(const RowArgs& a);  ///< runs plan_fast_softmax()
 };
 
+/// Rungs 1, 2 and 4 make chapter 02's two passes over global memory: x read for the
+/// statistics (m, d) and again to normalize, y written once.
+inline Traffic two_passes(const RowArgs& a) {
+  return per_element_traffic(a, 2, 1, "2 reads of x (statistics, normalize) + 1 write of y");
+}
+
+/// warp_registers keeps the row in registers between the statistics and the normalization: x
+/// read once, y written once.
+inline Traffic row_in_registers(const RowArgs& a) {
+  return per_element_traffic(a, 1, 1, "1 read of x (kept in registers) + 1 write of y");
+}
+
+/// The dispatcher moves what the rung it picks moves (plan_fast_softmax): warp_registers'
+/// 1 read of x up to kWarpRegistersMaxCols columns, block_vec's 2 reads beyond; 1 write of y.
+inline Traffic dispatched(const RowArgs& a) {
+  return plan_fast_softmax(a.x, a.y, a.cols, a.dtype).path == FastPath::warp_registers
+             ? row_in_registers(a)
+             : two_passes(a);
+}
+
 // [ladder]
 /// The ladder in order, each rung one idea better than the one before.
 template <Backend B>
@@ -269,15 +289,16 @@ Ladder<RowArgs> kernel_ladder() {
   return {
       {"block_per_row_online",
        "chapter 02's recurrence split over 256 threads per row, their (m, d) pairs merged",
-       row_limits(kAnyCols), &Kernels<B>::block_per_row_online},
+       row_limits(kAnyCols), &Kernels<B>::block_per_row_online, &two_passes},
       {"warp_per_row_online", "one warp per row: the merge stays in registers, no barrier",
-       row_limits(kAnyCols), &Kernels<B>::warp_per_row_online},
+       row_limits(kAnyCols), &Kernels<B>::warp_per_row_online, &two_passes},
       {"warp_registers", "the row kept in registers: x read once; 16-byte vectors, 16-bit types",
-       row_limits(kWarpRegistersMaxCols, all_types), &Kernels<B>::warp_registers},
+       row_limits(kWarpRegistersMaxCols, all_types), &Kernels<B>::warp_registers,
+       &row_in_registers},
       {"block_vec", "a block per row for any length, each 16-byte vector one block of eq. (1)",
-       row_limits(kFastMaxCols, all_types), &Kernels<B>::block_vec},
+       row_limits(kFastMaxCols, all_types), &Kernels<B>::block_vec, &two_passes},
       {"fast_softmax", "the dispatcher: warp_registers up to 1024 columns, block_vec beyond",
-       row_limits(kFastMaxCols, all_types), &Kernels<B>::fast_softmax}};
+       row_limits(kFastMaxCols, all_types), &Kernels<B>::fast_softmax, &dispatched}};
 }
 // [ladder]
 

@@ -22,7 +22,8 @@
 // Limits: rows in [1, 2^31 - 4]; cols in [1, 1024] for warp_registers, in [1, 2^30] for
 //           block_vec and fast_softmax: their RungLimits in kernel_ladder() (block_merge.hpp),
 //           checked before launch.
-// Memory traffic per element: warp_registers 1 read + 1 write; block_vec 2 reads + 1 write.
+// Memory traffic per element: warp_registers 1 read + 1 write; block_vec 2 reads + 1 write;
+//           fast_softmax that of the rung it picks (dispatched in block_merge.hpp).
 // Test: ctest --test-dir build -R 03_block_merge --output-on-failure
 #pragma once
 
