@@ -15,6 +15,8 @@
 #include <algorithm>
 #include <cmath>
 #include <cstddef>
+#include <cstdint>
+#include <string>
 #include <vector>
 
 #include "chapters/01_safe_softmax/softmax.hpp"
@@ -134,6 +136,23 @@ struct Kernels {
   static void fused_softmax_qk(const AttentionArgs& a);
 };
 
+/// The fused kernel's traffic, one block per Q tile of kKernelRows rows and head: the tile's
+/// Q rows read once, K read twice (sweep 1 for (m, d), sweep 2 for P: lk x d per sweep), the
+/// tile's rows of P (lk floats each) and of (m, d) (two floats each) written once. S never
+/// leaves the chip.
+inline Traffic fused_two_sweeps(const AttentionArgs& a) {
+  const std::uint64_t lk = static_cast<std::uint64_t>(a.shape.lk);
+  return per_q_tile_traffic(
+      a, kKernelRows,
+      [&](int, int rows) {
+        return TileTraffic{head_rows_bytes(a, rows) + 2 * head_rows_bytes(a, lk),
+                           rows * (lk * sizeof(float) + sizeof(MD))};
+      },
+      "per Q tile of " + std::to_string(kKernelRows) +
+          " rows and head: its Q rows once + K twice (two sweeps); its rows of P and (m, d) "
+          "written once");
+}
+
 /// The ladder: one rung, the fused kernel (fused_softmax_kernels.cuh). Any lq, lk >= 1.
 template <Backend B>
 Ladder<AttentionArgs> kernel_ladder() {
@@ -141,7 +160,7 @@ Ladder<AttentionArgs> kernel_ladder() {
            "S from Q and K tiles in shared memory, never stored; tile (m~, d~) merged into (m, d)",
            attention_limits({Dtype::fp32}, kMaxHeadDim, {}, kMaxBatchHeads, /*causal=*/false,
                             kWritesP | kWritesMd),
-           &Kernels<B>::fused_softmax_qk}};
+           &Kernels<B>::fused_softmax_qk, &fused_two_sweeps}};
 }
 
 }  // namespace wb::ch04

@@ -16,6 +16,8 @@
 #include <climits>
 #include <cmath>
 #include <cstddef>
+#include <cstdint>
+#include <string>
 #include <vector>
 
 #include "chapters/01_safe_softmax/softmax.hpp"
@@ -154,6 +156,8 @@ inline Fa1Result attention_fa1(const AttentionInputs& in, AttentionShape shape, 
 /// program and the tests run the CPU step on the same tiles.
 inline constexpr int kKernelRows = 8;
 inline constexpr int kKernelKeys = 32;
+/// The lanes of the warp that owns a query row of the FA1 kernel: each reads the row's (m, l).
+inline constexpr int kRowLanes = 32;
 
 /// The launcher of the ladder's rung. Of `a`: q fp32 (bh, lq, d); k, v (bh, lk, d); o
 /// (bh, lq, d); md (bh, lq) pairs, the running (m, l), initialized and updated in global
@@ -162,6 +166,25 @@ template <Backend B>
 struct Kernels {
   static void fa1(const AttentionArgs& a);
 };
+
+/// The FA1 kernel's traffic, one block per head, Tc = ceil(lk / kKernelKeys) K/V tiles: K and
+/// V read once (each K/V tile into shared memory, line 5); for every K/V tile all of Q read
+/// (line 7), and O and (m, l) read and written once per row (lines 11-13); line 2 writes O = 0
+/// and (m, l) = (-inf, 0) once more. Each of the row's warp's 32 lanes reads the row's (m, l)
+/// (one broadcast request: one sector, 32 x 8 bytes asked for); lane 0 alone writes it.
+inline Traffic fa1_traffic(const AttentionArgs& a) {
+  const std::uint64_t lq = static_cast<std::uint64_t>(a.shape.lq);
+  const std::uint64_t tc = static_cast<std::uint64_t>((a.shape.lk + kKernelKeys - 1) / kKernelKeys);
+  const std::uint64_t kv = 2 * head_rows_bytes(a, static_cast<std::uint64_t>(a.shape.lk));
+  const std::uint64_t q_or_o = head_rows_bytes(a, lq);
+  const std::uint64_t md_read = lq * static_cast<std::uint64_t>(kRowLanes) * sizeof(MD);
+  const std::uint64_t md_write = lq * sizeof(MD);
+  const std::uint64_t bh = static_cast<std::uint64_t>(a.shape.bh);
+  return {bh * (kv + tc * (2 * q_or_o + md_read)), bh * (tc + 1) * (q_or_o + md_write),
+          "per head, Tc = ceil(lk / " + std::to_string(kKernelKeys) +
+              ") K/V tiles: K and V once + Tc x (Q + O + (m, l) by 32 lanes per row); "
+              "(Tc + 1) x (O + (m, l)) written (line 2's initialization, then once per K/V tile)"};
+}
 
 /// The ladder: one rung, FA1 Algorithm 1 on the GPU (fa1_kernels.cuh). Any lq, lk >= 1.
 template <Backend B>
@@ -172,7 +195,7 @@ Ladder<AttentionArgs> kernel_ladder() {
   return {{"fa1",
            "P never stored: each tile's P~ V folded into the normalized O, which goes through "
            "global memory with (m, l)",
-           limits, &Kernels<B>::fa1}};
+           limits, &Kernels<B>::fa1, &fa1_traffic}};
 }
 
 }  // namespace wb::ch05

@@ -8,6 +8,10 @@
 //           gathered so far whenever the running max moves. Loop order as in FA1: K/V tiles
 //           outer (held in shared memory), Q tiles inner; O and (m, l) live in global memory
 //           and are read and written once per (K/V tile, Q tile) pair.
+// Memory traffic per head, Tc = ceil(lk / 32) K/V tiles (fa1_traffic in fa1.hpp): K and V
+//           read once; Q, O and (m, l) read Tc times (O and (m, l) once per row for each K/V
+//           tile; the (m, l) of a row by each of its warp's 32 lanes, one broadcast request);
+//           O and (m, l) written Tc + 1 times (line 2's zeros and (-inf, 0) first).
 // Launch shape: grid (bh); block (32, 8): one block per head loops over every tile pair.
 //           Warp y owns query row y of the current Q tile of 8 rows; in the score phase lane
 //           x owns key x of the K/V tile of 32, in the output phase columns x, x + 32, ...
@@ -34,6 +38,7 @@ constexpr int kRowsPerTile = kKernelRows;  // Br: query rows of a Q tile, one wa
 constexpr int kKeysPerTile = kKernelKeys;  // Bc: keys of a K/V tile, one lane each
 constexpr int kThreads = kRowsPerTile * kWarpLanes;
 static_assert(kKeysPerTile == ch04::kTileKeys, "the K/V tile of ch04::SharedTiles");
+static_assert(kRowLanes == kWarpLanes, "a warp per query row (fa1_traffic counts its lanes)");
 
 // q: (bh, lq, d); k, v: (bh, lk, d); o: (bh, lq, d), the running normalized output;
 // stats: (bh, lq), the running (m, l); scale: the softmax scale. Block b owns head b.
