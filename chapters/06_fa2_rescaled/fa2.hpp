@@ -16,6 +16,7 @@
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "chapters/01_safe_softmax/softmax.hpp"
@@ -223,6 +224,39 @@ struct Kernels {
   static void fa2_tensor_core(const AttentionArgs& a);
 };
 
+/// The traffic of FA2 with one block per (Q tile of br rows, head) and K/V tiles of bc keys:
+/// the tile's Q rows read once; the K/V tiles it visits (kv_tiles_to_visit, eq. 7: all
+/// ceil(lk / bc) of them, or with the causal mask only those up to the diagonal) read once
+/// each, K and V alike, the last one short when it passes lk; the tile's rows of O (of the
+/// input type) and logsumexp (float) written once; one int per block to tiles_visited when
+/// given.
+inline Traffic fa2_tiles_traffic(const AttentionArgs& a, int br, int bc) {
+  const AttentionShape& s = a.shape;
+  return per_q_tile_traffic(
+      a, br,
+      [&](int i0, int rows) {
+        const int tiles = kv_tiles_to_visit(i0, rows, s.lq, s.lk, bc, a.causal);
+        const std::uint64_t keys = keys_in_tiles(tiles, bc, s.lk);
+        return TileTraffic{head_rows_bytes(a, rows) + 2 * head_rows_bytes(a, keys),
+                           head_rows_bytes(a, rows) + rows * sizeof(float) +
+                               (a.tiles_visited != nullptr ? sizeof(int) : 0)};
+      },
+      "per Q tile of " + std::to_string(br) + " rows and head: its Q rows once + K and V " +
+          "once per K/V tile of " + std::to_string(bc) + " keys it visits (" +
+          (a.causal ? "up to the diagonal" : "all") +
+          "); its rows of O and logsumexp written once");
+}
+
+/// fa2: Br = kKernelRows, Bc = kKernelKeys, fp32.
+inline Traffic fa2_traffic(const AttentionArgs& a) {
+  return fa2_tiles_traffic(a, kKernelRows, kKernelKeys);
+}
+
+/// fa2_tensor_core: Br = kTensorCoreRows, Bc = tensor_core_keys(d), 16-bit Q, K, V and O.
+inline Traffic fa2_tensor_core_traffic(const AttentionArgs& a) {
+  return fa2_tiles_traffic(a, kTensorCoreRows, tensor_core_keys(a.shape.d));
+}
+
 /// The ladder in order, each rung one idea better than the one before.
 template <Backend B>
 Ladder<AttentionArgs> kernel_ladder() {
@@ -231,13 +265,13 @@ Ladder<AttentionArgs> kernel_ladder() {
            "logsumexp out; causal: the tiles above the diagonal skipped",
            attention_limits({Dtype::fp32}, ch04::kMaxHeadDim, {}, ch04::kMaxBatchHeads,
                             /*causal=*/true, kWritesO | kWritesLse),
-           &Kernels<B>::fa2},
+           &Kernels<B>::fa2, &fa2_traffic},
           {"fa2_tensor_core",
            "both products on tensor cores (wmma 16x16x16): fp16 or bf16 inputs, float "
            "accumulation, 16 query rows per warp",
            attention_limits({Dtype::fp16, Dtype::bf16}, 0, {64, 128}, ch04::kMaxBatchHeads,
                             /*causal=*/true, kWritesO | kWritesLse),
-           &Kernels<B>::fa2_tensor_core}};
+           &Kernels<B>::fa2_tensor_core, &fa2_tensor_core_traffic}};
 }
 
 }  // namespace wb::ch06

@@ -13,6 +13,10 @@
 //           Dynamic shared memory: (32 (d + 1) + 32 d + 16 d + 16 x 32) floats, at most 42 KiB.
 // Limits: lq, lk >= 1, any value; 1 <= d <= 128; bh <= 65535 (grid.y): the rung's limits
 //           (kernel_ladder in fa2.hpp), checked before every launch.
+// Memory traffic per Q tile of 16 rows (fa2_tiles_traffic in fa2.hpp): its Q rows read once;
+//           K and V read once per K/V tile of 32 keys it visits (all ceil(lk / 32), or with
+//           the causal mask those up to the diagonal, eq. 7); its rows of O and logsumexp
+//           written once, and one int of tiles_visited when given.
 // Test: ctest --test-dir build -R 06_fa2_rescaled --output-on-failure
 #pragma once
 

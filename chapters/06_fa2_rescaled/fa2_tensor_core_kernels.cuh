@@ -21,6 +21,10 @@
 // Limits: lq, lk >= 1, any value; d = 64 or 128 (a template parameter); bh <= 65535
 //           (grid.y): the rung's limits (kernel_ladder in fa2.hpp), checked before every
 //           launch. q, k, v 16-byte aligned (the launcher checks).
+// Memory traffic per Q tile of 64 rows, as fa2_kernels.cuh with 16-bit Q, K, V and O and
+//           K/V tiles of Bc keys (fa2_tiles_traffic in fa2.hpp): its Q rows once, K and V once
+//           per K/V tile it visits (a warp that skips a tile's products still shares its load),
+//           O and logsumexp once, one int of tiles_visited when given.
 // Test: ctest --test-dir build -R 06_fa2_rescaled --output-on-failure
 #pragma once
 
