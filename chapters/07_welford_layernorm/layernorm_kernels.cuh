@@ -26,7 +26,9 @@
 //   block_cached, up to 2^24 for block_uncached: each rung's limits in kernel_ladder
 //   (layernorm_ladder.hpp), checked before launch by run_rung with one line naming the limit.
 // Memory traffic per element: 1 read + 1 write (warp_per_row, block_cached), 2 reads + 1 write
-//   (block_uncached); gamma and beta are read once per row, from cache after the first rows.
+//   (block_uncached); gamma and beta are read once per row, from cache after the first rows;
+//   mean and rstd one float each per row; the dispatcher that of the strategy it picks
+//   (x_read_once, x_read_twice, dispatched in layernorm_ladder.hpp).
 // Test: ctest --test-dir build -R 07_welford_layernorm --output-on-failure
 #pragma once
 

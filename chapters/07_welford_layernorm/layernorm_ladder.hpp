@@ -155,19 +155,46 @@ struct Kernels {
   static void dispatch(const LayerNormArgs& a) { layernorm(a); }
 };
 
+/// warp_per_row and block_cached read x once (kept in registers or in shared memory between
+/// the statistics and the normalization); gamma and beta, where given, once per row; y written
+/// once, mean and rstd one float each per row.
+inline Traffic x_read_once(const LayerNormArgs& a) {
+  return layernorm_traffic(a, 1,
+                           "1 read of x (kept on chip) + gamma and beta per row + 1 write "
+                           "of y + mean and rstd per row");
+}
+
+/// block_uncached reads x twice (statistics, then normalization); the rest as x_read_once.
+inline Traffic x_read_twice(const LayerNormArgs& a) {
+  return layernorm_traffic(a, 2,
+                           "2 reads of x (statistics, normalize) + gamma and beta per row + "
+                           "1 write of y + mean and rstd per row");
+}
+
+/// The dispatcher moves what the strategy it picks moves (choose_strategy on backend B's
+/// device): x read twice only where block_uncached runs.
+template <Backend B>
+Traffic dispatched(const LayerNormArgs& a) {
+  return choose_strategy(a.cols, Kernels<B>::max_dynamic_shared_bytes(), dtype_bytes(a.dtype)) ==
+                 Strategy::block_uncached
+             ? x_read_twice(a)
+             : x_read_once(a);
+}
+
 // [ladder]
 /// The three strategies and the dispatcher, each on fp32, fp16 and bf16, with the rows it
 /// holds on this backend's device.
 template <Backend B>
 Ladder<LayerNormArgs> kernel_ladder() {
   return {{"warp_per_row", "the row in registers, Chan's combine by warp shuffles: x read once",
-           row_limits(kWarpMaxCols, kLayerNormDtypes), &Kernels<B>::warp_per_row},
+           row_limits(kWarpMaxCols, kLayerNormDtypes), &Kernels<B>::warp_per_row, &x_read_once},
           {"block_cached", "256 threads per row, the row cached in shared memory: x read once",
-           cached_limits(Kernels<B>::max_dynamic_shared_bytes()), &Kernels<B>::block_cached},
+           cached_limits(Kernels<B>::max_dynamic_shared_bytes()), &Kernels<B>::block_cached,
+           &x_read_once},
           {"block_uncached", "no row cache: x read twice, for rows shared memory cannot hold",
-           row_limits(kMaxCols, kLayerNormDtypes), &Kernels<B>::block_uncached},
+           row_limits(kMaxCols, kLayerNormDtypes), &Kernels<B>::block_uncached, &x_read_twice},
           {"dispatch", "picks the first of the three that holds the row (choose_strategy)",
-           row_limits(kMaxCols, kLayerNormDtypes), &Kernels<B>::dispatch}};
+           row_limits(kMaxCols, kLayerNormDtypes), &Kernels<B>::dispatch, &dispatched<B>}};
 }
 // [ladder]
 
