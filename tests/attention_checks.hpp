@@ -1,9 +1,13 @@
 // What the attention chapters' tests (04, 05, 06) share besides their shapes
-// (tests/attention_shapes.hpp): the loop over shapes and score kinds with the fp64 reference,
-// the check that a planted mistake fails the bound, and the chain check of a kernel ladder
-// (tests/ladder_checks.hpp) over cases of shape, score kind, mask and element type.
+// (tests/attention_shapes.hpp): keys masked with -inf scores and their fp64 reference, the
+// loop over shapes and score kinds with the fp64 reference, the check that a planted mistake
+// fails the bound, and the chain check of a kernel ladder (tests/ladder_checks.hpp) over cases
+// of shape, score kind, mask and element type.
 #pragma once
 
+#include <algorithm>
+#include <cmath>
+#include <cstddef>
 #include <cstdint>
 #include <functional>
 #include <optional>
@@ -21,6 +25,7 @@
 #include "common/rung_buffers.hpp"
 #include "tests/attention_shapes.hpp"
 #include "tests/ladder_checks.hpp"
+#include "tests/lane_checks.hpp"
 #include "tests/support.hpp"
 
 namespace wb::test {
@@ -52,34 +57,145 @@ inline MdColumns split_md(const std::vector<float>& pairs) {
   return s;
 }
 
+// ------------------------------------------------------------------------------------------
+// Masked keys: -inf scores where a chapter has no causal mask (04, 05)
+// ------------------------------------------------------------------------------------------
+
+/// Which keys of an input have the score -inf.
+enum class KeyMask {
+  none,
+  /// By head: head h with h % 3 == 0 masks every key, so each of its rows is fully masked
+  /// (O = 0, (m, d) = (-inf, 0), logsumexp -inf: the workbook's convention); h % 3 == 1 masks
+  /// its first kMaskedPrefix keys, a whole first K/V tile of every kernel and of the CPU tiles
+  /// narrower than that, so that the running max is still -inf after a tile (where
+  /// e^{m_old - m_new} = e^{-inf + inf} is NaN unless guarded); h % 3 == 2 masks none, so
+  /// that a wrong head offset shows.
+  by_head,
+};
+
+/// More keys than a K/V tile of the FA1 and FA2 kernels (32).
+inline constexpr int kMaskedPrefix = 40;
+
+/// KeyMask::by_head masks the keys [0, masked_keys(head, lk)) of head `head`.
+inline int masked_keys(int head, int lk) {
+  switch (head % 3) {
+    case 0:
+      return lk;
+    case 1:
+      return std::min(lk, kMaskedPrefix);
+    default:
+      return 0;
+  }
+}
+
+/// Masks keys as KeyMask::by_head says: k_0 = -inf for a masked key and q_0 > 0 in every query
+/// row of its head make the score -inf exactly, in every order of the dot product (q_0 k_0 =
+/// -inf, every other product is finite) and after a positive scale. q_0 = 0 would give NaN and
+/// q_0 < 0 +inf, so q_0 becomes max(|q_0|, 1/2) there (the kinds that set q_0 keep it).
+inline void mask_keys(AttentionInputs& in, AttentionShape shape) {
+  const std::size_t d = static_cast<std::size_t>(shape.d);
+  for (int b = 0; b < shape.bh; ++b) {
+    const int masked = masked_keys(b, shape.lk);
+    if (masked == 0) continue;
+    for (int i = 0; i < shape.lq; ++i) {
+      float& q0 = in.q[(std::size_t(b) * shape.lq + i) * d];
+      q0 = std::max(std::fabs(q0), 0.5f);
+    }
+    for (int j = 0; j < masked; ++j) in.k[(std::size_t(b) * shape.lk + j) * d] = -INFINITY;
+  }
+}
+
+/// The fp64 attention of inputs masked by mask_keys: each head over its unmasked keys alone (a
+/// masked key has p = 0 exactly and adds nothing), a head with none left fully masked (O = 0,
+/// m = -inf, d = 0, logsumexp -inf, as ref::attention states it). Head by head, because
+/// ref::attention of the masked inputs would bound the scores' rounding by their -inf products
+/// (score_error = inf), a bound any error passes.
+inline ref::Attention masked_reference(const AttentionInputs& in, AttentionShape shape,
+                                       float scale, bool want_p) {
+  const std::size_t lq = static_cast<std::size_t>(shape.lq);
+  const std::size_t lk = static_cast<std::size_t>(shape.lk);
+  const std::size_t d = static_cast<std::size_t>(shape.d);
+  ref::Attention out;
+  out.o.assign(shape.q_elems(), 0.0);
+  out.o_weight.assign(shape.q_elems(), 0.0);
+  out.m.assign(shape.rows(), -INFINITY);
+  out.d.assign(shape.rows(), 0.0);
+  out.lse.assign(shape.rows(), -INFINITY);
+  if (want_p) out.p.assign(shape.p_elems(), 0.0);
+  for (std::size_t b = 0; b < static_cast<std::size_t>(shape.bh); ++b) {
+    const std::size_t masked =
+        static_cast<std::size_t>(masked_keys(static_cast<int>(b), shape.lk));
+    const std::size_t kept = lk - masked;
+    if (kept == 0) continue;  // every row of the head fully masked, as initialized
+    const auto rows_of = [&](const std::vector<float>& x, std::size_t first, std::size_t count) {
+      return std::vector<float>(x.begin() + static_cast<std::ptrdiff_t>(first * d),
+                                x.begin() + static_cast<std::ptrdiff_t>((first + count) * d));
+    };
+    const AttentionInputs head{rows_of(in.q, b * lq, lq), rows_of(in.k, b * lk + masked, kept),
+                               rows_of(in.v, b * lk + masked, kept)};
+    const ref::Attention r =
+        ref::attention(head, {1, shape.lq, static_cast<int>(kept), shape.d}, scale, false, want_p);
+    std::copy(r.o.begin(), r.o.end(), out.o.begin() + static_cast<std::ptrdiff_t>(b * lq * d));
+    std::copy(r.o_weight.begin(), r.o_weight.end(),
+              out.o_weight.begin() + static_cast<std::ptrdiff_t>(b * lq * d));
+    for (std::size_t i = 0; i < lq; ++i) {
+      out.m[b * lq + i] = r.m[i];
+      out.d[b * lq + i] = r.d[i];
+      out.lse[b * lq + i] = r.lse[i];
+      if (want_p)
+        std::copy(r.p.begin() + static_cast<std::ptrdiff_t>(i * kept),
+                  r.p.begin() + static_cast<std::ptrdiff_t>((i + 1) * kept),
+                  out.p.begin() + static_cast<std::ptrdiff_t>((b * lq + i) * lk + masked));
+    }
+    out.score_error = std::max(out.score_error, r.score_error);
+    out.max_abs_lse = std::max(out.max_abs_lse, r.max_abs_lse);
+  }
+  return out;
+}
+
 /// One input of an attention test: shape, score kind, the default scale, Q, K, V and the fp64
 /// attention of them.
 struct AttentionInput {
   AttentionShape shape;
   ScoreKind kind;
-  bool causal;  ///< the reference's mask
+  bool causal;   ///< the reference's mask
+  KeyMask mask;  ///< the keys masked with -inf scores (mask_keys)
   float scale;
   AttentionInputs in;
   ref::Attention r;
 };
 
-/// `check(input)` for every shape and every score kind (inputs of `seed`), the case captured
-/// for the failure messages; the reference with the causal mask when `causal`, and with P
-/// when `want_p`.
+/// `check(input)` for every shape and every score kind (inputs of `seed`, keys masked by
+/// `mask`), the case captured for the failure messages; the reference with the causal mask
+/// when `causal`, and with P when `want_p`.
 template <typename Check>
 void for_each_attention_input(const std::vector<AttentionShape>& shapes, std::uint64_t seed,
-                              bool causal, bool want_p, Check&& check) {
+                              bool causal, KeyMask mask, bool want_p, Check&& check) {
+  REQUIRE((mask == KeyMask::none || !causal));  // masked_reference has no causal mask
   for (const AttentionShape& shape : shapes) {
     for (ScoreKind kind : all_score_kinds()) {
-      const std::string where = to_string(shape) + ", " + to_string(kind);
+      const std::string where = to_string(shape) + ", " + to_string(kind) +
+                                (mask == KeyMask::by_head ? ", keys masked by head" : "");
       CAPTURE(where);
       const float scale = default_scale(shape.d);
       AttentionInput input{
-          shape, kind, causal, scale, make_attention_inputs(kind, shape, scale, seed), {}};
-      input.r = ref::attention(input.in, shape, scale, causal, want_p);
+          shape, kind, causal, mask, scale, make_attention_inputs(kind, shape, scale, seed), {}};
+      if (mask == KeyMask::by_head) {
+        mask_keys(input.in, shape);
+        input.r = masked_reference(input.in, shape, scale, want_p);
+      } else {
+        input.r = ref::attention(input.in, shape, scale, causal, want_p);
+      }
       check(static_cast<const AttentionInput&>(input));
     }
   }
+}
+
+/// The same with no key masked but by the causal mask, if `causal`.
+template <typename Check>
+void for_each_attention_input(const std::vector<AttentionShape>& shapes, std::uint64_t seed,
+                              bool causal, bool want_p, Check&& check) {
+  for_each_attention_input(shapes, seed, causal, KeyMask::none, want_p, check);
 }
 
 /// A step's final (m, d) per row, against fp64: m is the max of float scores, each within
@@ -89,6 +205,25 @@ inline void check_row_stats(const std::vector<ch02::MD>& stats, const AttentionI
   const MdColumns s = split_md(stats);
   WB_CHECK_WITHIN(compare(s.m, a.r.m), a.r.score_error);
   WB_CHECK_WITHIN_REL(compare(s.d, a.r.d), ref::softmax_floor(a.r.score_error, a.shape.lk));
+}
+
+/// The workbook's convention on every fully masked row of `r` (m = -inf): each value of the
+/// row in `values` (rows of `width`: O with d, P with lk) is 0 exactly, never NaN, and the
+/// row's (m, d) in `stats`, where given, is (-inf, 0).
+inline void check_masked_rows(const ref::Attention& r, const std::vector<float>& values, int width,
+                              const MdColumns* stats = nullptr) {
+  const std::size_t n = static_cast<std::size_t>(width);
+  for (std::size_t row = 0; row < r.m.size(); ++row) {
+    if (r.m[row] != -INFINITY) continue;
+    CAPTURE(row);
+    std::size_t nonzero = 0;
+    for (std::size_t c = 0; c < n; ++c) nonzero += !(values[row * n + c] == 0.f);
+    CHECK_MESSAGE(nonzero == 0, nonzero, " values of a fully masked row are not 0, the first ",
+                  values[row * n]);
+    if (stats == nullptr) continue;
+    CHECK(stats->m[row] == -INFINITY);
+    CHECK(stats->d[row] == 0.f);
+  }
 }
 
 /// `check(t)` for every tile shape of a CPU step, captured for the failure messages.
@@ -115,9 +250,9 @@ struct StepBefore {
 /// check other outputs of its step itself.
 template <typename Before, typename Tiled>
 void check_step_chain(const std::vector<AttentionShape>& shapes, std::uint64_t seed, bool causal,
-                      bool want_p, const std::vector<Tiles>& tiles, Before&& before,
-                      Tiled&& tiled) {
-  for_each_attention_input(shapes, seed, causal, want_p, [&](const AttentionInput& a) {
+                      KeyMask mask, bool want_p, const std::vector<Tiles>& tiles,
+                      Before&& before, Tiled&& tiled) {
+  for_each_attention_input(shapes, seed, causal, mask, want_p, [&](const AttentionInput& a) {
     const StepBefore b = before(a);
     const auto within = [&](const ErrorReport& e, double bound) {
       return b.relative ? e.within_rel(bound) : e.within(bound);
@@ -131,6 +266,14 @@ void check_step_chain(const std::vector<AttentionShape>& shapes, std::uint64_t s
                     " exceeds 2 x the step before's + floor = ", bound);
     });
   });
+}
+
+/// The same with no key masked but by the causal mask, if `causal`.
+template <typename Before, typename Tiled>
+void check_step_chain(const std::vector<AttentionShape>& shapes, std::uint64_t seed, bool causal,
+                      bool want_p, const std::vector<Tiles>& tiles, Before&& before,
+                      Tiled&& tiled) {
+  check_step_chain(shapes, seed, causal, KeyMask::none, want_p, tiles, before, tiled);
 }
 
 /// A CPU step's O: step(in, shape, scale).
@@ -167,6 +310,7 @@ struct AttentionCase {
   ScoreKind kind;
   bool causal;
   Dtype dtype;  ///< Q, K, V are rounded to it; the rungs run in it, or in fp32 (rung_dtype)
+  KeyMask mask = KeyMask::none;  ///< keys masked with -inf scores (mask_keys); not with causal
 };
 
 /// Every shape times every score kind, under each of `masks`, in each of `dtypes`.
@@ -179,6 +323,17 @@ inline std::vector<AttentionCase> attention_cases(const std::vector<AttentionSha
     for (bool causal : masks)
       for (const AttentionShape& s : shapes)
         for (ScoreKind kind : all_score_kinds()) cases.push_back({s, kind, causal, t});
+  return cases;
+}
+
+/// Every shape times every score kind in fp32, without the causal mask, with keys masked by
+/// head (KeyMask::by_head): fully masked rows and masked first tiles.
+inline std::vector<AttentionCase> masked_attention_cases(
+    const std::vector<AttentionShape>& shapes) {
+  std::vector<AttentionCase> cases;
+  for (const AttentionShape& s : shapes)
+    for (ScoreKind kind : all_score_kinds())
+      cases.push_back({s, kind, /*causal=*/false, Dtype::fp32, KeyMask::by_head});
   return cases;
 }
 
@@ -244,22 +399,62 @@ inline void check_attention_ladder(Backend backend, const Ladder<AttentionArgs>&
         if (!dtype) return std::nullopt;
         // The case alone, the same for every rung: the chain check's key for the rung before.
         const std::string where = to_string(c.shape) + ", " + to_string(c.kind) + ", " +
-                                  to_string(c.dtype) + (c.causal ? ", causal" : "");
+                                  to_string(c.dtype) + (c.causal ? ", causal" : "") +
+                                  (c.mask == KeyMask::by_head ? ", keys masked by head" : "");
         const std::string running = rung.name;  // also when the check reruns the rung before
         CAPTURE(running);
         CAPTURE(where);
+        REQUIRE((c.mask == KeyMask::none || !c.causal));  // masked_reference has no causal mask
         const float scale = default_scale(c.shape.d);
         AttentionInputs in = make_attention_inputs(c.kind, c.shape, scale, seed);
+        if (c.mask == KeyMask::by_head) mask_keys(in, c.shape);
         for (std::vector<float>* x : {&in.q, &in.k, &in.v}) *x = round_elements(*x, c.dtype);
         const std::optional<RungOutput> out =
             run_attention_rung(backend, rung, in, c.shape, scale, c.causal, *dtype);
         if (!out) return std::nullopt;
-        const ref::Attention r =
-            ref::attention(in, c.shape, scale, c.causal, (rung.limits.outputs & kWritesP) != 0);
+        const bool want_p = (rung.limits.outputs & kWritesP) != 0;
+        const ref::Attention r = c.mask == KeyMask::by_head
+                                     ? masked_reference(in, c.shape, scale, want_p)
+                                     : ref::attention(in, c.shape, scale, c.causal, want_p);
         RungError e = measure({rung, c, scale, in, r, *dtype, *out});
         e.where = where;
         return e;
       });
+}
+
+/// Every fp32 rung of `ladder` (kernels of `backend`) that writes O, on every score kind of
+/// `shapes` (with the causal mask if `causal`) with V's columns repeating with period 3
+/// (v_jc = v_j,c mod 3): O's columns c and c mod 3 are equal bit for bit. Each lane computes
+/// its output columns (lane, lane + 32, ...) with its own copy of the row's statistics (the
+/// tile's (m~, l~) from ch04::warp_merge, the running max from warp_max, l from warp_sum), so
+/// equal columns held by different lanes show where two copies differ in a bit.
+inline void check_attention_lanes_agree(Backend backend, const Ladder<AttentionArgs>& ladder,
+                                        const std::vector<AttentionShape>& shapes,
+                                        std::uint64_t seed, bool causal) {
+  for (const Rung<AttentionArgs>& rung : ladder) {
+    if (!rung.limits.takes(Dtype::fp32) || (rung.limits.outputs & kWritesO) == 0) continue;
+    for (const AttentionShape& shape : shapes) {
+      for (ScoreKind kind : all_score_kinds()) {
+        const std::string where = std::string(rung.name) + ", " + to_string(shape) + ", " +
+                                  to_string(kind) + (causal ? ", causal" : "");
+        CAPTURE(where);
+        const float scale = default_scale(shape.d);
+        AttentionInputs in = make_attention_inputs(kind, shape, scale, seed);
+        const std::size_t d = static_cast<std::size_t>(shape.d);
+        std::vector<float> column_class(shape.q_elems());  // c mod 3: O's "input" per element
+        for (std::size_t e = 0; e < in.v.size(); ++e) in.v[e] = in.v[e - e % d + e % d % 3];
+        for (std::size_t e = 0; e < column_class.size(); ++e) column_class[e] = float(e % d % 3);
+        const std::optional<RungOutput> out =
+            run_attention_rung(backend, rung, in, shape, scale, causal, Dtype::fp32);
+        if (!out) continue;
+        const std::optional<BitMismatch> m =
+            equal_inputs_equal_outputs(column_class, out->out.o, d);
+        CHECK_MESSAGE(!m, "equal columns of V, held by different lanes, give different columns "
+                          "of O (row = query row, column = output column): ",
+                      m ? m->describe() : "");
+      }
+    }
+  }
 }
 
 /// run_rung refuses `shape` of `dtype` elements before anything runs: std::invalid_argument,

@@ -21,6 +21,22 @@ inline const std::vector<AttentionShape> kAttentionKernelShapes = {
     {1, 1, 1, 1},     {2, 17, 127, 59}, {1, 127, 17, 16}, {1, 9, 1000, 16},
     {1, 40, 300, 64}, {1, 33, 65, 128}, {2, 8, 33, 96},   {1, 300, 31, 1}};
 
+/// Keys masked by head (tests/attention_checks.hpp, KeyMask::by_head) need three heads: one
+/// fully masked, one with its first 40 keys masked, one unmasked. lk = 1 and 33 leave the
+/// second head fully masked too; 41 leaves it one key past the first two K/V tiles of 32.
+inline const std::vector<AttentionShape> kAttentionMaskedCpuShapes = {
+    {3, 1, 1, 1}, {3, 17, 127, 59}, {3, 33, 41, 16}, {3, 5, 300, 64}, {3, 9, 33, 128}};
+inline const std::vector<AttentionShape> kAttentionMaskedKernelShapes = {
+    {3, 1, 1, 1}, {3, 17, 100, 16}, {3, 9, 41, 64}, {3, 8, 33, 128}};
+/// Race mode and the instrumented twin check every access: one shape with every kind of head.
+inline const std::vector<AttentionShape> kAttentionMaskedKernelRaceShapes = {{3, 9, 41, 16}};
+
+/// The lanes check (check_attention_lanes_agree): several K/V tiles, and head dimensions up to
+/// 128, where a lane computes columns lane, lane + 32, ...
+inline const std::vector<AttentionShape> kAttentionLaneShapes = {
+    {2, 17, 100, 16}, {1, 9, 65, 64}, {1, 8, 33, 128}};
+inline const std::vector<AttentionShape> kAttentionLaneRaceShapes = {{1, 9, 65, 64}};
+
 /// Q row blocks x K/V tiles of a CPU step.
 struct Tiles {
   int br, bc;

@@ -26,8 +26,15 @@
 namespace wb::test::block_merge {
 
 // ------------------------------------------------------------------------------------------
-// Each rung's floor
+// The CPU step's stated bound, and each rung's floor
 // ------------------------------------------------------------------------------------------
+
+// The blocked CPU step with blocks of kCpuBlock against fp64: the cpu suite holds it within
+// twice chapter 02's error plus blocked_cpu_floor, and chapter 02 is within online_cpu_bound
+// (tests/softmax_checks.hpp). The kernels' own bound against fp64 builds on it.
+inline double blocked_cpu_bound(int cols) {
+  return chain_bound(online_cpu_bound(cols), blocked_cpu_floor(cols, kCpuBlock));
+}
 
 // A kernel against the CPU step, both against fp64. Their d differ by at most the kernel's d
 // bound (a slice of ceil(cols / threads) updates, then `merges` butterfly merges, with CUDA's
@@ -132,14 +139,19 @@ void check_fast_kernel(const Rung<RowArgs>& rung, Dtype t, int rows, int cols, I
   const std::vector<float> y = decode_elements(out.data() + offset, x.size(), t);
 
   // The float computation: at most twice the CPU step's error plus the floor (6) gives the
-  // kernel with CUDA's exp; then the rounding to t (rounded_bound).
-  const double bound =
-      rounded_bound(chain_bound(cpu.max_rel, rung_floor(rung, args.x, args.y, cols, t)), t);
+  // kernel with CUDA's exp; then the rounding to t (rounded_bound). And the same with the CPU
+  // step's stated bound in place of its error: the kernel's own bound against fp64.
+  const double floor = rung_floor(rung, args.x, args.y, cols, t);
+  const double bound = rounded_bound(chain_bound(cpu.max_rel, floor), t);
+  const double own_bound = rounded_bound(chain_bound(blocked_cpu_bound(cols), floor), t);
   const RelError e = rel_error(y, ref, output_rounding(t).tiny);
   const ErrorReport kinds = compare(y, ref);
   CHECK_MESSAGE(kinds.nonfinite_mismatches == 0, "non-finite output: ", kinds.describe());
   CHECK_MESSAGE(e.max_rel <= bound, "relative error ", e.max_rel, " at [", e.worst,
                 "] = ", y[e.worst], " vs ", ref[e.worst], " exceeds ", bound);
+  CHECK_MESSAGE(e.max_rel <= own_bound, "relative error ", e.max_rel, " at [", e.worst, "] = ",
+                y[e.worst], " vs ", ref[e.worst], " exceeds the kernel's own bound against fp64 ",
+                own_bound);
   // The padding around y is untouched: no write before the row or past its end.
   std::size_t touched = 0;
   for (std::size_t i = 0; i < out.size(); ++i)

@@ -4,6 +4,14 @@
 // error plus the rung's floor, and at most twice the error of the rung before it (the last
 // earlier rung that takes the case) plus the same floor.
 //
+// Both bounds move with a measured error: a fault the rung shares with the CPU step (a
+// __host__ __device__ function both call, epsilon outside a square root, a wrong logsumexp)
+// raises the CPU step's error and the rung's alike, and the chain passes. So every rung is
+// also held to a bound of its own against fp64 (RungError::fp64_bound) that no measured error
+// moves: the policy's rule with the CPU step's stated bound (what the cpu suite holds it to) in
+// place of its measured error, 2 x that bound + the rung's floor. A correct CPU step is within
+// its bound, so this bound is never tighter than the chain's where the CPU step is right.
+//
 //   test::check_ladder(ladder, cases, [&](const Rung<RowArgs>& rung, const Case& c)
 //       -> std::optional<test::RungError> { ... run it, compare with fp64 ... });
 #pragma once
@@ -27,6 +35,9 @@ struct RungError {
   bool relative;       ///< the bound applies to report.max_rel (else to report.max_abs)
   double cpu_error;    ///< the CPU step's error on the same case, in the same measure
   double floor;        ///< the rung's floor on this case (its reason: at the caller)
+  /// The rung's own bound against fp64 on this case, in the same measure, independent of any
+  /// measured error: chain_bound(the CPU step's stated bound, floor), as the caller derives it.
+  double fp64_bound;
   /// The case, for the failure message and as the cache's key: "1823x781 randn fp32". It must
   /// name everything the case's inputs depend on (shape, kind, type, and seed where it varies).
   std::string where;
@@ -76,6 +87,10 @@ void check_ladder(const Ladder<Args>& ladder, const std::vector<Case>& cases, Ru
         const double vs_cpu = chain_bound(e->cpu_error, e->floor);
         CHECK_MESSAGE(e->within(vs_cpu), "error ", e->report.describe(),
                       " exceeds 2 x the CPU step's + floor = ", vs_cpu);
+        CHECK_MESSAGE(e->within(e->fp64_bound), "error ", e->report.describe(),
+                      " exceeds the rung's own bound against fp64 (2 x the CPU step's stated "
+                      "bound + floor) = ",
+                      e->fp64_bound, "; the CPU step's error is ", e->cpu_error);
         for (std::size_t p = r; p-- > 0;) {  // the last earlier rung that takes the case
           const std::optional<double> previous = error_of(p, c, where);
           if (!previous) continue;

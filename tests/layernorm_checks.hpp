@@ -274,7 +274,9 @@ inline ErrorReport row_report(const Problem& p, const LayerNormOut& out, const R
 /// (tests/ladder_checks.hpp) on every row of every problem, in each output: within twice the
 /// CPU Welford step's error (and twice the rung before's) plus the rung's own tree bound (a
 /// wrong combine or a dropped value is off by O(1), 1e5 units and more), for the float
-/// computation; y's rounding to a 16-bit type is allowed for by scaled_errors.
+/// computation; y's rounding to a 16-bit type is allowed for by scaled_errors. And against
+/// fp64 alone: within twice sequential Welford's a priori bound plus the rung's tree bound, so
+/// that a fault shared with the CPU step (rstd_of, welford_combine) fails the kernel suites too.
 template <Backend B>
 void check_layernorm_ladder(const Ladder<LayerNormArgs>& ladder,
                             const std::vector<LadderProblem>& problems) {
@@ -332,8 +334,12 @@ void check_layernorm_ladder(const Ladder<LayerNormArgs>& ladder,
         const RowErrors& cpu_re = cpu_of(c.problem).rows[static_cast<std::size_t>(c.row)];
         const Tree tree = kernel_tree(rung.name, lp.p.cols, max_shared, lp.dtype);
         const Bounds b = tree_bounds(tree)(re, run->errors.G, run->errors.B);
+        // The CPU Welford step's stated bound: sequential Welford's a priori bound, the tree
+        // with leaf = n and depth 0 (welford_layernorm.md, "How accurate").
+        const Bounds cpu_bound = tree_bounds({lp.p.cols, 0})(re, run->errors.G, run->errors.B);
         return test::RungError{row_report(run->p, run->out, re, c.row, c.output), false,
                                part(cpu_re, c.output), part(b, c.output),
+                               chain_bound(part(cpu_bound, c.output), part(b, c.output)),
                                lp.row_name(c.row) + ", " + to_string(c.output) +
                                    ", errors in units of u K with K = " + sci(re.K) +
                                    " (tree: leaf " + std::to_string(tree.leaf) + ", depth " +

@@ -1,6 +1,7 @@
-// What the softmax chapters' tests (01, 02, 03) share: the shapes, and the chain check of a
-// kernel ladder (tests/ladder_checks.hpp) against the chapter's CPU step under the tolerance
-// policy.
+// What the softmax chapters' tests (01, 02, 03) share: the shapes, the CPU steps' stated bounds
+// against fp64, the chain check of a kernel ladder (tests/ladder_checks.hpp) against the
+// chapter's CPU step under the tolerance policy, and the check that every lane and thread of a
+// kernel normalized its row with the same statistics.
 #pragma once
 
 #include <algorithm>
@@ -17,9 +18,57 @@
 #include "common/reference.hpp"
 #include "common/rung_buffers.hpp"
 #include "tests/ladder_checks.hpp"
+#include "tests/lane_checks.hpp"
 #include "tests/support.hpp"
 
 namespace wb::test {
+
+// ------------------------------------------------------------------------------------------
+// The CPU steps' stated bounds against fp64, relative to each element
+// ------------------------------------------------------------------------------------------
+//
+// What each chapter's cpu suite proves of its CPU step. A kernel rung is held to twice this
+// plus its floor as well as to twice the step's measured error plus its floor
+// (RungError::fp64_bound): a fault shared by the CPU step and the kernels fails there.
+
+/// Chapter 01, safe softmax, checked against fp64 directly:
+/// - x_i - m rounds once: an absolute error of up to u |x_i - m| in the exponent, so a
+///   relative error of up to u |x_i - m| in e^{x_i - m}; below -104 the float exp is 0 and so
+///   (to within FLT_MIN, see ErrorReport::max_rel) is the reference: |x_i - m| <= 104 matters;
+/// - exp itself (glibc's expf: under 1 ulp), the rounding of d to float, the reciprocal and
+///   the product: 1 ulp each.
+/// So at most (104 + 4) u; the bound takes 128 u.
+inline constexpr double kSafeCpuRelBound = 128 * kFloatEps;
+
+/// glibc's expf is within 1 ulp (a relative 2u).
+inline constexpr double kHostExpErr = 2 * kFloatEps;
+
+/// Relative error bound of d'_N from the float recurrence (1), (4) of chapter 02 over n
+/// entries, with an exp whose relative error is at most `exp_err`. Follow the term
+/// e^{x_j - m_N} through the recurrence: it is born as e^{x_j - m_j}, whose argument
+/// x_j - m_j rounds once (an absolute error u (m_j - x_j) in the exponent, a relative one in
+/// the term), then exp (exp_err) and the add (u); each later step k multiplies it by
+/// e^{m_{k-1} - m_k} (argument rounding u (m_k - m_{k-1}), exp_err, the product u) and adds
+/// (u). The argument errors telescope to u (m_N - x_j), which matters only while the term is
+/// not below float's range, m_N - x_j <= 104 (e^-104 < FLT_TRUE_MIN). So at most
+/// (104 + n (exp_err/u + 2)) u.
+inline double online_d_bound(int n, double exp_err) {
+  return 104 * kFloatEps + n * (exp_err + 2 * kFloatEps);
+}
+
+/// Chapter 02's CPU step against chapter 01's, both against fp64: y_i = e^{x_i - m} (1/d) runs
+/// the same float operations in both chapters, so the two differ only through d. Chapter 01's
+/// d is a double sum of float exps (104 u + 2 u + 1 u for the rounding to float); chapter 02's
+/// d' is within online_d_bound(cols); plus 2 u for the two reciprocals' roundings.
+inline double online_cpu_floor(int cols) {
+  return online_d_bound(cols, kHostExpErr) + (104 + 2 + 1) * kFloatEps + 2 * kFloatEps;
+}
+
+/// Chapter 02, online softmax: its cpu suite holds it within twice chapter 01's error plus
+/// online_cpu_floor, and chapter 01 within kSafeCpuRelBound.
+inline double online_cpu_bound(int cols) {
+  return chain_bound(kSafeCpuRelBound, online_cpu_floor(cols));
+}
 
 struct RowShape {
   int rows, cols;
@@ -96,11 +145,13 @@ inline std::vector<SoftmaxCase> softmax_cases(const std::vector<Dtype>& dtypes =
 /// step run on the rounded values): a rung's relative error against fp64, measured against
 /// max(|ref|, tiny), may be at most twice the CPU step's (and twice the rung before's) plus
 /// `floor`, plus the output's rounding: with a = chain_bound(cpu, floor), the floor passed on is
-/// floor + half_ulp (1 + a), so the bound against the CPU step is rounded_bound(a). A rung
-/// whose limits refuse a case is not run on it.
+/// floor + half_ulp (1 + a), so the bound against the CPU step is rounded_bound(a). The rung's
+/// own bound against fp64 is the same with the CPU step's stated bound `cpu_bound(cols)` in
+/// place of its error: rounded_bound(chain_bound(cpu_bound, floor)). A rung whose limits
+/// refuse a case is not run on it.
 inline void check_softmax_ladder(Backend backend, const Ladder<RowArgs>& ladder,
                                  const SoftmaxStep& cpu_step, const KernelFloor& floor,
-                                 std::uint64_t seed,
+                                 double (*cpu_bound)(int cols), std::uint64_t seed,
                                  const std::vector<SoftmaxCase>& cases = softmax_cases()) {
   check_ladder(ladder, cases,
                [&](const Rung<RowArgs>& rung, const SoftmaxCase& c) -> std::optional<RungError> {
@@ -118,19 +169,85 @@ inline void check_softmax_ladder(Backend backend, const Ladder<RowArgs>& ladder,
                  const double cpu = compare(cpu_step(x, rows, cols), reference).max_rel;
                  const double float_floor = floor(rung, buffers.args);
                  const double a = chain_bound(cpu, float_floor);
-                 return RungError{report, true, cpu, float_floor + rounding.half_ulp * (1 + a),
-                                  std::to_string(rows) + "x" + std::to_string(cols) + " " +
-                                      to_string(c.kind) + " " + to_string(c.dtype)};
+                 return RungError{
+                     report,
+                     true,
+                     cpu,
+                     float_floor + rounding.half_ulp * (1 + a),
+                     rounded_bound(chain_bound(cpu_bound(cols), float_floor), c.dtype),
+                     std::to_string(rows) + "x" + std::to_string(cols) + " " + to_string(c.kind) +
+                         " " + to_string(c.dtype)};
                });
+}
+
+// ------------------------------------------------------------------------------------------
+// Every lane and thread normalizes with the same (m, d)
+// ------------------------------------------------------------------------------------------
+
+/// Rows whose lanes hold unequal statistics and one shared value: randn, outliers x20 and
+/// randn + 1e4 in turn (the lanes' maxima and sums differ, so two orders of a merge round
+/// differently), with every third column set to column 1's value. The columns of a lane of a
+/// warp (l, l + 32, l + 64, with cols >= 96) or of a thread of a block of 256 (cols >= 768)
+/// cover every residue mod 3, and so do the 4 or 8 consecutive columns of a 16-byte vector:
+/// each holds the shared value.
+inline std::vector<float> shared_value_rows(int rows, int cols, std::uint64_t seed) {
+  const InputKind kinds[] = {InputKind::randn, InputKind::outliers, InputKind::large_offset};
+  std::vector<float> x;
+  for (int r = 0; r < rows; ++r) {
+    std::vector<float> row =
+        make_input(kinds[r % 3], 1, cols, seed + static_cast<std::uint64_t>(r));
+    for (std::size_t c = 0; c < row.size(); c += 3) row[c] = row[row.size() > 1 ? 1 : 0];
+    x.insert(x.end(), row.begin(), row.end());
+  }
+  return x;
+}
+
+/// The shapes of the lanes check: warp lanes with 3 to 32 values each, every thread of a block
+/// of 256 with scalar values, 4-float and 8-half vectors, in this binary's size.
+inline std::vector<RowShape> lane_shapes() {
+  if (kRaceMode) return {{3, 100}, {1, 1000}};
+  return {{3, 100}, {2, 1000}, {2, 1023}, {2, 2048}};
+}
+
+/// Every rung of `ladder` (kernels of `backend`) on shared_value_rows, in each of `dtypes` it
+/// takes: equal entries of a row give equal outputs, bit for bit. y_i = e^{x_i - m} (1/d) is
+/// computed by the lane or thread that holds x_i, with its own copy of the row's (m, d): copies
+/// that differ in a bit (a merge that is not commutative bit for bit, a reduction that leaves
+/// the result in lane 0 alone) give the shared value different outputs in different lanes.
+inline void check_softmax_lanes_agree(Backend backend, const Ladder<RowArgs>& ladder,
+                                      const std::vector<Dtype>& dtypes, std::uint64_t seed) {
+  for (const Rung<RowArgs>& rung : ladder) {
+    for (Dtype t : dtypes) {
+      if (!rung.limits.takes(t)) continue;
+      for (const RowShape& s : lane_shapes()) {
+        const std::string kernel = rung.name;
+        const std::string dtype = to_string(t);
+        CAPTURE(kernel);
+        CAPTURE(dtype);
+        CAPTURE(s.rows);
+        CAPTURE(s.cols);
+        const std::vector<float> x = round_elements(shared_value_rows(s.rows, s.cols, seed), t);
+        RowBuffers buffers(backend, x, s.rows, s.cols, t);
+        if (!why_refused(rung, buffers.args).empty()) continue;
+        run_rung(rung, buffers.args);
+        const std::optional<BitMismatch> m =
+            equal_inputs_equal_outputs(x, buffers.download_y(), static_cast<std::size_t>(s.cols));
+        CHECK_MESSAGE(!m, "equal entries of a row, held by different lanes or threads, give "
+                          "different outputs: ",
+                      m ? m->describe() : "");
+      }
+    }
+  }
 }
 
 /// The same for an fp32 ladder whose floor depends on cols only.
 inline void check_softmax_ladder(Backend backend, const Ladder<RowArgs>& ladder,
                                  const SoftmaxStep& cpu_step, double (*floor)(int cols),
-                                 std::uint64_t seed) {
+                                 double (*cpu_bound)(int cols), std::uint64_t seed) {
   check_softmax_ladder(
       backend, ladder, cpu_step,
-      [floor](const Rung<RowArgs>&, const RowArgs& args) { return floor(args.cols); }, seed);
+      [floor](const Rung<RowArgs>&, const RowArgs& args) { return floor(args.cols); }, cpu_bound,
+      seed);
 }
 
 }  // namespace wb::test

@@ -25,29 +25,12 @@ constexpr float kInf = std::numeric_limits<float>::infinity();
 using Shape = test::RowShape;
 const std::vector<Shape>& kShapes = test::kSoftmaxShapes;
 
-// Relative error bound of d'_N from the float recurrence (1), (4) over n entries, with an exp
-// whose relative error is at most `exp_err`. Follow the term e^{x_j - m_N} through the
-// recurrence: it is born as e^{x_j - m_j}, whose argument x_j - m_j rounds once (an absolute
-// error u (m_j - x_j) in the exponent, a relative one in the term), then exp (exp_err) and
-// the add (u); each later step k multiplies it by e^{m_{k-1} - m_k} (argument rounding
-// u (m_k - m_{k-1}), exp_err, the product u) and adds (u). The argument errors telescope to
-// u (m_N - x_j), which matters only while the term is not below float's range,
-// m_N - x_j <= 104 (e^-104 < FLT_TRUE_MIN). So at most (104 + n (exp_err/u + 2)) u.
-double online_d_bound(int n, double exp_err) {
-  return 104 * kFloatEps + n * (exp_err + 2 * kFloatEps);
-}
-
-// glibc's expf is within 1 ulp (a relative 2u); CUDA's expf within 2 ulp (4u).
-constexpr double kHostExpErr = 2 * kFloatEps;
-constexpr double kCudaExpErr = 4 * kFloatEps;
-
-// The CPU step against chapter 01's, both against fp64: y_i = e^{x_i - m} (1/d) runs the same
-// float operations in both chapters, so the two differ only through d. Chapter 01's d is a
-// double sum of float exps (104 u + 2 u + 1 u for the rounding to float); chapter 02's d' is
-// within online_d_bound(cols); plus 2 u for the two reciprocals' roundings.
-double online_cpu_floor(int cols) {
-  return online_d_bound(cols, kHostExpErr) + (104 + 2 + 1) * kFloatEps + 2 * kFloatEps;
-}
+// online_d_bound (the recurrence's d' against fp64), online_cpu_floor (this step against
+// chapter 01's) and online_cpu_bound (this step against fp64) are in tests/softmax_checks.hpp:
+// chapter 03's tests build on them.
+using test::kHostExpErr;
+using test::online_cpu_floor;
+using test::online_d_bound;
 
 // The kernel against the CPU step: it runs the same recurrence on the same operands in the
 // same order, so it differs from the CPU only where CUDA's expf differs from glibc's (at most
@@ -154,9 +137,11 @@ namespace {
 
 template <Backend B>
 void every_kernel_equals_the_cpu_step() {
-  // The tolerance policy: at most twice the CPU step's error, plus the floor above.
+  // The tolerance policy: at most twice the CPU step's error, plus the floor above; and at
+  // most twice the CPU step's stated bound, plus the same floor.
   const auto online = [](const std::vector<float>& x, int r, int c) { return softmax_online(x, r, c); };
-  test::check_softmax_ladder(B, kernel_ladder<B>(), online, online_kernel_floor, kSeed);
+  test::check_softmax_ladder(B, kernel_ladder<B>(), online, online_kernel_floor,
+                             test::online_cpu_bound, kSeed);
 }
 
 }  // namespace

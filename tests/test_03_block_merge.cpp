@@ -1,8 +1,9 @@
 // Chapter 03: the block-associative (m, d) merge. The monoid laws as property tests over
 // many seeded cases (tests/block_merge_laws.hpp: generic over the merge, so that broken merges
 // can be shown to fail them), the blocked CPU step against chapter 02's, the dispatcher's
-// rule, then every rung of the kernel ladder against the CPU step and the rung before, in
-// fp32, fp16 and bf16 (tests/block_merge_kernel_checks.hpp).
+// rule, then every rung of the kernel ladder against the CPU step, the rung before and fp64,
+// in fp32, fp16 and bf16 (tests/block_merge_kernel_checks.hpp), and every lane's copy of the
+// merged (m, d) (tests/softmax_checks.hpp).
 #include <cmath>
 #include <random>
 #include <stdexcept>
@@ -226,11 +227,12 @@ void every_kernel_equals_the_cpu_step() {
       [](const std::vector<float>& x, int rows, int cols) {
         return softmax_blocked(x, rows, cols, kCpuBlock);
       },
-      // The tolerance policy: at most twice the CPU step's error, plus the rung's floor.
+      // The tolerance policy: at most twice the CPU step's error, plus the rung's floor; and
+      // at most twice the CPU step's stated bound, plus the same floor.
       [](const Rung<RowArgs>& rung, const RowArgs& a) {
         return rung_floor(rung, a.x, a.y, a.cols, a.dtype);
       },
-      kSeed, cases);
+      blocked_cpu_bound, kSeed, cases);
 }
 
 // The fast rungs and the dispatcher on fp16 and bf16, against the CPU step on the same
@@ -246,7 +248,7 @@ void every_fast_kernel_equals_the_cpu_step_in_16_bits() {
       [](const Rung<RowArgs>& rung, const RowArgs& a) {
         return rung_floor(rung, a.x, a.y, a.cols, a.dtype);
       },
-      kSeed, fast_cases({Dtype::fp16, Dtype::bf16}));
+      blocked_cpu_bound, kSeed, fast_cases({Dtype::fp16, Dtype::bf16}));
 }
 
 // At every bucket edge, in every type: no byte around y written, and fully -inf rows zeros.
@@ -273,6 +275,16 @@ void misaligned_rows_take_the_scalar_path() {
   });
 }
 
+// Every lane ends the butterfly with the same (m, d) (block_merge.md: lanes l and l ^ k compute
+// md_merge(a, b) and md_merge(b, a), the same bits by eq. (5)), and every thread of a block
+// merges the warps' pairs itself: each normalizes its entries with the same bits, in every
+// type.
+template <Backend B>
+void every_lane_normalizes_with_the_same_statistics() {
+  test::check_softmax_lanes_agree(B, kernel_ladder<B>(), {Dtype::fp32, Dtype::fp16, Dtype::bf16},
+                                  kSeed);
+}
+
 }  // namespace
 
 WB_KERNEL_TEST_CASE(
@@ -284,3 +296,5 @@ WB_KERNEL_TEST_CASE("the fast kernels write only their rows and give zeros for f
                     fast_kernels_write_only_their_rows)
 WB_KERNEL_TEST_CASE("the fast kernels on misaligned rows take the scalar path and stay exact",
                     misaligned_rows_take_the_scalar_path)
+WB_KERNEL_TEST_CASE("equal entries of a row give equal bits whichever lane holds them",
+                    every_lane_normalizes_with_the_same_statistics)

@@ -1,5 +1,7 @@
 // Chapter 04: fused QK^T-softmax. The naive attention and the fused tiled step against fp64,
-// fused against naive under the 2x policy, then the kernel ladder against the fused CPU step.
+// fused against naive under the 2x policy, also with keys masked to -inf (fully masked rows),
+// then the kernel ladder against the fused CPU step and fp64. The warp reductions the attention
+// kernels share: test_04_fused_qk_softmax_lanes.cpp.
 #include <cmath>
 #include <string>
 #include <vector>
@@ -27,14 +29,18 @@ test::StepBefore naive_error(const test::AttentionInput& a) {
   // Fused and naive differ only in the order of float operations: both are within
   // softmax_floor (see common/reference_attention.hpp) of fp64; the policy allows the
   // fused step twice the naive step's error plus that floor.
-  return {compare(attention_naive(a.in, a.shape, a.scale).p, a.r.p),
-          ref::softmax_floor(a.r.score_error, a.shape.lk), /*relative=*/true};
+  const std::vector<float> p = attention_naive(a.in, a.shape, a.scale).p;
+  test::check_masked_rows(a.r, p, a.shape.lk);  // a fully masked row's P is zeros
+  return {compare(p, a.r.p), ref::softmax_floor(a.r.score_error, a.shape.lk), /*relative=*/true};
 }
 
-/// The fused step's P against fp64 with tiles t, after its row statistics (m, d).
+/// The fused step's P against fp64 with tiles t, after its row statistics (m, d) and its fully
+/// masked rows.
 ErrorReport fused_error(const test::AttentionInput& a, const test::Tiles& t) {
   const FusedSoftmax fused = softmax_qk_fused(a.in, a.shape, a.scale, t.br, t.bc);
   test::check_row_stats(fused.stats, a);
+  const test::MdColumns stats = test::split_md(fused.stats);
+  test::check_masked_rows(a.r, fused.p, a.shape.lk, &stats);  // P = 0, (m, d) = (-inf, 0)
   return compare(fused.p, a.r.p);
 }
 
@@ -44,6 +50,17 @@ TEST_SUITE("cpu") {
   TEST_CASE("fused softmax equals the naive softmax under the 2x policy on adversarial inputs") {
     test::check_step_chain(test::kAttentionCpuShapes, kSeed, /*causal=*/false, /*want_p=*/true,
                            kTiles, naive_error, fused_error);
+  }
+
+  TEST_CASE("fully masked rows give zeros with (m, d) = (-inf, 0) and masked keys get p = 0") {
+    // Chapter 04 has no mask, but -inf scores reach it all the same: keys masked by head
+    // (tests/attention_checks.hpp), a head whose every key is -inf (a fully masked row: P = 0
+    // and (m, d) = (-inf, 0), never NaN, DESIGN.md's convention) and one whose first 40 keys
+    // are (whole K tiles of the identity (-inf, 0) merged into (-inf, 0)). The same chain as
+    // above, against the fp64 softmax over the unmasked keys.
+    test::check_step_chain(test::kAttentionMaskedCpuShapes, kSeed, /*causal=*/false,
+                           test::KeyMask::by_head, /*want_p=*/true, kTiles, naive_error,
+                           fused_error);
   }
 
   TEST_CASE("every row of fused P sums to 1 whatever the tiles") {
@@ -85,18 +102,30 @@ test::RungError fused_rung_error(const test::AttentionRungRun& run) {
       softmax_qk_fused(run.in, run.c.shape, run.scale, kKernelRows, kKernelKeys);
   const ErrorReport cpu_d = compare(test::split_md(cpu.stats).d, r.d);
   const test::MdColumns s = test::split_md(run.run.out.md);
+  test::check_masked_rows(r, run.run.out.p, run.c.shape.lk, &s);  // P = 0, (m, d) = (-inf, 0)
   // The policy: at most twice the CPU step's error against fp64 plus the floor (the
-  // kernel merges in a butterfly, the CPU left to right, and CUDA's expf has 2 ulp).
-  WB_CHECK_WITHIN_REL(compare(s.d, r.d), chain_bound(cpu_d.max_rel, floor));
+  // kernel merges in a butterfly, the CPU left to right, and CUDA's expf has 2 ulp). On its
+  // own: the CPU step's stated bound is softmax_floor itself (the error model holds for every
+  // order of the work), so the kernel is within twice that plus the floor whatever the CPU
+  // step computed.
+  const double own_bound = chain_bound(floor, floor);
+  const ErrorReport d = compare(s.d, r.d);
+  WB_CHECK_WITHIN_REL(d, chain_bound(cpu_d.max_rel, floor));
+  WB_CHECK_WITHIN_REL(d, own_bound);
   WB_CHECK_WITHIN(compare(s.m, r.m), r.score_error);  // a max of perturbed scores
-  return {compare(run.run.out.p, r.p), /*relative=*/true, compare(cpu.p, r.p).max_rel, floor, ""};
+  return {compare(run.run.out.p, r.p), /*relative=*/true, compare(cpu.p, r.p).max_rel, floor,
+          own_bound, ""};
 }
 
+// The kernel shapes, and keys masked by head (fully masked rows, masked K tiles).
 template <Backend B>
 void every_kernel_equals_the_fused_cpu_step() {
-  test::check_attention_ladder(B, kernel_ladder<B>(),
-                               test::attention_cases(test::kAttentionKernelShapes), kSeed,
-                               fused_rung_error);
+  std::vector<test::AttentionCase> cases = test::attention_cases(test::kAttentionKernelShapes);
+  for (const test::AttentionCase& c : test::masked_attention_cases(
+           test::kRaceMode ? test::kAttentionMaskedKernelRaceShapes
+                           : test::kAttentionMaskedKernelShapes))
+    cases.push_back(c);
+  test::check_attention_ladder(B, kernel_ladder<B>(), cases, kSeed, fused_rung_error);
 }
 
 template <Backend B>

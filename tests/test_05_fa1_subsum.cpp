@@ -1,6 +1,7 @@
 // Chapter 05: FlashAttention-1. The element-wise SubSum recurrence and the tiled FA1 against
-// chapter 04's P V under the 2x policy, the block form's merge law, a planted mistake that
-// the bounds catch, then the kernel against the tiled CPU step.
+// chapter 04's P V under the 2x policy, also with keys masked to -inf (fully masked rows and
+// masked first tiles), the block form's merge law, a planted mistake that the bounds catch,
+// then the kernel against the tiled CPU step and fp64, and its lanes' agreement.
 #include <cmath>
 #include <string>
 #include <vector>
@@ -45,16 +46,19 @@ test::StepBefore previous_and_elementwise_error(const test::AttentionInput& a) {
   const double floor = ref::output_floor(r.score_error, a.shape.lk);
   const ErrorReport prev =
       ref::compare_weighted(previous_step(a.in, a.shape, a.scale), r.o, r.o_weight);
-  const ErrorReport elem =
-      ref::compare_weighted(attention_elementwise(a.in, a.shape, a.scale), r.o, r.o_weight);
+  const std::vector<float> elem_o = attention_elementwise(a.in, a.shape, a.scale);
+  test::check_masked_rows(r, elem_o, a.shape.d);  // O = 0 where every key is masked
+  const ErrorReport elem = ref::compare_weighted(elem_o, r.o, r.o_weight);
   WB_CHECK_WITHIN(elem, chain_bound(prev.max_abs, floor));
   return {prev, floor, /*relative=*/false};
 }
 
-/// Tiled FA1's O against fp64 with tiles t, after its final (m, l).
+/// Tiled FA1's O against fp64 with tiles t, after its final (m, l) and its fully masked rows.
 ErrorReport fa1_cpu_error(const test::AttentionInput& a, const test::Tiles& t) {
   const Fa1Result fa1 = attention_fa1(a.in, a.shape, a.scale, t.br, t.bc);
   test::check_row_stats(fa1.stats, a);  // the final (m, l) in "HBM"
+  const test::MdColumns stats = test::split_md(fa1.stats);
+  test::check_masked_rows(a.r, fa1.o, a.shape.d, &stats);  // O = 0, (m, l) = (-inf, 0)
   return ref::compare_weighted(fa1.o, a.r.o, a.r.o_weight);
 }
 
@@ -90,6 +94,20 @@ TEST_SUITE("cpu") {
         test::kAttentionCpuShapes, kSeed, /*causal=*/false, /*want_p=*/false,
         test::attention_tiles({kKernelRows, kKernelKeys}),  // the kernel's among them
         previous_and_elementwise_error, fa1_cpu_error);
+  }
+
+  TEST_CASE("fully masked rows give zeros and (m, l) = (-inf, 0) and masked tiles add nothing") {
+    // Chapter 05 has no mask, but -inf scores reach it all the same: keys masked by head
+    // (tests/attention_checks.hpp), a head whose every key is -inf (fully masked rows: O = 0,
+    // (m, l) = (-inf, 0), never NaN, DESIGN.md's convention) and one whose first 40 keys are
+    // (the element-wise recurrence's first steps and a whole first tile for tiles of up to 32
+    // keys: merging (-inf, 0) with (-inf, 0) must rescale by 0, not by e^{-inf + inf} = NaN).
+    // The same chain as above: O within twice chapter 04's error plus the floor, against the
+    // fp64 attention over the unmasked keys.
+    test::check_step_chain(test::kAttentionMaskedCpuShapes, kSeed, /*causal=*/false,
+                           test::KeyMask::by_head, /*want_p=*/false,
+                           test::attention_tiles({kKernelRows, kKernelKeys}),
+                           previous_and_elementwise_error, fa1_cpu_error);
   }
 
   TEST_CASE("two normalized partial outputs merge into the output of all keys") {
@@ -152,20 +170,41 @@ test::RungError fa1_error(const test::AttentionRungRun& run) {
   const Fa1Result cpu = attention_fa1(run.in, shape, run.scale, kKernelRows, kKernelKeys);
   const ErrorReport cpu_l = compare(test::split_md(cpu.stats).d, run.r.d);
   const test::MdColumns s = test::split_md(run.run.out.md);
+  test::check_masked_rows(run.r, run.run.out.o, shape.d, &s);  // O = 0, (m, l) = (-inf, 0)
   // The policy: twice the CPU step's error plus the floor (the kernel merges the tile's
-  // statistics in a butterfly and sums P~ V with fmaf; CUDA's expf has 2 ulp).
-  WB_CHECK_WITHIN_REL(compare(s.d, run.r.d),
-                      chain_bound(cpu_l.max_rel, ref::softmax_floor(run.r.score_error, shape.lk)));
+  // statistics in a butterfly and sums P~ V with fmaf; CUDA's expf has 2 ulp). On its own:
+  // twice the CPU step's stated bound plus the floor, the stated bound being the error
+  // model's floor itself (it holds for every order of the work, the CPU step's included).
+  const double l_floor = ref::softmax_floor(run.r.score_error, shape.lk);
+  const ErrorReport l = compare(s.d, run.r.d);
+  WB_CHECK_WITHIN_REL(l, chain_bound(cpu_l.max_rel, l_floor));
+  WB_CHECK_WITHIN_REL(l, chain_bound(l_floor, l_floor));
   WB_CHECK_WITHIN(compare(s.m, run.r.m), run.r.score_error);
+  const double o_floor = ref::output_floor(run.r.score_error, shape.lk);
   return {ref::compare_weighted(run.run.out.o, run.r.o, run.r.o_weight), /*relative=*/false,
-          ref::compare_weighted(cpu.o, run.r.o, run.r.o_weight).max_abs,
-          ref::output_floor(run.r.score_error, shape.lk), ""};
+          ref::compare_weighted(cpu.o, run.r.o, run.r.o_weight).max_abs, o_floor,
+          chain_bound(o_floor, o_floor), ""};
 }
 
+// The kernel shapes, and keys masked by head (fully masked rows, masked first tiles).
 template <Backend B>
 void kernel_equals_the_tiled_cpu_step() {
-  test::check_attention_ladder(
-      B, kernel_ladder<B>(), test::attention_cases(test::kAttentionKernelShapes), kSeed, fa1_error);
+  std::vector<test::AttentionCase> cases = test::attention_cases(test::kAttentionKernelShapes);
+  for (const test::AttentionCase& c : test::masked_attention_cases(
+           test::kRaceMode ? test::kAttentionMaskedKernelRaceShapes
+                           : test::kAttentionMaskedKernelShapes))
+    cases.push_back(c);
+  test::check_attention_ladder(B, kernel_ladder<B>(), cases, kSeed, fa1_error);
+}
+
+// Each lane of a warp rescales its output columns with its own copy of the tile's (m~, l~)
+// (ch04::warp_merge): equal columns of V give equal columns of O, bit for bit.
+template <Backend B>
+void every_lane_rescales_with_the_same_statistics() {
+  test::check_attention_lanes_agree(
+      B, kernel_ladder<B>(),
+      test::kRaceMode ? test::kAttentionLaneRaceShapes : test::kAttentionLaneShapes, kSeed,
+      /*causal=*/false);
 }
 
 template <Backend B>
@@ -180,3 +219,5 @@ WB_KERNEL_TEST_CASE("the FA1 kernel equals the tiled FA1 CPU step on adversarial
                     kernel_equals_the_tiled_cpu_step)
 WB_KERNEL_TEST_CASE("the FA1 kernel rejects a head dimension above 128",
                     kernel_rejects_a_head_dimension_above_128)
+WB_KERNEL_TEST_CASE("equal columns of V give equal columns of O whichever lane computes them",
+                    every_lane_rescales_with_the_same_statistics)

@@ -1,9 +1,13 @@
 // Chapter 07's kernels: the dispatcher's rule and the kernels' shapes at their boundaries
 // (backend-neutral), then the kernel ladder on the simulator (and a GPU): every rung against
 // the CPU Welford step and the rung before it (tests/layernorm_checks.hpp), in fp32, fp16 and
-// bf16, the dispatcher's choices, constant rows, and the limits each rung refuses past.
+// bf16, the dispatcher's choices, constant rows, the limits each rung refuses past, rows
+// holding -inf, and every lane's copy of the all-reduced statistics (tests/lane_checks.hpp).
 #include <algorithm>
+#include <cmath>
 #include <cstddef>
+#include <cstdint>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <utility>
@@ -17,7 +21,9 @@
 #include "common/inputs.hpp"
 #include "common/rung.hpp"
 #include "common/rung_args.hpp"
+#include "common/rung_buffers.hpp"
 #include "common/shared_memory.hpp"
+#include "tests/lane_checks.hpp"
 #include "tests/layernorm_checks.hpp"
 #include "tests/support.hpp"
 
@@ -211,9 +217,11 @@ void constant_rows_give_rstd_one_over_sqrt_eps() {
         const std::vector<float> rstd = drstd.download(), mean = dmean.download();
         for (int r = 0; r < rows; ++r) {
           CAPTURE(r);
-          // Exact: every combine of equal means has delta = 0, so m2 stays 0.
+          // Exact: every combine of equal means has delta = 0, so m2 stays 0, and rstd is
+          // 1 / sqrt(eps), written out here rather than through rstd_of, which the kernels
+          // share (a wrong rstd_of must not pass for its own expectation).
           CHECK(mean[r] == x[static_cast<std::size_t>(r) * cols]);
-          CHECK(rstd[r] == rstd_of(0.f, kDefaultEps));
+          CHECK(rstd[r] == 1.f / std::sqrt(kDefaultEps));
         }
         // y = 0 * rstd * 1 + 0 = +0 in every type: every byte of y is zero.
         const std::vector<unsigned char> y = dy.download();
@@ -257,6 +265,127 @@ void rungs_refuse_rows_they_cannot_hold() {
   }
 }
 
+// Rows holding -inf, every third one wholly and one in some entries, between randn rows: each
+// rung gives such a row NaN in rstd and in every y, as the CPU step does (folding -inf makes
+// m2 += delta (x - mean) = -inf x (-inf - (-inf)) = NaN; the mean is -inf or NaN, by the order
+// of the combines), and the other rows the very bits it gives them when the -inf rows hold
+// zeros instead: a group of lanes, or a block, exchanges with its own row only.
+template <Backend B>
+void rows_holding_minus_inf_are_nan_and_leave_the_others_alone() {
+  for (Dtype t : kDtypes) {
+    const std::vector<int> widths = test::kRaceMode ? std::vector<int>{3, 33, 1001}
+                                                    : std::vector<int>{3, 16, 33, 1000, 1001, 2048};
+    for (int cols : widths) {
+      const int rows = 7;
+      std::vector<float> x = make_input(InputKind::neg_inf_rows, rows, cols, kSeed);
+      const std::vector<float> entries = make_input(InputKind::neg_inf_entries, rows, cols, kSeed);
+      const std::size_t n = static_cast<std::size_t>(cols);
+      for (std::size_t i = 4 * n; i < 5 * n; ++i) x[i] = entries[i];  // row 4: some entries -inf
+      x = round_elements(x, t);
+      std::vector<bool> holds_inf(rows, false);
+      for (std::size_t i = 0; i < x.size(); ++i)
+        if (std::isinf(x[i])) holds_inf[i / n] = true;
+      std::vector<float> zeroed = x;
+      for (std::size_t i = 0; i < x.size(); ++i)
+        if (holds_inf[i / n]) zeroed[i] = 0.f;
+      for (const Rung<LayerNormArgs>& rung : kernel_ladder<B>()) {
+        const std::string kernel = rung.name;
+        const std::string dtype = to_string(t);
+        CAPTURE(kernel);
+        CAPTURE(dtype);
+        CAPTURE(cols);
+        LayerNormBuffers with_inf(B, x, {}, {}, rows, cols, kDefaultEps, t);
+        LayerNormBuffers with_zeros(B, zeroed, {}, {}, rows, cols, kDefaultEps, t);
+        if (!why_refused(rung, with_inf.args).empty()) continue;
+        run_rung(rung, with_inf.args);
+        run_rung(rung, with_zeros.args);
+        const LayerNormOut a = with_inf.download(), b = with_zeros.download();
+        for (int r = 0; r < rows; ++r) {
+          CAPTURE(r);
+          const std::size_t row = static_cast<std::size_t>(r);
+          const std::vector<float> ya(a.y.begin() + row * n, a.y.begin() + (row + 1) * n);
+          const std::vector<float> yb(b.y.begin() + row * n, b.y.begin() + (row + 1) * n);
+          if (holds_inf[row]) {
+            CHECK_FALSE(std::isfinite(a.mean[row]));
+            CHECK(std::isnan(a.rstd[row]));
+            CHECK(std::count_if(ya.begin(), ya.end(), [](float v) { return std::isnan(v); }) ==
+                  static_cast<std::ptrdiff_t>(n));
+          } else {
+            CHECK(test::bits_of(a.mean[row]) == test::bits_of(b.mean[row]));
+            CHECK(test::bits_of(a.rstd[row]) == test::bits_of(b.rstd[row]));
+            const std::optional<test::BitMismatch> m = test::first_bit_mismatch(ya, yb, n);
+            CHECK_MESSAGE(!m, "a row next to a -inf row changed: ", m ? m->describe() : "");
+          }
+        }
+      }
+    }
+  }
+}
+
+// Rows whose lanes hold unequal Welford states (every kind but ones, randn + 1e4 and + 1e6
+// among them, where mean's bits reach y exactly: x - mean is exact there), with every lane of
+// a group of 2 to 32 holding values: one value per lane (cols 2 to 32), several in scalars and
+// in 16-byte vectors (33 to 1000), every thread of a block of 256 in scalars (1001) and in
+// vectors (2048 and 4104); the rungs run what their limits take.
+const std::vector<KernelShape> kLaneShapes = {{7, 2},   {7, 3},    {7, 9},    {7, 16},
+                                              {7, 31},  {7, 32},   {7, 33},   {7, 100},
+                                              {5, 255}, {5, 1000}, {5, 1001}, {5, 2048},
+                                              {5, 4104}};
+const std::vector<KernelShape> kLaneRaceShapes = {{5, 9}, {5, 100}, {2, 1001}};
+
+std::vector<float> lane_rows(int rows, int cols, Dtype t) {
+  if (t != Dtype::fp32) return make_mixed_x(rows, cols, kSeed, t, 0);
+  const Kind kinds[] = {Kind::randn, Kind::offset_1e4, Kind::outliers, Kind::offset_1e6,
+                        Kind::arange};
+  std::vector<float> x;
+  for (int r = 0; r < rows; ++r) {
+    const std::vector<float> row =
+        make_x(kinds[r % 5], 1, cols, kSeed + static_cast<std::uint64_t>(r));
+    x.insert(x.end(), row.begin(), row.end());
+  }
+  return x;
+}
+
+// layernorm_kernels.cuh promises every lane of a group, and every thread of a block, the same
+// bits at the end of the all-reduce ("the same mean and rstd for every element of the row"):
+// Chan's combine is not commutative bit for bit, so both partners of an exchange must combine
+// (lower, upper). Each thread normalizes the values it holds with its own copy of mean and
+// rstd, and thread 0 of the row writes them: so every y reproduces bit for bit from the mean
+// and rstd the kernel wrote, y = round_T((x - mean) rstd), and a lane whose copy rounded
+// otherwise shows in the elements it normalized. Without gamma and beta the rounded operations
+// are the same on every backend (x - mean, the product; times 1 and plus 0 are exact, fused or
+// not).
+template <Backend B>
+void every_lane_normalizes_with_the_written_statistics() {
+  for (Dtype t : kDtypes) {
+    for (const KernelShape& s : test::kRaceMode ? kLaneRaceShapes : kLaneShapes) {
+      const std::vector<float> x = round_elements(lane_rows(s.rows, s.cols, t), t);
+      for (const Rung<LayerNormArgs>& rung : kernel_ladder<B>()) {
+        const std::string kernel = rung.name;
+        const std::string dtype = to_string(t);
+        CAPTURE(kernel);
+        CAPTURE(dtype);
+        CAPTURE(s.rows);
+        CAPTURE(s.cols);
+        LayerNormBuffers buffers(B, x, {}, {}, s.rows, s.cols, kDefaultEps, t);
+        if (!why_refused(rung, buffers.args).empty()) continue;
+        run_rung(rung, buffers.args);
+        const LayerNormOut out = buffers.download();
+        std::vector<float> due(x.size());
+        const std::size_t n = static_cast<std::size_t>(s.cols);
+        for (std::size_t i = 0; i < x.size(); ++i)
+          due[i] = layernorm_y(x[i], out.mean[i / n], out.rstd[i / n], 1.f, 0.f);  // eq. (1)
+        const std::optional<test::BitMismatch> m =
+            test::first_bit_mismatch(out.y, round_elements(due, t), n);
+        CHECK_MESSAGE(!m, "y does not reproduce from the mean and rstd the kernel wrote: ",
+                      m ? m->describe() : "",
+                      " (the thread normalizing that column ended the all-reduce with other "
+                      "bits than thread 0)");
+      }
+    }
+  }
+}
+
 }  // namespace
 
 WB_KERNEL_TEST_CASE("every LayerNorm rung equals the CPU Welford step and the rung before it",
@@ -267,3 +396,7 @@ WB_KERNEL_TEST_CASE("constant rows give mean exact and rstd 1 over sqrt(eps) on 
                     constant_rows_give_rstd_one_over_sqrt_eps)
 WB_KERNEL_TEST_CASE("every rung refuses rows longer than its strategy holds with the limit named",
                     rungs_refuse_rows_they_cannot_hold)
+WB_KERNEL_TEST_CASE("a row holding -inf is NaN on every rung and leaves the other rows alone",
+                    rows_holding_minus_inf_are_nan_and_leave_the_others_alone)
+WB_KERNEL_TEST_CASE("every lane normalizes with the mean and rstd the kernel wrote bit for bit",
+                    every_lane_normalizes_with_the_written_statistics)
