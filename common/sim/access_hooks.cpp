@@ -84,12 +84,9 @@ void __tsan_atomic_signal_fence(int) { __atomic_signal_fence(__ATOMIC_SEQ_CST); 
     return __atomic_compare_exchange_n(p, expected, v, false, __ATOMIC_SEQ_CST,             \
                                        __ATOMIC_SEQ_CST);                                   \
   }                                                                                         \
-  int __tsan_atomic##bits##_compare_exchange_weak(volatile T* p, T* expected, T v, int,     \
-                                                  int) {                                    \
-    read(const_cast<T*>(p), sizeof(T), WB_HERE);                                            \
-    write(const_cast<T*>(p), sizeof(T), WB_HERE);                                           \
-    return __atomic_compare_exchange_n(p, expected, v, false, __ATOMIC_SEQ_CST,             \
-                                       __ATOMIC_SEQ_CST);                                   \
+  int __tsan_atomic##bits##_compare_exchange_weak(volatile T* p, T* expected, T v, int mo,    \
+                                                  int fmo) {                                \
+    return __tsan_atomic##bits##_compare_exchange_strong(p, expected, v, mo, fmo);          \
   }                                                                                         \
   T __tsan_atomic##bits##_compare_exchange_val(volatile T* p, T expected, T v, int, int) {  \
     read(const_cast<T*>(p), sizeof(T), WB_HERE);                                            \
