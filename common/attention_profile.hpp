@@ -5,7 +5,10 @@
 
 #include <cmath>
 #include <cstdint>
+#include <functional>
+#include <iostream>
 #include <string>
+#include <vector>
 
 #include "common/attention_inputs.hpp"
 #include "common/ladder_profile.hpp"
@@ -13,9 +16,53 @@
 
 namespace wb {
 
-/// Every rung of `ladder` (sim kernels) on randn Q, K, V of `shape` in `dtype`.
+/// A rung's traffic formula at a tile size other than its kernel's: what larger (or smaller)
+/// tiles would move, by the formula the profile suite proves exact at the kernel's own size.
+struct TileSweepPoint {
+  std::string rung;  ///< "fa1"
+  std::string tile;  ///< "Bc = 64"
+  int size;          ///< 64
+  Traffic traffic;
+  bool own = false;  ///< the kernel's own tile size
+};
+using TileSweep = std::function<std::vector<TileSweepPoint>(const AttentionArgs&)>;
+
+namespace detail {
+
+/// Prints the sweep under the profile's table and appends its CSV rows (source "formula").
+inline void print_tile_sweep(const std::vector<TileSweepPoint>& points, AttentionShape shape,
+                             const std::string& shape_name, const std::string& csv_path) {
+  if (points.empty()) return;
+  std::cout << "The header's formula at other tile sizes (nothing runs; the counts above check "
+               "it at the kernel's own):\n";
+  Table t({"rung", "tile", "loaded B/row", "stored B/row", "bytes vs the kernel's tile"});
+  const std::uint64_t rows = shape.rows();
+  std::vector<std::string> csv;
+  const auto bytes = [](const TileSweepPoint& p) { return p.traffic.loaded + p.traffic.stored; };
+  for (const TileSweepPoint& p : points) {
+    std::uint64_t own = bytes(points.front());
+    for (const TileSweepPoint& o : points)
+      if (o.own && o.rung == p.rung) own = bytes(o);
+    t.add_row({p.rung, p.tile + (p.own ? " (the kernel's)" : ""), per_unit(p.traffic.loaded, rows),
+               per_unit(p.traffic.stored, rows), ratio(bytes(p), own)});
+    csv.push_back(csv_row({shape_name, p.rung, std::to_string(rows), "row",
+                           std::to_string(p.traffic.loaded), std::to_string(p.traffic.stored),
+                           std::to_string(p.traffic.loaded), std::to_string(p.traffic.stored),
+                           p.traffic.formula, "", "", "", "", "", p.own ? "formula, own" : "formula",
+                           p.tile, std::to_string(p.size)}));
+  }
+  t.print(std::cout);
+  std::cout << "\n";
+  if (!csv_path.empty()) append_profile_csv(csv_path, csv);
+}
+
+}  // namespace detail
+
+/// Every rung of `ladder` (sim kernels) on randn Q, K, V of `shape` in `dtype`; the rows also
+/// appended to `csv_path` when given; then `sweep`'s formula at other tile sizes, if any.
 inline int profile_attention(const Ladder<AttentionArgs>& ladder, AttentionShape shape,
-                             std::uint64_t seed, bool causal, Dtype dtype) {
+                             std::uint64_t seed, bool causal, Dtype dtype,
+                             const std::string& csv_path = "", const TileSweep& sweep = {}) {
   const float scale = 1.0f / std::sqrt(static_cast<float>(shape.d));
   const AttentionInputs in = make_attention_inputs(ScoreKind::randn, shape, scale, seed);
   AttentionBuffers buffers(Backend::sim, in, shape, scale, causal, dtype, ladder_outputs(ladder));
@@ -26,9 +73,11 @@ inline int profile_attention(const Ladder<AttentionArgs>& ladder, AttentionShape
   sim::label_device_buffer(buffers.lse.data(), "lse");
   sim::label_device_buffer(buffers.md.data(), "md");
   sim::label_device_buffer(buffers.p.data(), "p");
-  return profile_ladder(ladder, buffers.args, shape.rows(), "row",
-                        "attention " + to_string(shape) + (causal ? " causal " : " ") +
-                            to_string(dtype));
+  const std::string name =
+      "attention " + to_string(shape) + (causal ? " causal " : " ") + to_string(dtype);
+  const int code = profile_ladder(ladder, buffers.args, shape.rows(), "row", name, csv_path);
+  if (code == 0 && sweep) detail::print_tile_sweep(sweep(buffers.args), shape, name, csv_path);
+  return code;
 }
 
 }  // namespace wb

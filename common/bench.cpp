@@ -255,22 +255,24 @@ std::size_t copy_buffer_bytes() {
 
 void BenchOptions::add_to(Cli& cli, bool offers_bench) {
   if (!offers_bench) {
-    cli.option("--csv", &csv_path, "with --list, write the ladder as CSV to this file (- for stdout)");
+    cli.option("--csv", &csv_path,
+               "with --list, write the ladder as CSV to this file (- for stdout); with "
+               "--profile, the counted traffic");
     return;
   }
   cli.flag("--bench", &enabled, "time every kernel on the GPU (see the benchmark section)")
       .option("--reps", &reps, "timed runs per kernel with --bench", kBenchMaxReps)
       .option("--csv", &csv_path,
               "with --bench, append one row per kernel to this file; with --list, write the "
-              "ladder as CSV to it (- for stdout)");
+              "ladder as CSV to it (- for stdout); with --profile, the counted traffic");
   cli.epilog(usage());
 }
 
-int BenchOptions::validate(const Cli& cli, bool listing) {
+int BenchOptions::validate(const Cli& cli, bool listing, bool profiling) {
   if (enabled && listing) return cli.error("--list and --bench do not go together");
   if (!enabled && reps != 0) return cli.error("--reps only applies with --bench");
-  if (!enabled && !listing && !csv_path.empty())
-    return cli.error("--csv only applies with --bench or --list");
+  if (!enabled && !listing && !profiling && !csv_path.empty())
+    return cli.error("--csv only applies with --bench, --list or --profile");
   if (enabled && csv_path == "-") return cli.error("--bench --csv needs a file name, not -");
   if (reps == 0) reps = kBenchDefaultReps;
   return -1;

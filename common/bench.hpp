@@ -161,9 +161,10 @@ struct BenchOptions {
   /// Registers --csv FILE with `cli` and, when `offers_bench`, --bench and --reps N, and their
   /// section of --help.
   void add_to(Cli& cli, bool offers_bench = true);
-  /// After parsing: --reps only applies with --bench, --csv with --bench or --list (`listing`),
-  /// and not both. -1 to go on, else prints one line and returns 2.
-  int validate(const Cli& cli, bool listing = false);
+  /// After parsing: --reps only applies with --bench, --csv with --bench, --list (`listing`)
+  /// or --profile (`profiling`), and not --bench with --list. -1 to go on, else prints one
+  /// line and returns 2.
+  int validate(const Cli& cli, bool listing = false, bool profiling = false);
   /// With --bench: -1 when `backend` is cuda on a usable GPU, else prints one line and
   /// returns 2. Call before printing anything else.
   int check_backend(const Cli& cli, Backend backend) const;

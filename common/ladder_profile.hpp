@@ -11,10 +11,13 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <fstream>
 #include <iostream>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
+#include "common/bench.hpp"
 #include "common/rung.hpp"
 #include "common/sim/access.hpp"
 #include "common/table.hpp"
@@ -37,20 +40,75 @@ inline std::string ratio(std::uint64_t a, std::uint64_t b) {
   return b == 0 ? std::string("-") : fixed(static_cast<double>(a) / static_cast<double>(b), 2);
 }
 
+/// The CSV columns of `chNN --profile --csv FILE`, one row per rung and shape: what the docs
+/// build draws its traffic tables and figures from (docs/figures/traffic_figures.py). source:
+/// "counted" (a rung's launch, counted by profile mode; loaded and stored are the counts) or
+/// "formula" (a header's formula at another tile size, tile and tile_size: nothing ran).
+inline const char* profile_csv_header() {
+  return "shape,rung,units,unit,loaded_bytes,stored_bytes,stated_loaded_bytes,"
+         "stated_stored_bytes,formula,sectors_per_load,sectors_per_store,"
+         "shared_wavefronts_per_request,conflict_degree,buffers,source,tile,tile_size";
+}
+
+/// One CSV row of the fields, escaped.
+inline std::string csv_row(const std::vector<std::string>& fields) {
+  std::string row;
+  for (const std::string& f : fields) row += (row.empty() ? "" : ",") + csv_escape(f);
+  return row;
+}
+
+/// Appends `lines` to the CSV file at `path` (the header first when the file is new or empty).
+inline void append_profile_csv(const std::string& path, const std::vector<std::string>& lines) {
+  if (path == "-") {
+    std::cout << profile_csv_header() << '\n';
+    for (const std::string& l : lines) std::cout << l << '\n';
+    return;
+  }
+  std::ofstream out(path, std::ios::app);
+  if (!out) throw std::runtime_error("--csv: cannot write '" + path + "'");
+  if (out.tellp() == 0) out << profile_csv_header() << '\n';
+  for (const std::string& l : lines) out << l << '\n';
+  if (!out) throw std::runtime_error("--csv: writing '" + path + "' failed");
+}
+
+/// "name:loaded:stored" for every buffer the launches touched, summed over the launches.
+inline std::string buffer_summary(const std::vector<sim::LaunchProfile>& launches) {
+  std::vector<sim::BufferTraffic> sum;
+  for (const sim::LaunchProfile& p : launches) {
+    for (const sim::BufferTraffic& b : p.buffers) {
+      auto it = std::find_if(sum.begin(), sum.end(),
+                             [&](const sim::BufferTraffic& s) { return s.name == b.name; });
+      if (it == sum.end()) {
+        sum.push_back(b);
+      } else {
+        it->loaded += b.loaded;
+        it->stored += b.stored;
+      }
+    }
+  }
+  std::string out;
+  for (const sim::BufferTraffic& b : sum)
+    out += (out.empty() ? "" : " ") + b.name + ":" + std::to_string(b.loaded) + ":" +
+           std::to_string(b.stored);
+  return out;
+}
+
 }  // namespace detail
 
 /// Runs each rung of `ladder` (sim kernels) that takes `args` under profile mode and prints the
 /// table; `units` is what the bytes are divided by (rows * cols elements, or attention rows),
-/// `unit` its name. Returns the program's exit code.
+/// `unit` its name. With a `csv_path`, also appends a row per rung to that CSV file
+/// (detail::profile_csv_header). Returns the program's exit code.
 template <typename Args>
 int profile_ladder(const Ladder<Args>& ladder, const Args& args, std::uint64_t units,
-                   const std::string& unit, const std::string& shape) {
+                   const std::string& unit, const std::string& shape,
+                   const std::string& csv_path = "") {
   using sim::LaunchProfile;
   std::cout << "Profile: global-memory traffic counted by the simulator, " << shape << " ("
             << units << " " << unit << "s)\n";
   Table t({"rung", "loaded B/" + unit, "stored B/" + unit, "header states", "sectors/req ld",
            "sectors/req st", "shared wavefronts/req", "conflict", "ideal us at 3.0 TB/s"});
-  std::vector<std::string> skipped, lines;
+  std::vector<std::string> skipped, lines, csv;
   for (const Rung<Args>& rung : ladder) {
     if (const std::string why = why_refused(rung, args); !why.empty()) {
       skipped.push_back(std::string(rung.name) + ": " + why);
@@ -66,8 +124,9 @@ int profile_ladder(const Ladder<Args>& ladder, const Args& args, std::uint64_t u
       by_line.insert(by_line.end(), p.lines.begin(), p.lines.end());
     }
     std::string stated = "-";
+    Traffic tr;
     if (rung.traffic != nullptr) {
-      const Traffic tr = rung.traffic(args);
+      tr = rung.traffic(args);
       stated = detail::per_unit(tr.loaded, units) + " + " + detail::per_unit(tr.stored, units);
       if (tr.loaded != total.global_load.bytes || tr.stored != total.global_store.bytes)
         stated += " (differs!)";
@@ -85,6 +144,25 @@ int profile_ladder(const Ladder<Args>& ladder, const Args& args, std::uint64_t u
                detail::ratio(shared_all.units, shared_all.requests),
                detail::ratio(shared_all.units, shared_all.ideal_units),
                fixed(bytes / kProfileCopyBytesPerSecond * 1e6, 2)});
+    const std::vector<std::string> fields = {
+        shape,
+        rung.name,
+        std::to_string(units),
+        unit,
+        std::to_string(total.global_load.bytes),
+        std::to_string(total.global_store.bytes),
+        rung.traffic != nullptr ? std::to_string(tr.loaded) : "",
+        rung.traffic != nullptr ? std::to_string(tr.stored) : "",
+        tr.formula,
+        detail::ratio(total.global_load.units, total.global_load.requests),
+        detail::ratio(total.global_store.units, total.global_store.requests),
+        detail::ratio(shared_all.units, shared_all.requests),
+        detail::ratio(shared_all.units, shared_all.ideal_units),
+        detail::buffer_summary(launches),
+        "counted",
+        "",
+        ""};
+    csv.push_back(detail::csv_row(fields));
     std::stable_sort(by_line.begin(), by_line.end(), [](const auto& a, const auto& b) {
       return a.counts.global_load.bytes + a.counts.global_store.bytes >
              b.counts.global_load.bytes + b.counts.global_store.bytes;
@@ -109,6 +187,7 @@ int profile_ladder(const Ladder<Args>& ladder, const Args& args, std::uint64_t u
   }
   for (const std::string& s : skipped) std::cout << "  skipped " << s << "\n";
   std::cout << "\n";
+  if (!csv_path.empty()) detail::append_profile_csv(csv_path, csv);
   return 0;
 }
 

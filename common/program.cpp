@@ -63,7 +63,8 @@ int parse_program(Cli& cli, int argc, char** argv, ProgramOptions* options) {
     if (!this_program_is_instrumented()) return run_instrumented_twin(cli, argv);
     backend_name = "sim";  // profile mode counts the simulator's accesses
   }
-  if (const int code = options->bench.validate(cli, options->list); code >= 0) return code;
+  if (const int code = options->bench.validate(cli, options->list, options->profile); code >= 0)
+    return code;
   if (std::string why; !parse_backend(backend_name, &options->backend, &why))
     return cli.error(why);
   return options->bench.check_backend(cli, options->backend);

@@ -15,8 +15,10 @@ TEST_CASE("every rung moves the bytes its header states, on odd shapes" *
   const Ladder<AttentionArgs> ladder = ch05::kernel_ladder<Backend::sim>();
   // One query and one key; short last Q tiles of 8 rows and K/V tiles of 32 keys (Tc = 2),
   // with two heads; lq > lk; an odd head dimension past 32 (two output columns per lane for
-  // some lanes). The rung takes no causal mask.
+  // some lanes); for the baseline's 64 x 64 product tiles, several of them in every direction
+  // with short last ones (T(lq) = 2, T(lk) = 3, T(d) = 2). The rungs take no causal mask.
   const std::vector<std::string> took = test::check_attention_ladder_traffic(
-      ladder, {{1, 1, 1, 1}, {2, 9, 33, 7}, {1, 19, 5, 37}}, {Dtype::fp32}, /*causal=*/false);
+      ladder, {{1, 1, 1, 1}, {2, 9, 33, 7}, {1, 19, 5, 37}, {1, 70, 131, 65}}, {Dtype::fp32},
+      /*causal=*/false);
   test::check_every_rung_counted(ladder, took);
 }

@@ -71,16 +71,18 @@ inline int bench_softmax(const std::string& chapter, const Ladder<RowArgs>& ladd
 }
 
 /// --profile: every rung of `ladder` (sim kernels) on (rows, cols) of randn in each of `dtypes`,
-/// its memory traffic counted by the simulator (common/ladder_profile.hpp).
+/// its memory traffic counted by the simulator (common/ladder_profile.hpp), also appended to
+/// `csv_path` when given.
 inline int profile_softmax(const Ladder<RowArgs>& ladder, int rows, int cols, std::uint64_t seed,
-                           const std::vector<Dtype>& dtypes = {Dtype::fp32}) {
+                           const std::vector<Dtype>& dtypes = {Dtype::fp32},
+                           const std::string& csv_path = "") {
   const std::vector<float> x = make_input(InputKind::randn, rows, cols, seed);
   for (Dtype dtype : dtypes) {
     RowBuffers buffers(Backend::sim, x, rows, cols, dtype);
     sim::label_device_buffer(buffers.x.data(), "x");
     sim::label_device_buffer(buffers.y.data(), "y");
     profile_ladder(ladder, buffers.args, std::uint64_t(rows) * std::uint64_t(cols), "element",
-                   "softmax " + shape_string(rows, cols) + " " + to_string(dtype));
+                   "softmax " + shape_string(rows, cols) + " " + to_string(dtype), csv_path);
   }
   return 0;
 }

@@ -70,7 +70,8 @@ int main(int argc, char** argv) {
   if (const int code = check_matrix_size(cli, options, rows, cols); code >= 0) return code;
   const Ladder<RowArgs> ladder = select_kernel_backend(options.backend, make_ladder);
   if (options.profile)
-    return run_guarded(cli, [&] { return ch01::profile_softmax(ladder, rows, cols, options.seed); });
+    return run_guarded(cli, [&] { return ch01::profile_softmax(ladder, rows, cols, options.seed, {Dtype::fp32},
+                                                           options.bench.csv_path); });
   if (options.bench.enabled)
     return run_guarded(cli, [&] {
       return ch01::bench_softmax("02_online_softmax", ladder, options.bench, rows, cols,

@@ -127,7 +127,8 @@ int main(int argc, char** argv) {
   const std::vector<Dtype> dtypes = dtypes_of_option(dtype);
   if (options.profile) {
     return run_guarded(
-        cli, [&] { return ch01::profile_softmax(ladder, rows, cols, options.seed, dtypes); });
+        cli, [&] { return ch01::profile_softmax(ladder, rows, cols, options.seed, dtypes,
+                                                       options.bench.csv_path); });
   }
   if (options.bench.enabled)
     return run_guarded(cli, [&] {

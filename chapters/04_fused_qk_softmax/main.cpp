@@ -111,7 +111,8 @@ int main(int argc, char** argv) {
   const Ladder<AttentionArgs> ladder = select_kernel_backend(options.backend, make_ladder);
   if (options.profile) {
     return run_guarded(cli, [&] {
-      return profile_attention(ladder, shape, options.seed, false, Dtype::fp32);
+      return profile_attention(ladder, shape, options.seed, false, Dtype::fp32,
+                               options.bench.csv_path);
     });
   }
   return run_chapter(

@@ -100,6 +100,15 @@ void report(Backend backend, const Ladder<AttentionArgs>& ladder, AttentionShape
   std::cout << '\n';
 }
 
+// FA1's traffic at K/V tiles of 8 to 512 keys: T_c round trips of O and (m, l) per row.
+std::vector<TileSweepPoint> fa1_tile_sweep(const AttentionArgs& a) {
+  std::vector<TileSweepPoint> points;
+  for (int bc = 8; bc <= 512; bc *= 2)
+    points.push_back({"fa1", "Bc = " + std::to_string(bc), bc, fa1_tiles_traffic(a, bc),
+                      bc == kKernelKeys});
+  return points;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -118,7 +127,8 @@ int main(int argc, char** argv) {
   const Ladder<AttentionArgs> ladder = select_kernel_backend(options.backend, make_ladder);
   if (options.profile) {
     return run_guarded(cli, [&] {
-      return profile_attention(ladder, shape, options.seed, false, Dtype::fp32);
+      return profile_attention(ladder, shape, options.seed, false, Dtype::fp32,
+                               options.bench.csv_path, fa1_tile_sweep);
     });
   }
   return run_chapter(

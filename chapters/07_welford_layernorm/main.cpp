@@ -246,7 +246,7 @@ int run_bench(const Ladder<LayerNormArgs>& ladder, const BenchOptions& options,
 // --profile: every rung of `ladder` (sim kernels) on (rows, cols) of randn in every selected
 // element type, its memory traffic counted by the simulator.
 int run_profile(const Ladder<LayerNormArgs>& ladder, const std::vector<Dtype>& dtypes, int rows,
-                int cols, std::uint64_t seed) {
+                int cols, std::uint64_t seed, const std::string& csv_path) {
   const std::size_t n = static_cast<std::size_t>(cols);
   const std::vector<float> x = make_input(InputKind::randn, rows, cols, seed);
   const Affine affine{randn(n, seed, 1.f, 0.5f), randn(n, seed + 1, 0.f, 0.5f)};
@@ -260,7 +260,7 @@ int run_profile(const Ladder<LayerNormArgs>& ladder, const std::vector<Dtype>& d
     sim::label_device_buffer(buffers.mean.data(), "mean");
     sim::label_device_buffer(buffers.rstd.data(), "rstd");
     profile_ladder(ladder, buffers.args, std::uint64_t(rows) * std::uint64_t(cols), "element",
-                   "layernorm " + shape_string(rows, cols) + " " + to_string(dtype));
+                   "layernorm " + shape_string(rows, cols) + " " + to_string(dtype), csv_path);
   }
   return 0;
 }
@@ -284,7 +284,8 @@ int main(int argc, char** argv) {
   const std::vector<Dtype> dtypes = dtypes_of_option(dtype);
   const Ladder<LayerNormArgs> ladder = select_kernel_backend(options.backend, make_ladder);
   if (options.profile)
-    return run_guarded(cli, [&] { return run_profile(ladder, dtypes, rows, cols, options.seed); });
+    return run_guarded(cli, [&] { return run_profile(ladder, dtypes, rows, cols, options.seed, options.bench.csv_path);
+    });
   if (options.bench.enabled)
     return run_guarded(
         cli, [&] { return run_bench(ladder, options.bench, dtypes, rows, cols, options.seed); });

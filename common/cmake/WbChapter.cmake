@@ -32,6 +32,14 @@ function(_wb_kernel_library target language suffix headers)
   endforeach()
   add_library(${target} STATIC ${sources})
   target_link_libraries(${target} PUBLIC wb_common)
+  # Earlier chapters' kernels this chapter's launchers call (KERNELS_FROM), same backend.
+  foreach(dep IN LISTS _wb_kernel_deps)
+    if(language STREQUAL "CUDA")
+      target_link_libraries(${target} PUBLIC ${dep}_cuda)
+    else()
+      target_link_libraries(${target} PUBLIC ${dep}_sim)
+    endif()
+  endforeach()
   # Exercise variants (sim_stub, sim_learner, ...) hold half-written code: warnings, yes;
   # warnings as errors, no.
   if(suffix MATCHES "^(sim|cuda)$")
@@ -66,10 +74,21 @@ endfunction()
 
 function(wb_add_chapter)
   # PROFILE_ARGS: a small shape for the CI run of `chNN --profile` (test NN_name/profile-runs).
-  cmake_parse_arguments(arg "" "" "PROFILE_ARGS" ${ARGN})
+  # KERNELS_FROM: earlier chapters (folder names) whose kernel launchers this chapter's
+  # kernels call, e.g. chapter 05's baseline runs chapter 01's softmax.
+  cmake_parse_arguments(arg "" "" "PROFILE_ARGS;KERNELS_FROM" ${ARGN})
   get_filename_component(chapter ${CMAKE_CURRENT_SOURCE_DIR} NAME)  # 01_safe_softmax
   string(SUBSTRING ${chapter} 0 2 number)
   set(ch ch${number})
+  set(_wb_kernel_deps)  # read by _wb_kernel_library, which this function calls
+  foreach(dep IN LISTS arg_KERNELS_FROM)
+    string(SUBSTRING ${dep} 0 2 dep_number)
+    if(NOT TARGET ch${dep_number}_sim)
+      message(FATAL_ERROR "${chapter} runs kernels of ${dep}: build that chapter too "
+                          "(WB_ONLY_CHAPTERS)")
+    endif()
+    list(APPEND _wb_kernel_deps ch${dep_number})
+  endforeach()
 
   file(GLOB kernels CONFIGURE_DEPENDS ${CMAKE_CURRENT_SOURCE_DIR}/*.cuh)
   file(GLOB cpu_sources CONFIGURE_DEPENDS ${CMAKE_CURRENT_SOURCE_DIR}/*.cpp)
@@ -102,6 +121,8 @@ function(wb_add_chapter)
   # the ordinary program, which hands over to its twin, on a small shape.
   wb_sim_instrumented_variant(${ch} OUTPUT_VARIABLE instrumented_program)
   if(instrumented_program)
+    # The docs build draws the chapter page's traffic table and figure from the same run.
+    set_property(GLOBAL PROPERTY WB_PROFILE_ARGS_${ch} ${arg_PROFILE_ARGS})
     add_test(NAME ${chapter}/profile-runs COMMAND ${ch} --profile ${arg_PROFILE_ARGS})
     set_tests_properties(${chapter}/profile-runs PROPERTIES LABELS profile
       PASS_REGULAR_EXPRESSION "Profile: global-memory traffic counted by the simulator"
