@@ -54,13 +54,16 @@ struct Buffer {
   std::vector<unsigned char> written;  // initcheck: one flag per byte
 };
 
-/// Where an access landed.
+/// Where an access landed. Described in words (what_of) only for a message: every access
+/// classifies, so the region itself holds no string.
 struct Region {
+  enum class Kind : unsigned char { untracked_constant, constant, shared_array, dynamic_shared, buffer };
+  Kind kind = Kind::untracked_constant;
   Space space = Space::global;
   std::uintptr_t lo = 0, hi = 0;
   std::vector<unsigned char>* written = nullptr;  // nullptr: not tracked (static data)
   const Buffer* buffer = nullptr;
-  std::string what;  // for messages: "device buffer y (1024 bytes)", ...
+  const StaticObject* object = nullptr;  // a constant or a __shared__ array
 };
 
 // ---- Profile records ---------------------------------------------------------------------
@@ -106,6 +109,7 @@ struct State {
   LaunchInfo launch{};
   std::string kernel;  // launch.kernel without anonymous namespaces
   std::set<std::string> kernels;  // every kernel launched so far, by that name
+  const StaticObject* shared_array_ok = nullptr;  // the last __shared__ array this launch may use
   std::vector<unsigned char> dynamic_written;
   std::unordered_map<std::uintptr_t, std::vector<unsigned char>> static_written;  // by array lo
   std::uintptr_t stack_lo = 0, stack_hi = 0;
@@ -130,6 +134,20 @@ std::string format_bytes_at(std::size_t bytes, std::uintptr_t address) {
 
 std::string buffer_what(const Buffer& b) {
   return "device buffer " + b.name + " (" + format_bytes_at(b.hi - b.lo, b.lo) + ")";
+}
+
+/// For messages: "device buffer y (1024 bytes at 0x...)", "__shared__ array tile (...)", ...
+std::string what_of(const Region& r) {
+  switch (r.kind) {
+    case Region::Kind::buffer: return buffer_what(*r.buffer);
+    case Region::Kind::dynamic_shared:
+      return "the block's dynamic shared memory (" + std::to_string(r.hi - r.lo) + " bytes)";
+    case Region::Kind::shared_array:
+      return "__shared__ array " + r.object->name + " (" + std::to_string(r.hi - r.lo) + " bytes)";
+    case Region::Kind::constant: return "constant " + r.object->name;
+    case Region::Kind::untracked_constant: break;
+  }
+  return "a constant of the program";
 }
 
 [[noreturn]] void memory_fault(Fault::Kind kind, const std::string& what, const void* pc) {
@@ -199,17 +217,20 @@ Region static_region(std::uintptr_t a, std::size_t bytes, bool store, const void
     return r;  // constants the compiler placed: allowed, not tracked
   }
   if (o->owner.empty()) {
-    if (!o->writable || o->name == "wb_sim_current") {
+    // The simulator's per-thread state (threadIdx, blockIdx, ...): compared by address, as
+    // every read of a built-in variable lands here.
+    if (!o->writable || o->lo == reinterpret_cast<std::uintptr_t>(&wb_sim_current)) {
       r.lo = o->lo;
       r.hi = o->hi;
-      r.what = "constant " + o->name;
+      r.kind = Region::Kind::constant;
+      r.object = o;
       return r;
     }
     std::string why = past_shared_array(a, o->lo > 0 ? static_object_near(o->lo - 1) : nullptr);
     if (why.empty()) why = "in the host variable " + o->name + ", which is not device memory";
     out_of_bounds(a, bytes, store, why, pc);
   }
-  if (o->owner != s.kernel && s.kernels.count(o->owner) != 0) {
+  if (o != s.shared_array_ok && o->owner != s.kernel && s.kernels.count(o->owner) != 0) {
     std::string why = past_shared_array(a, o->lo > 0 ? static_object_near(o->lo - 1) : nullptr);
     if (why.empty()) {
       why = "in the __shared__ array " + o->name + " of another kernel, outside the shared memory "
@@ -217,10 +238,12 @@ Region static_region(std::uintptr_t a, std::size_t bytes, bool store, const void
     }
     out_of_bounds(a, bytes, store, why, pc);
   }
+  s.shared_array_ok = o;  // its owner checked once, not at every access
   r.lo = o->lo;
   r.hi = o->hi;
   r.space = Space::shared;
-  r.what = "__shared__ array " + o->name + " (" + std::to_string(o->hi - o->lo) + " bytes)";
+  r.kind = Region::Kind::shared_array;
+  r.object = o;
   std::vector<unsigned char>& written = s.static_written[o->lo];
   if (written.size() != o->hi - o->lo) written.assign(o->hi - o->lo, 0);
   r.written = &written;
@@ -240,7 +263,7 @@ bool classify(std::uintptr_t a, std::size_t bytes, bool store, const void* pc, R
     r.lo = shared_lo;
     r.hi = shared_lo + s.launch.dynamic_shared_bytes;
     r.written = &s.dynamic_written;
-    r.what = "the block's dynamic shared memory (" + std::to_string(r.hi - r.lo) + " bytes)";
+    r.kind = Region::Kind::dynamic_shared;
     return true;
   }
   const Buffer* b = s.last_buffer;
@@ -256,7 +279,7 @@ bool classify(std::uintptr_t a, std::size_t bytes, bool store, const void* pc, R
     r.hi = b->hi;
     r.buffer = b;
     r.written = const_cast<std::vector<unsigned char>*>(&b->written);
-    r.what = buffer_what(*b);
+    r.kind = Region::Kind::buffer;
     return true;
   }
   if (in_program_image(a)) {
@@ -273,9 +296,14 @@ AccessCounts& counts_of(TrafficCounts& t, Space space, bool store) {
   return store ? t.shared_store : t.shared_load;
 }
 
+// Every access of a profiled launch passes through the functions below: their scratch
+// vectors are reused (cleared, never freed), so that a request costs no allocation.
+using Parts = std::vector<std::pair<std::uintptr_t, std::size_t>>;
+
 /// Distinct 32-byte sectors of a global request.
-std::uint64_t sectors(const std::vector<std::pair<std::uintptr_t, std::size_t>>& parts) {
-  std::vector<std::uintptr_t> ids;
+std::uint64_t sectors(const Parts& parts) {
+  static std::vector<std::uintptr_t> ids;
+  ids.clear();
   for (const auto& [a, n] : parts) {
     for (std::uintptr_t id = a / kSectorBytes; id <= (a + n - 1) / kSectorBytes; ++id) ids.push_back(id);
   }
@@ -284,8 +312,9 @@ std::uint64_t sectors(const std::vector<std::pair<std::uintptr_t, std::size_t>>&
 }
 
 /// Wavefronts of one phase of a shared request: the most distinct 4-byte words in one bank.
-std::uint64_t phase_wavefronts(const std::vector<std::pair<std::uintptr_t, std::size_t>>& parts) {
-  std::vector<std::uintptr_t> words;
+std::uint64_t phase_wavefronts(const Parts& parts) {
+  static std::vector<std::uintptr_t> words;
+  words.clear();
   for (const auto& [a, n] : parts) {
     for (std::uintptr_t w = a / kBankBytes; w <= (a + n - 1) / kBankBytes; ++w) words.push_back(w);
   }
@@ -300,10 +329,11 @@ std::uint64_t phase_wavefronts(const std::vector<std::pair<std::uintptr_t, std::
 /// Adds one finished request (its parts grouped into the phases the hardware serves) to the
 /// launch's totals, its line's and its buffer's.
 void add_request(LaunchRecord& rec, TrafficCounts& line, Space space, bool store, int buffer,
-                 const std::vector<std::vector<std::pair<std::uintptr_t, std::size_t>>>& phases) {
+                 const std::vector<Parts>& phases) {
   AccessCounts c;
   c.requests = 1;
-  std::vector<std::pair<std::uintptr_t, std::size_t>> all;
+  static Parts all;
+  all.clear();
   for (const auto& phase : phases) {
     if (phase.empty()) continue;
     for (const auto& part : phase) c.bytes += part.second;
@@ -332,8 +362,9 @@ void close_request(const RequestKey& key, const OpenRequest& q) {
       q.space == Space::global || widest <= kBankBytes
           ? 32u
           : static_cast<unsigned>(std::max<std::size_t>(1, kPhaseBytes / widest));
-  std::vector<std::vector<std::pair<std::uintptr_t, std::size_t>>> phases(
-      (32 + lanes_per_phase - 1) / lanes_per_phase);
+  static std::vector<Parts> phases;
+  phases.resize((32 + lanes_per_phase - 1) / lanes_per_phase);
+  for (Parts& p : phases) p.clear();
   for (unsigned lane = 0; lane < 32; ++lane) {
     if (q.mask >> lane & 1u) phases[lane / lanes_per_phase].emplace_back(q.address[lane], q.bytes[lane]);
   }
@@ -417,6 +448,7 @@ void access_launch_begin(const LaunchInfo& launch) {
   s.in_launch = true;
   s.launch = launch;
   s.kernel = without_anonymous_namespaces(launch.kernel);
+  s.shared_array_ok = nullptr;
   s.kernels.insert(s.kernel);
   s.last_buffer = nullptr;
   if (s.profiling) {
@@ -476,7 +508,7 @@ void on_access(const void* address, std::size_t bytes, bool store, const void* p
     char buf[64];
     std::snprintf(buf, sizeof buf, "%zu of its bytes lie past the end of ",
                   static_cast<std::size_t>(a + bytes - r.hi));
-    out_of_bounds(a, bytes, store, buf + r.what, pc);
+    out_of_bounds(a, bytes, store, buf + what_of(r), pc);
   }
   if (r.written != nullptr) {
     unsigned char* flags = r.written->data() + (a - r.lo);
@@ -489,7 +521,7 @@ void on_access(const void* address, std::size_t bytes, bool store, const void* p
                     " (offset %zu) that nothing has written, in ",
                     bytes, a, static_cast<std::size_t>(a - r.lo));
       memory_fault(Fault::Kind::uninitialized_read,
-                   buf + r.what + (r.space == Space::shared ? " since the block started" : ""), pc);
+                   buf + what_of(r) + (r.space == Space::shared ? " since the block started" : ""), pc);
     }
   }
   if (s.profiling && s.tile_depth == 0) record(r, a, bytes, store, pc);
