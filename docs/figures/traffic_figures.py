@@ -38,10 +38,10 @@ PAPER_FLASH_GB = 4.4
 
 # The attention rungs of the IO figures, in the derivation's order: (chapter, rung, label).
 IO_RUNGS = [
-    ("ch05", "standard", "standard (ch05 baseline: S and P stored)"),
-    ("ch04", "fused_softmax_qk", "fused QK^T-softmax (ch04: P stored)"),
-    ("ch05", "fa1", "FA1 (ch05: Bc = 32, O and (m, l) round trips)"),
-    ("ch06", "fa2", "FA2 (ch06: Br = 16, K and V once per Q tile)"),
+    ("ch05", "standard", "standard (ch05 baseline: S and P stored, fp32)"),
+    ("ch04", "fused_softmax_qk", "fused QK^T-softmax (ch04: P stored, fp32)"),
+    ("ch05", "fa1", "FA1 (ch05: Bc = 32, O and (m, l) round trips, fp32)"),
+    ("ch06", "fa2", "FA2 (ch06: Br = 16, K and V once per Q tile, fp32)"),
     ("ch06", "fa2_tensor_core", "FA2 on tensor cores (ch06: fp16, Br = 64)"),
 ]
 
@@ -196,7 +196,7 @@ def io_vs_tile(directory, points, n, path):
 def io_table(points, n, path):
     standard = head_bytes(points[("ch05", "standard")][n])
     out = ['<table class="markdowntable">',
-           f"<tr><th>kernel (N = {n}, d = 64, fp32)</th><th>loaded per head</th>"
+           f"<tr><th>kernel (N = {n}, d = 64, one head)</th><th>loaded per head</th>"
            "<th>stored per head</th><th>total per head</th>"
            f"<th>x {PAPER_HEADS} heads (16 heads x batch 64)</th><th>vs standard</th></tr>"]
     for chapter, rung, label in IO_RUNGS:
