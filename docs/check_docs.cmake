@@ -1,6 +1,7 @@
 # ctest -L docs: builds the docs target (Doxygen warnings fail it) and checks the result:
 # the main page, the simulator and exercises pages and every chapter page exist, and each
-# chapter page holds display formulas that load MathJax from the local copy (offline).
+# chapter page holds display formulas that load MathJax from the local copy (offline) and
+# shows a figure the build drew; then a headless browser (BROWSER) renders every page.
 execute_process(COMMAND ${CMAKE_COMMAND} --build ${BUILD_DIR} --target docs
                 RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
 if(NOT rc EQUAL 0)
@@ -40,4 +41,32 @@ foreach(page IN LISTS chapters)
     message(FATAL_ERROR "docs: ${page}.html shows no generated figure")
   endif()
 endforeach()
-message(STATUS "docs: built without warnings; ${CHAPTER_PAGES}, simulator, exercises, rungs, local MathJax and the generated figures in place")
+# Then as a reader sees them: every page in a headless browser (docs/check_pages.html), once
+# MathJax has typeset it. Every image decodes, no formula fails, and a chapter page renders
+# formulas and shows at least one image.
+file(COPY ${CHECK_PAGES} DESTINATION ${HTML_DIR})
+list(JOIN chapters "," chapter_list)
+set(all_pages "index,simulator,exercises,rungs,${chapter_list}")
+execute_process(
+  COMMAND ${BROWSER} --no-sandbox --disable-gpu --allow-file-access-from-files
+          --virtual-time-budget=120000 --dump-dom "file://${HTML_DIR}/check_pages.html?pages=${all_pages}"
+  RESULT_VARIABLE rc OUTPUT_VARIABLE dom ERROR_QUIET TIMEOUT 300)
+if(NOT rc EQUAL 0 OR NOT dom MATCHES "<pre id=\"report\">checked\n([^<]*)</pre>")
+  message(FATAL_ERROR "docs: the headless browser (${BROWSER}) did not finish the page check "
+                      "(exit ${rc})")
+endif()
+string(REPLACE "\n" ";" lines "${CMAKE_MATCH_1}")
+foreach(line IN LISTS lines)
+  if(NOT line MATCHES "^([a-z0-9_]+): images ([0-9]+)/([0-9]+) decoded, formulas ([0-9]+) rendered, ([0-9]+) math errors$")
+    message(FATAL_ERROR "docs: unexpected page check line: ${line}")
+  endif()
+  list(FIND chapters "${CMAKE_MATCH_1}" chapter_index)
+  if(NOT CMAKE_MATCH_2 EQUAL CMAKE_MATCH_3 OR NOT CMAKE_MATCH_5 EQUAL 0)
+    message(FATAL_ERROR "docs: in the browser, ${line}")
+  endif()
+  if(chapter_index GREATER -1 AND (CMAKE_MATCH_3 EQUAL 0 OR CMAKE_MATCH_4 EQUAL 0))
+    message(FATAL_ERROR "docs: in the browser, ${line}: a chapter page shows figures and formulas")
+  endif()
+  message(STATUS "docs: browser: ${line}")
+endforeach()
+message(STATUS "docs: built without warnings; ${CHAPTER_PAGES}, simulator, exercises, rungs, local MathJax and the generated figures in place and rendered")
