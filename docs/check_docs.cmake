@@ -2,7 +2,9 @@
 # the main page, the simulator and exercises pages and every chapter page exist, and each
 # chapter page holds display formulas that load MathJax from the local copy (offline) and
 # shows a figure the build drew; then a headless browser (BROWSER) renders every page.
-execute_process(COMMAND ${CMAKE_COMMAND} --build ${BUILD_DIR} --target docs
+# In parallel: the docs target runs the chapter programs' profiles for the figures.
+cmake_host_system_information(RESULT cores QUERY NUMBER_OF_LOGICAL_CORES)
+execute_process(COMMAND ${CMAKE_COMMAND} --build ${BUILD_DIR} --target docs --parallel ${cores}
                 RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
 if(NOT rc EQUAL 0)
   message(FATAL_ERROR "docs build failed:\n${out}\n${err}")
