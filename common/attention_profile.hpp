@@ -20,12 +20,24 @@ namespace wb {
 /// tiles would move, by the formula the profile suite proves exact at the kernel's own size.
 struct TileSweepPoint {
   std::string rung;  ///< "fa1"
-  std::string tile;  ///< "Bc = 64"
+  std::string tile;  ///< the tile dimension swept: "Bc"
   int size;          ///< 64
   Traffic traffic;
   bool own = false;  ///< the kernel's own tile size
 };
 using TileSweep = std::function<std::vector<TileSweepPoint>(const AttentionArgs&)>;
+
+/// `rung`'s formula `traffic(args, size)` at tiles of 8, 16, ..., 512 along `tile` ("Bc"),
+/// the kernel running `own`.
+inline TileSweep tile_sweep(std::string rung, std::string tile, int own,
+                            std::function<Traffic(const AttentionArgs&, int)> traffic) {
+  return [=](const AttentionArgs& a) {
+    std::vector<TileSweepPoint> points;
+    for (int size = 8; size <= 512; size *= 2)
+      points.push_back({rung, tile, size, traffic(a, size), size == own});
+    return points;
+  };
+}
 
 namespace detail {
 
@@ -39,17 +51,19 @@ inline void print_tile_sweep(const std::vector<TileSweepPoint>& points, Attentio
   const std::uint64_t rows = shape.rows();
   std::vector<std::string> csv;
   const auto bytes = [](const TileSweepPoint& p) { return p.traffic.loaded + p.traffic.stored; };
+  std::uint64_t own = bytes(points.front());
+  for (const TileSweepPoint& p : points)
+    if (p.own) own = bytes(p);
   for (const TileSweepPoint& p : points) {
-    std::uint64_t own = bytes(points.front());
-    for (const TileSweepPoint& o : points)
-      if (o.own && o.rung == p.rung) own = bytes(o);
-    t.add_row({p.rung, p.tile + (p.own ? " (the kernel's)" : ""), per_unit(p.traffic.loaded, rows),
-               per_unit(p.traffic.stored, rows), ratio(bytes(p), own)});
+    t.add_row({p.rung, p.tile + " = " + std::to_string(p.size) + (p.own ? " (the kernel's)" : ""),
+               per_unit(p.traffic.loaded, rows), per_unit(p.traffic.stored, rows),
+               ratio(bytes(p), own)});
     csv.push_back(csv_row({shape_name, p.rung, std::to_string(rows), "row",
                            std::to_string(p.traffic.loaded), std::to_string(p.traffic.stored),
                            std::to_string(p.traffic.loaded), std::to_string(p.traffic.stored),
-                           p.traffic.formula, "", "", "", "", "", p.own ? "formula, own" : "formula",
-                           p.tile, std::to_string(p.size)}));
+                           p.traffic.formula, "", "", "", "", "",
+                           p.own ? "formula, own" : "formula",
+                           p.tile + " = " + std::to_string(p.size), std::to_string(p.size)}));
   }
   t.print(std::cout);
   std::cout << "\n";

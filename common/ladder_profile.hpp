@@ -137,12 +137,15 @@ int profile_ladder(const Ladder<Args>& ladder, const Args& args, std::uint64_t u
       return c;
     }();
     const double bytes = static_cast<double>(total.global_load.bytes + total.global_store.bytes);
+    const std::string sectors_load =
+        detail::ratio(total.global_load.units, total.global_load.requests);
+    const std::string sectors_store =
+        detail::ratio(total.global_store.units, total.global_store.requests);
+    const std::string wavefronts = detail::ratio(shared_all.units, shared_all.requests);
+    const std::string conflict = detail::ratio(shared_all.units, shared_all.ideal_units);
     t.add_row({rung.name, detail::per_unit(total.global_load.bytes, units),
-               detail::per_unit(total.global_store.bytes, units), stated,
-               detail::ratio(total.global_load.units, total.global_load.requests),
-               detail::ratio(total.global_store.units, total.global_store.requests),
-               detail::ratio(shared_all.units, shared_all.requests),
-               detail::ratio(shared_all.units, shared_all.ideal_units),
+               detail::per_unit(total.global_store.bytes, units), stated, sectors_load,
+               sectors_store, wavefronts, conflict,
                fixed(bytes / kProfileCopyBytesPerSecond * 1e6, 2)});
     const std::vector<std::string> fields = {
         shape,
@@ -154,10 +157,10 @@ int profile_ladder(const Ladder<Args>& ladder, const Args& args, std::uint64_t u
         rung.traffic != nullptr ? std::to_string(tr.loaded) : "",
         rung.traffic != nullptr ? std::to_string(tr.stored) : "",
         tr.formula,
-        detail::ratio(total.global_load.units, total.global_load.requests),
-        detail::ratio(total.global_store.units, total.global_store.requests),
-        detail::ratio(shared_all.units, shared_all.requests),
-        detail::ratio(shared_all.units, shared_all.ideal_units),
+        sectors_load,
+        sectors_store,
+        wavefronts,
+        conflict,
         detail::buffer_summary(launches),
         "counted",
         "",

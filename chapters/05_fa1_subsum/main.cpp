@@ -100,15 +100,6 @@ void report(Backend backend, const Ladder<AttentionArgs>& ladder, AttentionShape
   std::cout << '\n';
 }
 
-// FA1's traffic at K/V tiles of 8 to 512 keys: T_c round trips of O and (m, l) per row.
-std::vector<TileSweepPoint> fa1_tile_sweep(const AttentionArgs& a) {
-  std::vector<TileSweepPoint> points;
-  for (int bc = 8; bc <= 512; bc *= 2)
-    points.push_back({"fa1", "Bc = " + std::to_string(bc), bc, fa1_tiles_traffic(a, bc),
-                      bc == kKernelKeys});
-  return points;
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -128,7 +119,9 @@ int main(int argc, char** argv) {
   if (options.profile) {
     return run_guarded(cli, [&] {
       return profile_attention(ladder, shape, options.seed, false, Dtype::fp32,
-                               options.bench.csv_path, fa1_tile_sweep);
+                               options.bench.csv_path,
+                               // FA1 at K/V tiles of 8 to 512 keys: T_c round trips per row
+                               tile_sweep("fa1", "Bc", kKernelKeys, fa1_tiles_traffic));
     });
   }
   return run_chapter(

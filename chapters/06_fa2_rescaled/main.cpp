@@ -242,15 +242,6 @@ int run_bench(const Ladder<AttentionArgs>& ladder, const BenchOptions& options,
   return bench.finish();
 }
 
-// FA2's traffic at Q tiles of 8 to 512 rows (K/V tiles of kKernelKeys): K and V are read once
-// per Q tile, T_r = ceil(lq / Br) times per head.
-std::vector<TileSweepPoint> fa2_tile_sweep(const AttentionArgs& a) {
-  std::vector<TileSweepPoint> points;
-  for (int br = 8; br <= 512; br *= 2)
-    points.push_back({"fa2", "Br = " + std::to_string(br), br,
-                      fa2_tiles_traffic(a, br, kKernelKeys), br == kKernelRows});
-  return points;
-}
 
 }  // namespace
 
@@ -282,7 +273,12 @@ int main(int argc, char** argv) {
   if (options.profile) {
     return run_guarded(cli, [&] {
       return profile_attention(ladder, shape, options.seed, causal, dtypes_of_option(dtype).front(),
-                               options.bench.csv_path, fa2_tile_sweep);
+                               options.bench.csv_path,
+                               // FA2 at Q tiles of 8 to 512 rows: K and V read once per Q tile
+                               tile_sweep("fa2", "Br", kKernelRows,
+                                          [](const AttentionArgs& a, int br) {
+                                            return fa2_tiles_traffic(a, br, kKernelKeys);
+                                          }));
     });
   }
   if (options.bench.enabled) {

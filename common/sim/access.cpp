@@ -57,7 +57,9 @@ struct Buffer {
 /// Where an access landed. Described in words (what_of) only for a message: every access
 /// classifies, so the region itself holds no string.
 struct Region {
-  enum class Kind : unsigned char { untracked_constant, constant, shared_array, dynamic_shared, buffer };
+  enum class Kind : unsigned char {
+    untracked_constant, constant, shared_array, dynamic_shared, buffer
+  };
   Kind kind = Kind::untracked_constant;
   Space space = Space::global;
   std::uintptr_t lo = 0, hi = 0;
@@ -300,29 +302,27 @@ AccessCounts& counts_of(TrafficCounts& t, Space space, bool store) {
 // vectors are reused (cleared, never freed), so that a request costs no allocation.
 using Parts = std::vector<std::pair<std::uintptr_t, std::size_t>>;
 
-/// Distinct 32-byte sectors of a global request.
-std::uint64_t sectors(const Parts& parts) {
+/// The distinct units of `unit` bytes (sectors, bank words) the parts touch, by index, sorted.
+const std::vector<std::uintptr_t>& units_touched(const Parts& parts, std::size_t unit) {
   static std::vector<std::uintptr_t> ids;
   ids.clear();
   for (const auto& [a, n] : parts) {
-    for (std::uintptr_t id = a / kSectorBytes; id <= (a + n - 1) / kSectorBytes; ++id) ids.push_back(id);
+    for (std::uintptr_t id = a / unit; id <= (a + n - 1) / unit; ++id) ids.push_back(id);
   }
   std::sort(ids.begin(), ids.end());
-  return static_cast<std::uint64_t>(std::unique(ids.begin(), ids.end()) - ids.begin());
+  ids.erase(std::unique(ids.begin(), ids.end()), ids.end());
+  return ids;
 }
+
+/// Distinct 32-byte sectors of a global request.
+std::uint64_t sectors(const Parts& parts) { return units_touched(parts, kSectorBytes).size(); }
 
 /// Wavefronts of one phase of a shared request: the most distinct 4-byte words in one bank.
 std::uint64_t phase_wavefronts(const Parts& parts) {
-  static std::vector<std::uintptr_t> words;
-  words.clear();
-  for (const auto& [a, n] : parts) {
-    for (std::uintptr_t w = a / kBankBytes; w <= (a + n - 1) / kBankBytes; ++w) words.push_back(w);
-  }
-  std::sort(words.begin(), words.end());
-  words.erase(std::unique(words.begin(), words.end()), words.end());
   std::uint64_t per_bank[kBanks] = {};
   std::uint64_t most = 0;
-  for (std::uintptr_t w : words) most = std::max(most, ++per_bank[w % kBanks]);
+  for (std::uintptr_t w : units_touched(parts, kBankBytes))
+    most = std::max(most, ++per_bank[w % kBanks]);
   return most;
 }
 
