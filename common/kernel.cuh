@@ -63,6 +63,38 @@ void launch(dim3 grid, dim3 block, std::size_t shared_bytes, Args... args) {
 #endif
 }
 
+/// Where a kernel's blocks can run at once: the device's SMs and how many blocks of this
+/// kernel (at `threads` threads and `shared_bytes` of dynamic shared memory) each SM holds
+/// together. What a launcher needs to size a grid to whole waves (chapter 09's split count).
+struct Residency {
+  int sms;
+  int blocks_per_sm;
+};
+
+/// On `cuda` the current device's SM count and the occupancy API's answer for `Kernel`; on
+/// `sim` an NVIDIA H100 SXM's (132 SMs, 2048 threads, 32 blocks and 228 KiB of shared memory
+/// per SM, 1 KiB of it reserved per block), registers not counted: the split a learner
+/// without a GPU sees is the one an H100 would run, give or take the register limit.
+template <auto Kernel>
+Residency residency(int threads, std::size_t shared_bytes) {
+#if defined(__CUDACC__)
+  int device = 0, sms = 0, blocks = 0;
+  WB_CUDA_CHECK(cudaGetDevice(&device));
+  WB_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+  WB_CUDA_CHECK(
+      cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, Kernel, threads, shared_bytes));
+  return {sms, blocks};
+#else
+  constexpr int kSms = 132, kThreadsPerSm = 2048, kBlocksPerSm = 32;
+  constexpr std::size_t kSharedPerSm = 228 * 1024, kReservedPerBlock = 1024;
+  const int by_threads = kThreadsPerSm / threads;
+  const int by_shared = static_cast<int>(kSharedPerSm / (shared_bytes + kReservedPerBlock));
+  int blocks = by_threads < by_shared ? by_threads : by_shared;
+  if (blocks > kBlocksPerSm) blocks = kBlocksPerSm;
+  return {kSms, blocks};
+#endif
+}
+
 /// Waits for the backend's queued work (a no-op on `sim`, which runs launches to completion).
 inline void synchronize() {
 #if defined(__CUDACC__)

@@ -6,6 +6,7 @@
 //   RowArgs         softmax rows             (common/rung_args.hpp)
 //   LayerNormArgs   LayerNorm rows, gamma, beta, mean, rstd
 //   AttentionArgs   Q, K, V, O, logsumexp, causal, and the chapters' extra outputs
+//   DecodeArgs      Q against a KV cache: heads grouped, lengths per sequence, key splits
 // A chapter declares its ladder once per kernel backend:
 //
 //   template <Backend B>
@@ -42,6 +43,7 @@ enum AttentionOutput : unsigned {
   kWritesLse = 1u << 1,  ///< lse: (bh, lq), float
   kWritesMd = 1u << 2,   ///< md: (bh, lq) running (m, d) pairs, float (chapters 04, 05)
   kWritesP = 1u << 3,    ///< p: (bh, lq, lk) probabilities, float (chapter 04)
+  kWritesPartials = 1u << 4,  ///< o_partial, lse_partial: the splits' results (chapter 09)
 };
 
 /// What a rung takes. A field that does not apply to the rung's op keeps its default.

@@ -23,7 +23,21 @@ std::string row_refusal(const RungLimits& limits, int rows, int cols, Dtype t) {
   return "";
 }
 
+std::string head_dim_refusal(const RungLimits& limits, int d) {
+  if (limits.takes_head_dim(d)) return "";
+  std::string takes;
+  for (int h : limits.head_dims) takes += (takes.empty() ? "" : " or ") + std::to_string(h);
+  if (takes.empty()) takes = "[1, " + std::to_string(limits.max_head_dim) + "]";
+  return "d = " + std::to_string(d) + " is not one it takes: d in " + takes;
+}
+
 }  // namespace
+
+std::string to_string(const DecodeShape& s) {
+  return "batch " + std::to_string(s.batch) + ", hq " + std::to_string(s.hq) + ", hkv " +
+         std::to_string(s.hkv) + ", lq " + std::to_string(s.lq) + ", lk " + std::to_string(s.lk) +
+         ", d " + std::to_string(s.d);
+}
 
 std::string dtypes_string(const std::vector<Dtype>& dtypes, const char* separator) {
   std::string s;
@@ -53,17 +67,36 @@ std::string refusal(const RungLimits& limits, const AttentionArgs& a) {
   if (s.bh < 1 || s.bh > limits.max_bh)
     return "bh = " + std::to_string(s.bh) + " is outside [1, " + std::to_string(limits.max_bh) +
            "]";
-  if (!limits.takes_head_dim(s.d)) {
-    std::string takes;
-    for (int h : limits.head_dims) takes += (takes.empty() ? "" : " or ") + std::to_string(h);
-    if (takes.empty()) takes = "[1, " + std::to_string(limits.max_head_dim) + "]";
-    return "d = " + std::to_string(s.d) + " is not one it takes: d in " + takes;
-  }
+  if (std::string why = head_dim_refusal(limits, s.d); !why.empty()) return why;
   if (a.causal && !limits.causal) return "takes no causal mask";
   const unsigned need = limits.outputs;
   if (a.q == nullptr || a.k == nullptr || a.v == nullptr || ((need & kWritesO) && !a.o) ||
       ((need & kWritesLse) && !a.lse) || ((need & kWritesMd) && !a.md) ||
       ((need & kWritesP) && !a.p))
+    return "an input or an output it writes is null";
+  return "";
+}
+
+std::string refusal(const RungLimits& limits, const DecodeArgs& a) {
+  if (std::string why = dtype_refusal(limits, a.dtype); !why.empty()) return why;
+  const DecodeShape& s = a.shape;
+  if (s.batch < 1 || s.lq < 1 || s.lk < 1 || s.hkv < 1 || s.hq < 1)
+    return "batch, hq, hkv, lq and lk must be >= 1";
+  if (s.hq % s.hkv != 0)
+    return "hq = " + std::to_string(s.hq) + " is not a multiple of hkv = " + std::to_string(s.hkv);
+  // The grid's batch x hkv dimension (one block per KV head and split).
+  if (static_cast<long long>(s.batch) * s.hkv > limits.max_bh)
+    return "batch x hkv = " + std::to_string(static_cast<long long>(s.batch) * s.hkv) +
+           " exceeds " + std::to_string(limits.max_bh);
+  if (std::string why = head_dim_refusal(limits, s.d); !why.empty()) return why;
+  if (a.causal && !limits.causal) return "takes no causal mask";
+  if (a.splits < 1) return "splits must be >= 1";
+  if ((a.lengths == nullptr) != (a.lengths_host == nullptr))
+    return "lengths and their host copy must be given together";
+  const unsigned need = limits.outputs;
+  if (a.q == nullptr || a.k == nullptr || a.v == nullptr || ((need & kWritesO) && !a.o) ||
+      ((need & kWritesLse) && !a.lse) ||
+      ((need & kWritesPartials) && (!a.o_partial || !a.lse_partial)))
     return "an input or an output it writes is null";
   return "";
 }

@@ -67,10 +67,54 @@ struct AttentionArgs {
   int* tiles_visited = nullptr;  ///< nullptr, or (bh, Q tiles) K/V tiles each block loaded
 };
 
+/// Decoding against a KV cache (chapter 09): Q (batch, hq, lq, d) against K, V
+/// (batch, hkv, lk, d), where lk is the cache's capacity per sequence and each sequence uses
+/// its first lengths[b] keys. hq is a multiple of hkv: query head h reads KV head h / (hq / hkv)
+/// (grouped-query attention; hkv = hq is multi-head attention).
+struct DecodeShape {
+  int batch;
+  int hq;   ///< query heads
+  int hkv;  ///< key/value heads, dividing hq
+  int lq;   ///< query rows per head (1 when decoding, a few with speculative decoding)
+  int lk;   ///< cache slots per sequence and head
+  int d;    ///< head dimension
+
+  int group() const { return hq / hkv; }  ///< query heads that share one KV head
+  std::size_t q_elems() const { return std::size_t(batch) * hq * lq * d; }
+  std::size_t kv_elems() const { return std::size_t(batch) * hkv * lk * d; }
+  std::size_t rows() const { return std::size_t(batch) * hq * lq; }  ///< query rows, all heads
+};
+
+/// "batch 2, hq 8, hkv 2, lq 1, lk 4097, d 64".
+std::string to_string(const DecodeShape& shape);
+
+/// Split-KV decoding (chapter 09): each sequence's keys cut into `splits` ranges, a partial
+/// (O_s, logsumexp_s) per range and query row, then merged. A rung writes the outputs its
+/// limits name (kWritesO, kWritesLse, kWritesPartials).
+struct DecodeArgs {
+  const void* q;       ///< (batch, hq, lq, d) of dtype
+  const void* k;       ///< (batch, hkv, lk, d) of dtype: the KV cache
+  const void* v;       ///< (batch, hkv, lk, d) of dtype
+  const int* lengths;  ///< (batch): the keys sequence b uses, in [0, lk]; nullptr: all lk
+  /// The same lengths in host memory (nullptr with lengths): what the traffic formulas and a
+  /// caller's planning read; the kernels read `lengths`.
+  const int* lengths_host;
+  void* o;             ///< (batch, hq, lq, d) of dtype
+  float* lse;          ///< (batch, hq, lq): logsumexp of each row, -inf when it sees no key
+  float* o_partial;    ///< (batch, hq, lq, splits, d): each split's normalized O of each row
+  float* lse_partial;  ///< (batch, hq, lq, splits): each split's logsumexp
+  DecodeShape shape;
+  int splits;  ///< key ranges per sequence, >= 1; the partial buffers hold this many
+  float scale;
+  bool causal = false;  ///< bottom-right aligned per sequence: row i sees key j <= i + len - lq
+  Dtype dtype = Dtype::fp32;
+};
+
 /// Why a rung with `limits` cannot take `a`, or "" when it can.
 std::string refusal(const RungLimits& limits, const RowArgs& a);
 std::string refusal(const RungLimits& limits, const LayerNormArgs& a);
 std::string refusal(const RungLimits& limits, const AttentionArgs& a);
+std::string refusal(const RungLimits& limits, const DecodeArgs& a);
 
 /// "fp32, fp16, bf16".
 std::string dtypes_string(const std::vector<Dtype>& dtypes, const char* separator = ", ");

@@ -92,6 +92,43 @@ struct AttentionBuffers {
   }
 };
 
+/// Decoding's outputs, widened to float: O and logsumexp (the partials stay on the device).
+struct DecodeOut {
+  std::vector<float> o, lse;
+};
+
+/// Decoding (chapter 09): Q, K, V uploaded as `dtype`, the lengths (empty: all lk) as ints,
+/// O, logsumexp and the partial buffers of `splits` splits allocated, `args` over them.
+struct DecodeBuffers {
+  DeviceBuffer<unsigned char> q, k, v, o;
+  std::vector<int> lengths_host;
+  DeviceBuffer<int> lengths;
+  DeviceBuffer<float> lse, o_partial, lse_partial;
+  DecodeArgs args;
+  DecodeBuffers(Backend backend, const AttentionInputs& in, const std::vector<int>& lengths_host_,
+                DecodeShape shape, int splits, float scale, bool causal, Dtype dtype)
+      : q(upload_elements(backend, in.q, dtype)), k(upload_elements(backend, in.k, dtype)),
+        v(upload_elements(backend, in.v, dtype)), o(backend, shape.q_elems() * dtype_bytes(dtype)),
+        lengths_host(lengths_host_), lengths(backend, lengths_host_), lse(backend, shape.rows()),
+        o_partial(backend, std::size_t(splits) * shape.q_elems()),
+        lse_partial(backend, std::size_t(splits) * shape.rows()),
+        args{q.data(),
+             k.data(),
+             v.data(),
+             lengths_host_.empty() ? nullptr : lengths.data(),
+             lengths_host_.empty() ? nullptr : lengths_host.data(),
+             o.data(),
+             lse.data(),
+             o_partial.data(),
+             lse_partial.data(),
+             shape,
+             splits,
+             scale,
+             causal,
+             dtype} {}
+  DecodeOut download() const { return {download_elements(o, args.dtype), lse.download()}; }
+};
+
 /// The union of the outputs of a ladder's rungs.
 template <typename Args>
 unsigned ladder_outputs(const Ladder<Args>& ladder) {

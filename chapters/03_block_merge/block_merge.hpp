@@ -143,15 +143,15 @@ inline MergeTree random_tree(int blocks, std::mt19937_64& rng) {
 }
 
 // [reduce_tree]
-/// Reduces the blocks' statistics `leaves` over `tree` with `merge` (md_merge, or any
-/// function of two MDs: the tests pass a broken one too). The value of every node lands in
-/// `node_values` when given, for printing the intermediate pairs. An empty tree gives the
-/// identity, eq. (3).
-template <typename Merge>
-MD reduce_tree(const MergeTree& tree, const std::vector<MD>& leaves, Merge merge,
-               std::vector<MD>* node_values = nullptr) {
-  if (tree.nodes.empty()) return md_identity();
-  std::vector<MD> value(tree.nodes.size());
+/// Reduces the leaves' values `leaves` over `tree` with `merge` (md_merge, or any function
+/// of two values: the tests pass a broken one too; chapter 09 merges partial attention
+/// results). The value of every node lands in `node_values` when given, for printing the
+/// intermediate values. An empty tree gives `identity`, eq. (3).
+template <typename T, typename Merge>
+T reduce_tree(const MergeTree& tree, const std::vector<T>& leaves, Merge merge, T identity,
+              std::vector<T>* node_values = nullptr) {
+  if (tree.nodes.empty()) return identity;
+  std::vector<T> value(tree.nodes.size());
   for (std::size_t i = 0; i < tree.nodes.size(); ++i) {
     const MergeTree::Node& n = tree.nodes[i];
     value[i] = n.block >= 0 ? leaves.at(static_cast<std::size_t>(n.block))
@@ -162,6 +162,12 @@ MD reduce_tree(const MergeTree& tree, const std::vector<MD>& leaves, Merge merge
   return value.back();
 }
 // [reduce_tree]
+
+template <typename Merge>
+MD reduce_tree(const MergeTree& tree, const std::vector<MD>& leaves, Merge merge,
+               std::vector<MD>* node_values = nullptr) {
+  return reduce_tree(tree, leaves, merge, md_identity(), node_values);
+}
 
 inline MD reduce_tree(const MergeTree& tree, const std::vector<MD>& leaves,
                       std::vector<MD>* node_values = nullptr) {

@@ -5,6 +5,7 @@
 #pragma once
 
 #include "common/kernel.cuh"
+#include "common/vector_types.cuh"
 
 #include "chapters/03_block_merge/md_merge.hpp"
 #include "chapters/04_fused_qk_softmax/fused_softmax.hpp"
@@ -14,16 +15,18 @@ namespace wb::ch04 {
 inline constexpr int kWarpLanes = 32;
 inline constexpr unsigned kAllLanes = 0xffffffffu;
 
-/// Copies rows [first, first + count) of src (rows of d floats) into dst with a row stride
-/// of `stride` floats, every thread of the block taking a share; rows at or past `limit`
-/// become 0, so a short last tile computes on zeros and writes nothing.
-__device__ inline void load_rows(const float* __restrict__ src, int first, int count, int limit,
+/// Copies rows [first, first + count) of src (rows of d elements of T: float, or chapter 09's
+/// __half and __nv_bfloat16, widened exactly) into dst, floats with a row stride of `stride`,
+/// every thread of the block taking a share; rows at or past `limit` become 0, so a short
+/// last tile computes on zeros and writes nothing.
+template <typename T>
+__device__ inline void load_rows(const T* __restrict__ src, int first, int count, int limit,
                                  int d, int stride, float* __restrict__ dst) {
   const int threads = blockDim.x * blockDim.y;
   const int tid = threadIdx.y * blockDim.x + threadIdx.x;
   for (int e = tid; e < count * d; e += threads) {
     const int r = e / d, t = e % d;
-    dst[r * stride + t] = first + r < limit ? src[std::size_t(first + r) * d + t] : 0.f;
+    dst[r * stride + t] = first + r < limit ? to_float(src[std::size_t(first + r) * d + t]) : 0.f;
   }
 }
 

@@ -300,8 +300,9 @@ int main(int argc, char** argv) {
     if (dtypes.back() != Dtype::fp32) print_dispatch(kernels, Dtype::fp16);
     for (Dtype t : dtypes) report_shape(options.backend, ladder, t, rows, cols, options.seed);
     print_sim_time_note(std::cout, options.backend);
-    std::cout << "This is the workbook's last chapter. The chapter map on the docs main page (and\n"
-                 "README.md) leads back to every step, from chapter 01's safe softmax on.\n";
+    std::cout << "Next: chapter 09, Flash-Decoding (chapters/09_flash_decoding, docs page\n"
+                 "\"Chapter 09: Flash-Decoding\"): chapter 03's monoid again, merging attention\n"
+                 "over a KV cache split across blocks.\n";
     return 0;
   });
 }

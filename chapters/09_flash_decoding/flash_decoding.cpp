@@ -1,0 +1,87 @@
+// Chapter 09: the traffic formulas of the split and combine kernels (decode_kernels.cuh),
+// which the profile suite holds against the simulator's counts.
+#include "chapters/09_flash_decoding/flash_decoding.hpp"
+
+#include <algorithm>
+#include <cstdint>
+#include <string>
+
+namespace wb::ch09 {
+namespace {
+
+/// The keys sequence b uses, as the kernels clamp them.
+int length_of(const DecodeArgs& a, int b) {
+  if (a.lengths_host == nullptr) return a.shape.lk;
+  return std::max(0, std::min(a.lengths_host[b], a.shape.lk));
+}
+
+/// Whether query row i (of a sequence of `len` keys) sees a key of `keys`, eq. (6): then its
+/// l > 0 and the split's O row is written and read back.
+bool sees_a_key(KeyRange keys, int i, int len, const DecodeShape& s, bool causal) {
+  return keys.j1 > keys.j0 && (!causal || keys.j0 <= i + (len - s.lq));
+}
+
+}  // namespace
+
+Traffic split_traffic(const DecodeArgs& a, int splits) {
+  const DecodeShape& s = a.shape;
+  const bool partial = splits > 0;
+  const int n_splits = partial ? splits : 1;
+  const std::uint64_t e = dtype_bytes(a.dtype), d = std::uint64_t(s.d);
+  const int group_rows = s.group() * s.lq;
+  Traffic t{0, 0, ""};
+  for (int b = 0; b < s.batch; ++b) {
+    const int len = length_of(a, b);
+    for (int r0 = 0; r0 < group_rows; r0 += kBlockRows) {
+      const int rows = std::min(kBlockRows, group_rows - r0);
+      for (int sp = 0; sp < n_splits; ++sp) {
+        const KeyRange keys = block_keys(len, n_splits, sp, r0, rows, s.lq, a.causal);
+        std::uint64_t loaded = rows * d * e + 2 * std::uint64_t(keys.j1 - keys.j0) * d * e;
+        if (a.lengths != nullptr) loaded += sizeof(int);
+        std::uint64_t stored = rows * sizeof(float);  // logsumexp
+        for (int r = r0; r < r0 + rows; ++r)
+          if (!partial || sees_a_key(keys, r % s.lq, len, s, a.causal))
+            stored += d * (partial ? sizeof(float) : e);
+        t.loaded += loaded * std::uint64_t(s.hkv);  // every KV head of the sequence alike
+        t.stored += stored * std::uint64_t(s.hkv);
+      }
+    }
+  }
+  t.formula = std::string("per block (KV head, 16 group rows") + (partial ? ", split" : "") +
+              "): its Q rows once, K and V once per key of its range (" +
+              (a.causal ? "up to the tile of its last row's last visible key" : "all") + "), " +
+              (partial ? "a float O row where the split saw a key" : "its O rows") +
+              " and logsumexp written" + (a.lengths != nullptr ? ", its length read once" : "");
+  return t;
+}
+
+Traffic combine_traffic(const DecodeArgs& a) {
+  const DecodeShape& s = a.shape;
+  const std::uint64_t d = std::uint64_t(s.d);
+  Traffic t{0, 0, ""};
+  for (int b = 0; b < s.batch; ++b) {
+    const int len = length_of(a, b);
+    for (int i = 0; i < s.lq; ++i) {
+      std::uint64_t o_rows = 0;  // the splits this row saw a key in
+      for (int sp = 0; sp < a.splits; ++sp) {
+        const KeyRange keys{split_begin(len, a.splits, sp), split_begin(len, a.splits, sp + 1)};
+        o_rows += sees_a_key(keys, i, len, s, a.causal);
+      }
+      const std::uint64_t heads = std::uint64_t(s.hq);  // every head of the sequence alike
+      t.loaded += heads * (2 * std::uint64_t(a.splits) * sizeof(float) + o_rows * d * sizeof(float));
+      t.stored += heads * (d * dtype_bytes(a.dtype) + sizeof(float));
+    }
+  }
+  t.formula = "per row: every split's logsumexp twice, the O row of each split that saw a key "
+              "once; O and logsumexp written";
+  return t;
+}
+
+Traffic split_kv_traffic(const DecodeArgs& a) {
+  const Traffic split = split_traffic(a, a.splits);
+  const Traffic combine = combine_traffic(a);
+  return {split.loaded + combine.loaded, split.stored + combine.stored,
+          "split: " + split.formula + "; combine: " + combine.formula};
+}
+
+}  // namespace wb::ch09

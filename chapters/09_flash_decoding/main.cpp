@@ -1,0 +1,294 @@
+// Chapter 09 program: Flash-Decoding, split-KV attention merged by the logsumexp monoid.
+// `--help` lists the options.
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <iostream>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "chapters/09_flash_decoding/flash_decoding.hpp"
+#include "common/attention_inputs.hpp"
+#include "common/attention_report.hpp"
+#include "common/bench.hpp"
+#include "common/cli.hpp"
+#include "common/ladder_profile.hpp"
+#include "common/ladder_run.hpp"
+#include "common/program.hpp"
+#include "common/reference_attention.hpp"
+#include "common/rung_buffers.hpp"
+#include "common/table.hpp"
+#include "common/timer.hpp"
+
+namespace {
+
+using namespace wb;
+using namespace wb::ch09;
+
+void print_intro() {
+  std::cout
+      << "Chapter 09: Flash-Decoding\n"
+         "  Decoding asks a few query rows against a cache of thousands of keys. Chapter 06\n"
+         "  gives each (Q tile, head) one block, so 32 heads of one query row make 32 blocks on\n"
+         "  a GPU of 132 SMs, each walking its whole cache alone. Split the keys as well: each\n"
+         "  range gives a partial result (O_s, lse_s), normalized by its own denominator, and\n"
+         "  the partials merge exactly like chapter 03's (m, d): lse = log(e^lse_a + e^lse_b),\n"
+         "  O = e^(lse_a - lse) O_a + e^(lse_b - lse) O_b, identity (-inf, 0), any split, any\n"
+         "  order. Query heads that share a KV head (grouped-query attention) share its tiles.\n\n";
+}
+
+std::string vec2(const std::vector<float>& o) {
+  return "(" + fixed(o[0]) + ", " + fixed(o[1]) + ")";
+}
+
+std::string lse_text(float lse) {
+  return lse == -INFINITY ? std::string("-inf") : fixed(lse);
+}
+
+// Chapter 05's example (one query, scores x, values in R^2) cut into ranges, one of them
+// empty, and merged in two orders.
+void print_merge_trace() {
+  const std::vector<float>& x = kTraceScores;
+  const int n = static_cast<int>(x.size());
+  // d = 2: q = (1, 0) and k_j = (x_j, 0) give the scores x_j at scale 1.
+  std::vector<float> k(std::size_t(2 * n), 0.f);
+  for (int j = 0; j < n; ++j) k[std::size_t(2 * j)] = x[std::size_t(j)];
+  const std::vector<float> q = {1.f, 0.f};
+  const std::vector<int> bounds = {0, 2, 3, 3, 6};
+  std::cout << "Trace: scores x = [1, 3, -2, 2.5, 6, 0], values v_j in R^2, cut at keys "
+               "{0, 2, 3, 3, 6} (split 2 is empty)\n";
+  Table t({"split", "keys", "lse_s = log sum e^x", "O_s = sum e^(x - lse_s) v"});
+  std::vector<Partial> parts;
+  for (std::size_t s = 0; s + 1 < bounds.size(); ++s) {
+    parts.push_back(partial_attention(q.data(), k.data(), kTraceValues.data(), 2, bounds[s],
+                                      bounds[s + 1], n - 1, 1.f));  // eq. (1)
+    t.add_row({std::to_string(s),
+               "[" + std::to_string(bounds[s]) + ", " + std::to_string(bounds[s + 1]) + ")",
+               lse_text(parts.back().lse), vec2(parts.back().o)});
+  }
+  t.print(std::cout);
+  ch03::MergeTree a = ch03::left_to_right_tree(4);
+  ch03::MergeTree b;  // (3 (2 0)) 1
+  const int l3 = b.add_leaf(3), l2 = b.add_leaf(2), l0 = b.add_leaf(0);
+  b.add_merge(b.add_merge(l3, b.add_merge(l2, l0)), b.add_leaf(1));
+  for (const ch03::MergeTree* tree : {&a, &b}) {
+    std::vector<Partial> nodes;
+    ch03::reduce_tree(*tree, parts, merge_partials, identity_partial(2), &nodes);  // eq. (2)
+    std::cout << "  merged as " << tree->to_string() << ":";
+    for (std::size_t i = 0; i < nodes.size(); ++i)
+      if (tree->nodes[i].block < 0)
+        std::cout << "  " << tree->to_string(int(i)) << " -> (" << lse_text(nodes[i].lse) << ", "
+                  << vec2(nodes[i].o) << ")";
+    std::cout << "\n";
+  }
+  const Partial all = combine_partials(parts, 2);  // eq. (4)
+  const Partial whole = partial_attention(q.data(), k.data(), kTraceValues.data(), 2, 0, n, n - 1, 1.f);
+  std::cout << "  all at once, eq. (4): (" << lse_text(all.lse) << ", " << vec2(all.o)
+            << "); no split: (" << lse_text(whole.lse) << ", " << vec2(whole.o)
+            << "), chapter 06's O and logsumexp\n\n";
+}
+
+// The split count of eq. (7) on the decode shapes of the benchmark.
+template <Backend B>
+void print_split_rule(const char* device) {
+  std::cout << "The split count, eq. (7), on " << device << ":\n";
+  Table t({"shape", "blocks / split", "wave", "tiles", "splits", "keys / split", "blocks"});
+  for (int hkv : {32, 4})
+    for (int lk : {4096, 32768, 131072}) {
+      const DecodeShape s{1, 32, hkv, hkv == 32 ? 1 : 4, lk, 128};
+      const Wave w = Kernels<B>::split_wave(s.d);
+      const int splits = default_splits<B>(s);
+      const int tiles = (lk + kTileKeys - 1) / kTileKeys;
+      t.add_row({to_string(s), std::to_string(base_blocks(s)),
+                 std::to_string(w.sms) + " x " + std::to_string(w.blocks_per_sm),
+                 std::to_string(tiles), std::to_string(splits),
+                 std::to_string(split_begin(lk, splits, 1)),
+                 std::to_string(base_blocks(s) * splits)});
+    }
+  t.print(std::cout);
+  std::cout << "  A split adds blocks until one wave is full (floor: no second, nearly empty "
+               "wave), keeping at least "
+            << kMinTilesPerSplit << " tiles of " << kTileKeys << " keys each.\n\n";
+}
+
+void print_trace() {
+  print_merge_trace();
+  print_split_rule<Backend::sim>("an H100 (the simulator's model: 132 SMs, shared memory "
+                                 "and threads per SM)");
+}
+
+/// Seeded lengths in [1, lk], the first sequence full: a batch of a KV cache.
+std::vector<int> ragged_lengths(int batch, int lk, std::uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::vector<int> lengths(std::size_t(batch), lk);
+  for (int b = 1; b < batch; ++b) lengths[std::size_t(b)] = 1 + int(rng() % std::uint64_t(lk));
+  return lengths;
+}
+
+/// The largest error, and the non-finite mismatches when there are any.
+std::string error_text(const ErrorReport& e) {
+  std::string s = sci(e.max_abs);
+  if (e.nonfinite_mismatches > 0 || e.size_mismatch)
+    s += " (" + std::to_string(e.nonfinite_mismatches) + " non-finite!)";
+  return s;
+}
+
+struct Row {
+  std::string name;
+  DecodeResult out;
+  double ms;
+};
+
+// The previous step, the CPU split-KV (eq. 4 and a random merge tree) and every rung that
+// takes the type, on `in` rounded to `dtype`, against the fp64 reference of those values.
+void report_table(Backend backend, const Ladder<DecodeArgs>& ladder, const AttentionInputs& in,
+                  const DecodeShape& shape, const std::vector<int>& lengths, int splits,
+                  bool causal, Dtype dtype, std::uint64_t seed) {
+  const DecodeOptions opt{default_scale(shape.d), causal};
+  std::vector<Row> rows;
+  const auto cpu = [&](const std::string& name, auto&& f) {
+    CpuTimer timer;
+    DecodeResult r = f();
+    rows.push_back({name, std::move(r), timer.elapsed_ms()});
+  };
+  cpu("cpu ch06 FA2 per sequence (previous)",
+      [&] { return attention_fa2_per_sequence(in, shape, lengths, opt); });
+  const SplitRule split = [&](int len) { return even_splits(len, splits); };
+  cpu("cpu split-KV, eq. (4)", [&] { return attention_split_kv(in, shape, lengths, opt, split); });
+  std::mt19937_64 rng(seed);
+  const ch03::MergeTree tree = ch03::random_tree(splits, rng);
+  cpu("cpu split-KV, a random tree",
+      [&] { return attention_split_kv(in, shape, lengths, opt, split, {&tree}); });
+  std::vector<std::string> skipped;
+  if (backend != Backend::cpu) {
+    DecodeBuffers buffers(backend, in, lengths, shape, splits, opt.scale, causal, dtype);
+    for (auto& run : run_ladder(
+             backend, rungs_taking(ladder, dtype), buffers.args,
+             [&](const Rung<DecodeArgs>&) {
+               const DecodeOut o = buffers.download();
+               return DecodeResult{o.o, o.lse};
+             },
+             &skipped))
+      rows.push_back({run.name, std::move(run.out), run.ms});
+  }
+  const DecodeReference r = decode_reference(in, shape, lengths, opt);
+  // A 16-bit O is rounded once: half an ulp of max(|O|, the smallest normal).
+  std::vector<double> w = r.o_weight;
+  for (double& x : w) x += ch06::smallest_normal(dtype);
+  std::cout << (causal ? "Causal: " : "") << "O and logsumexp against fp64 on (" << to_string(shape)
+            << "), lengths";
+  for (int len : lengths) std::cout << " " << len;
+  std::cout << ", " << splits << " splits, randn, " << to_string(dtype) << ", seed " << seed
+            << ":\n";
+  Table t({"implementation", "O err (units of w)", "O vs previous", "logsumexp err", "ms"});
+  for (const Row& row : rows) {
+    const ErrorReport o = ref::compare_weighted(row.out.o, r.o, w);
+    const ErrorReport lse = compare(row.out.lse, r.lse);
+    const ErrorReport prev = compare(row.out.o, rows.front().out.o);
+    t.add_row({row.name, error_text(o), error_text(prev), error_text(lse), fixed(row.ms, 2)});
+  }
+  t.print(std::cout);
+  print_skipped(skipped);
+  std::cout << "  stated floors: O " << sci(split_floor(r.score_error, shape.lk, r.max_abs_partial_lse, splits) +
+                                            2.0 * ch06::unit_roundoff(dtype))
+            << ", logsumexp "
+            << sci(split_lse_floor(r.score_error, shape.lk, r.max_abs_partial_lse, splits))
+            << " (w = sum p |v|; flash_decoding.md, section \"Errors\")\n\n";
+}
+
+int run_bench(const Ladder<DecodeArgs>& ladder, const BenchOptions& options,
+              const DecodeShape& shape, int splits, bool causal, Dtype dtype, std::uint64_t seed) {
+  Bench bench("09_flash_decoding", "decode", options);
+  const AttentionInputs in = {
+      bench_input(std::int64_t(shape.batch) * shape.hq * shape.lq, shape.d, seed),
+      bench_input(std::int64_t(shape.batch) * shape.hkv * shape.lk, shape.d, seed + 1),
+      bench_input(std::int64_t(shape.batch) * shape.hkv * shape.lk, shape.d, seed + 2)};
+  DecodeBuffers buffers(Backend::cuda, in, {}, shape, splits, default_scale(shape.d), causal, dtype);
+  // Decoding is bound by reading the cache: K and V once, Q read and O written once.
+  const double bytes = double(dtype_bytes(dtype)) * (2.0 * double(shape.kv_elems()) +
+                                                     2.0 * double(shape.q_elems()));
+  bench_ladder(bench, rungs_taking(ladder, dtype), buffers.args,
+               to_string(shape) + ", splits " + std::to_string(splits) + (causal ? ", causal" : ""),
+               Work::moving(bytes));
+  return bench.finish();
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Cli cli("ch09", "Chapter 09: Flash-Decoding, split-KV attention on the CPU and as CUDA kernels "
+                  "(fp32, fp16 and bf16 elements, float arithmetic).");
+  int batch = 0, hq = 0, hkv = 0, lq = 0, lk = 0, d = 0, splits = 0;
+  bool causal = false, full = false;
+  std::string dtype = "fp32";
+  cli.option("--batch", &batch, "sequences (default 3; 1 on cuda)", ch04::kMaxBatchHeads)
+      .option("--hq", &hq, "query heads (default 8; 32 on cuda)")
+      .option("--hkv", &hkv, "KV heads, dividing --hq (default 2; 32 on cuda)")
+      .option("--lq", &lq, "query rows per head (default 3; 1 on cuda)")
+      .option("--lk", &lk, "KV cache slots per sequence (default 700; 32768 on cuda)")
+      .option("--d", &d, "head dimension (default 64; 128 on cuda)", ch04::kMaxHeadDim)
+      .option("--splits", &splits, "key ranges per sequence (default: eq. (7) for the device)")
+      .flag("--full", &full, "every sequence uses all lk keys (default: seeded lengths in [1, lk], "
+                             "the first full; --bench always uses full ones)")
+      .flag("--causal", &causal, "with --bench or --profile: the causal mask (the report runs both)")
+      .option("--dtype", &dtype, {"fp32", "fp16", "bf16"},
+              "with --bench or --profile: the element type (default fp32)");
+  ProgramOptions options;
+  if (const int code = parse_program(cli, argc, argv, &options); code >= 0) return code;
+  const auto make_ladder = [](auto b) { return kernel_ladder<decltype(b)::value>(); };
+  if (options.list) return list_ladder(options, "09_flash_decoding", "decode", make_ladder);
+  const bool gpu = options.backend == Backend::cuda;
+  const DecodeShape shape{batch > 0 ? batch : (gpu ? 1 : 3), hq > 0 ? hq : (gpu ? 32 : 8),
+                          hkv > 0 ? hkv : (gpu ? 32 : 2), lq > 0 ? lq : (gpu ? 1 : 3),
+                          lk > 0 ? lk : (gpu ? 32768 : 700), d > 0 ? d : (gpu ? 128 : 64)};
+  if (shape.hq % shape.hkv != 0)
+    return cli.error("--hq = " + std::to_string(shape.hq) + " is not a multiple of --hkv = " +
+                     std::to_string(shape.hkv));
+  if (shape.q_elems() > kMaxBenchElements || shape.kv_elems() > kMaxBenchElements)
+    return cli.error("--batch x --hq x --lq x --d or --batch x --hkv x --lk x --d exceeds 2^31");
+  if (!options.bench.enabled && !options.profile && (causal || dtype != "fp32"))
+    return cli.error("--causal and --dtype only apply with --bench or --profile (the report runs both)");
+  const Ladder<DecodeArgs> ladder = select_kernel_backend(options.backend, make_ladder);
+  // eq. (7) on the device that runs the kernels (the simulator models an H100)
+  const int n_splits =
+      splits > 0 ? splits
+                 : select_kernel_backend(gpu ? Backend::cuda : Backend::sim,
+                                         [&](auto b) { return default_splits<decltype(b)::value>(shape); });
+  const Dtype type = dtypes_of_option(dtype).front();
+  if (options.bench.enabled)
+    return run_guarded(cli, [&] {
+      return run_bench(ladder, options.bench, shape, n_splits, causal, type, options.seed);
+    });
+  const std::vector<int> lengths =
+      full ? std::vector<int>{} : ragged_lengths(shape.batch, shape.lk, options.seed);
+  if (options.profile)
+    return run_guarded(cli, [&] {
+      const AttentionInputs in = make_attention_inputs(
+          ScoreKind::randn, {shape.batch, shape.hq * shape.lq, shape.hkv * shape.lk, shape.d},
+          default_scale(shape.d), options.seed);
+      DecodeBuffers buffers(Backend::sim, in, lengths, shape, n_splits, default_scale(shape.d),
+                            causal, type);
+      return profile_ladder(ladder, buffers.args, shape.rows(), "row",
+                            to_string(shape) + ", " + std::to_string(n_splits) + " splits" +
+                                (full ? "" : ", ragged lengths") + (causal ? ", causal" : ""),
+                            options.bench.csv_path);
+    });
+  if (std::size_t(shape.batch) * shape.hq * shape.lq * shape.lk > (std::size_t{1} << 28))
+    return cli.error("--batch x --hq x --lq x --lk exceeds this program's limit of 2^28 (the fp64 "
+                     "reference)");
+  return run_chapter(
+      cli, options, print_intro, print_trace,
+      [&] {
+        const AttentionInputs randn = make_attention_inputs(
+            ScoreKind::randn, {shape.batch, shape.hq * shape.lq, shape.hkv * shape.lk, shape.d},
+            default_scale(shape.d), options.seed);
+        for (Dtype t : dtypes_of_option(options.backend == Backend::cpu ? "fp32" : "all"))
+          for (bool c : {false, true})
+            report_table(options.backend, ladder, ch06::round_inputs(randn, t), shape, lengths,
+                         n_splits, c, t, options.seed);
+        print_sim_time_note(std::cout, options.backend);
+      },
+      "This is the workbook's last chapter so far. The chapter map on the docs main page (and\n"
+      "README.md) leads back to every step, from chapter 01's safe softmax on.\n");
+}
