@@ -154,16 +154,20 @@ __global__ void __launch_bounds__(kCombineWarps* kWarpLanes)
   // [combine]
   // The row's logsumexp: each lane's splits as chapter 02's online (m, d), merged over the
   // warp by chapter 03's monoid: lse = m + log d, -inf when no split saw a key.
+  float lse_row = -INFINITY;
+  // [exercise]
   ch03::MD md = ch03::md_identity();
   for (int s = lane; s < splits; s += kWarpLanes) md = ch03::md_merge(md, {lse_s[s], 1.f});
   md = ch04::warp_merge(md);
-  const float lse_row = ch06::logsumexp(md.m, md.d);
+  lse_row = ch06::logsumexp(md.m, md.d);
+  // [exercise]
   float acc[kColumnsPerLane] = {};
   for (int s0 = 0; s0 < splits; s0 += kWarpLanes) {
     const int mine = s0 + lane;
     const float lse_mine = mine < splits ? lse_s[mine] : -INFINITY;
+    float w_mine = 0.f;  // the weight of split `mine` in the row
     // [exercise]
-    const float w_mine = combine_weight(lse_mine, lse_row);  // e^{lse_s - lse}, eq. (4)
+    w_mine = combine_weight(lse_mine, lse_row);  // e^{lse_s - lse}, eq. (4)
     // [exercise]
     for (int jj = 0; jj < kWarpLanes && s0 + jj < splits; ++jj) {
       if (__shfl_sync(ch04::kAllLanes, lse_mine, jj) == -INFINITY) continue;  // the identity

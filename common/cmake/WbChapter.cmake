@@ -51,13 +51,17 @@ function(_wb_kernel_library target language suffix headers)
 endfunction()
 
 # The chapter's kernels with the exercise file swapped for `exercise_header`: a sim library,
-# and a cuda one when nvcc is there.
+# and a cuda one when nvcc is there. The untouched stub only has to fail its sim checks
+# (exercise-stub-fails runs the sim suite): its cuda side is the reference kernels, which
+# saves CI an nvcc build of every chapter's kernels; a learner's file gets both.
 function(_wb_exercise_kernels ch suffix kernels exercise_kernel exercise_header)
   set(headers ${kernels})
   list(TRANSFORM headers REPLACE "^${exercise_kernel}$" "${exercise_header}")
   _wb_kernel_library(${ch}_sim_${suffix} CXX sim_${suffix} "${headers}")
   set(libs ${ch}_sim_${suffix})
-  if(WB_HAVE_CUDA)
+  if(WB_HAVE_CUDA AND suffix STREQUAL "stub")
+    list(APPEND libs ${ch}_cuda)
+  elseif(WB_HAVE_CUDA)
     _wb_kernel_library(${ch}_cuda_${suffix} CUDA cuda_${suffix} "${headers}")
     # A stub leaves variables the missing lines would use: nvcc's "declared but never
     # referenced" (177) is expected there.
@@ -66,7 +70,9 @@ function(_wb_exercise_kernels ch suffix kernels exercise_kernel exercise_header)
   endif()
   if(TARGET ${ch}_exercise_${suffix})  # the generated stub must exist before these compile
     foreach(lib IN LISTS libs)
-      add_dependencies(${lib} ${ch}_exercise_${suffix})
+      if(lib MATCHES "_${suffix}$")  # not the reference kernels a stub borrows
+        add_dependencies(${lib} ${ch}_exercise_${suffix})
+      endif()
     endforeach()
   endif()
   set(exercise_libs ${libs} PARENT_SCOPE)

@@ -1,0 +1,351 @@
+// Chapter 09: Flash-Decoding. The merge's laws (identity, commutativity bit for bit,
+// associativity), split-KV on the CPU against chapter 06's FA2 per sequence under the 2x
+// policy for every split count (more splits than keys included), random cuts and random merge
+// trees, GQA group sizes 1, 4 and 8, per-sequence lengths (0 included), causal; a merge that
+// forgets the rescale fails; the split rule; then both kernels against the CPU step in fp32,
+// fp16 and bf16.
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "chapters/09_flash_decoding/flash_decoding.hpp"
+#include "common/attention_inputs.hpp"
+#include "common/reference_attention.hpp"
+#include "common/rung_buffers.hpp"
+#include "tests/support.hpp"
+
+using namespace wb;
+using namespace wb::ch09;
+
+namespace {
+
+constexpr std::uint64_t kSeed = 909;
+
+/// A decoding problem: the shape, the lengths (empty: all lk), the mask.
+struct Case {
+  DecodeShape shape;
+  std::vector<int> lengths;
+  bool causal;
+};
+
+std::string describe(const Case& c, const char* kind) {
+  std::string s = to_string(c.shape) + (c.causal ? ", causal" : "") + ", " + kind + ", lengths";
+  if (c.lengths.empty()) return s + " all";
+  for (int len : c.lengths) s += " " + std::to_string(len);
+  return s;
+}
+
+/// Q, K, V of `kind` for the shape: chapter 04's seeded adversarial inputs, laid out as
+/// batch x (hq lq) query rows and batch x (hkv lk) keys.
+AttentionInputs inputs_of(const DecodeShape& s, ScoreKind kind, std::uint64_t seed) {
+  return make_attention_inputs(kind, {s.batch, s.hq * s.lq, s.hkv * s.lk, s.d},
+                               default_scale(s.d), seed);
+}
+
+/// Every fully masked row (no visible key: a sequence of length 0, or rows before the
+/// diagonal) gives O = 0 exactly and logsumexp = -inf: the workbook's convention.
+void check_unseen_rows(const DecodeReference& r, const DecodeShape& s, const DecodeResult& out) {
+  for (std::size_t row = 0; row < s.rows(); ++row) {
+    if (r.lse[row] != -INFINITY) continue;
+    CAPTURE(row);
+    CHECK(out.lse[row] == -INFINITY);
+    for (int c = 0; c < s.d; ++c) CHECK(out.o[row * s.d + c] == 0.f);
+  }
+}
+
+/// The split counts to try on `lk` keys: all from 1 to more splits than tiles and keys for
+/// short caches, a spread for long ones.
+std::vector<int> split_counts(int lk) {
+  std::vector<int> counts;
+  if (lk <= 40) {
+    for (int s = 1; s <= lk + 3; ++s) counts.push_back(s);
+  } else {
+    counts = {1, 2, 3, 7, (lk + kTileKeys - 1) / kTileKeys, (lk + kTileKeys - 1) / kTileKeys + 5};
+  }
+  return counts;
+}
+
+/// The CPU cases: odd lengths 1, 2, 31, 1000, 4097, 65537, GQA groups 1, 4 and 8, lq up to 16,
+/// a batch with lengths that vary (a 0 among them), with and without the mask.
+std::vector<Case> cpu_cases() {
+  std::vector<Case> cases;
+  for (bool causal : {false, true}) {
+    cases.push_back({{1, 1, 1, 1, 1, 16}, {}, causal});
+    cases.push_back({{2, 4, 1, 2, 2, 16}, {}, causal});
+    cases.push_back({{1, 8, 1, 3, 31, 59}, {}, causal});
+    cases.push_back({{3, 8, 2, 5, 1000, 32}, {1000, 0, 517}, causal});
+    cases.push_back({{2, 2, 2, 16, 4097, 16}, {4097, 33}, causal});
+    cases.push_back({{1, 1, 1, 1, 65537, 8}, {}, causal});
+  }
+  return cases;
+}
+
+/// The bound of a split step with `splits` partials on `r`: the 2x policy against the
+/// previous step's error, plus split_floor.
+double o_bound(double previous, const DecodeReference& r, int lk, int splits) {
+  return chain_bound(previous, split_floor(r.score_error, lk, r.max_abs_partial_lse, splits));
+}
+
+/// A merge that forgets the rescale: the lse is merged, the O's are simply added.
+Partial merge_without_rescale(const Partial& a, const Partial& b) {
+  Partial out{lse_merge(a.lse, b.lse).lse, a.o};
+  for (std::size_t c = 0; c < out.o.size(); ++c) out.o[c] += b.o[c];
+  return out;
+}
+
+bool same_bits(float a, float b) {
+  return std::memcmp(&a, &b, sizeof(float)) == 0;
+}
+
+}  // namespace
+
+TEST_SUITE("cpu") {
+  TEST_CASE("merging with the identity returns the other partial exactly and never makes NaN") {
+    for (float lse : {-INFINITY, -1e4f, -3.5f, 0.f, 7.25f, 1e4f}) {
+      CAPTURE(lse);
+      for (const LseMerge& m : {lse_merge(lse, -INFINITY), lse_merge(-INFINITY, lse)}) {
+        CHECK(same_bits(m.lse, lse));
+        CHECK(m.w_a + m.w_b == 1.f);  // one weight 1, the other 0
+      }
+      if (lse == -INFINITY) continue;  // both empty: below
+      CHECK(lse_merge(lse, -INFINITY).w_a == 1.f);
+      CHECK(lse_merge(-INFINITY, lse).w_b == 1.f);
+    }
+    // Both empty: still the identity, weights finite.
+    const LseMerge e = lse_merge(-INFINITY, -INFINITY);
+    CHECK(e.lse == -INFINITY);
+    CHECK(std::isfinite(e.w_a));
+    CHECK(std::isfinite(e.w_b));
+    const Partial none = combine_partials({identity_partial(3), identity_partial(3)}, 3);
+    CHECK(none.lse == -INFINITY);
+    for (float x : none.o) CHECK(x == 0.f);
+    CHECK(combine_weight(-INFINITY, -INFINITY) == 0.f);
+  }
+
+  TEST_CASE("the merge is commutative bit for bit and associative within its rounding") {
+    std::mt19937_64 rng(kSeed);
+    std::normal_distribution<float> normal(0.f, 1.f);
+    for (int trial = 0; trial < 500; ++trial) {
+      // logsumexps from -20 to 20 around a common offset (up to 1e4), O's of 4 values.
+      const float offset = trial % 5 == 0 ? 1e4f : 0.f;
+      Partial p[3];
+      for (Partial& x : p) {
+        x.lse = offset + 10.f * normal(rng);
+        for (int c = 0; c < 4; ++c) x.o.push_back(normal(rng));
+      }
+      const Partial ab = merge_partials(p[0], p[1]), ba = merge_partials(p[1], p[0]);
+      CHECK(same_bits(ab.lse, ba.lse));
+      for (int c = 0; c < 4; ++c) CHECK(same_bits(ab.o[std::size_t(c)], ba.o[std::size_t(c)]));
+      const Partial left = merge_partials(ab, p[2]);
+      const Partial right = merge_partials(p[0], merge_partials(p[1], p[2]));
+      // Two merges each way: the lse rounds |lse| u per add and the weights carry that, plus
+      // the exp, log1p and products: 2 x (2 |lse| + 2 x 88 + 16) u, as split_floor states.
+      const double a = std::fabs(left.lse) + 1.0;
+      const double bound = 2.0 * (2.0 * a + 2.0 * ref::kExpArgRange + 16.0) * kFloatEps;
+      CHECK(std::fabs(double(left.lse) - right.lse) <= bound);
+      for (int c = 0; c < 4; ++c) {
+        const double size = std::fabs(p[0].o[std::size_t(c)]) + std::fabs(p[1].o[std::size_t(c)]) +
+                            std::fabs(p[2].o[std::size_t(c)]);  // >= sum of the weighted terms
+        CHECK(std::fabs(double(left.o[std::size_t(c)]) - right.o[std::size_t(c)]) <= bound * size);
+      }
+    }
+  }
+
+  TEST_CASE("split-KV equals chapter 06's FA2 per sequence for every split count, random cuts and merge trees") {
+    std::mt19937_64 rng(kSeed);
+    for (const Case& c : cpu_cases()) {
+      for (ScoreKind kind : all_score_kinds()) {
+        if (c.shape.lk > 5000 && kind != ScoreKind::randn && kind != ScoreKind::large_offset)
+          continue;  // the longest cache on two kinds: the suite's time
+        const std::string where = describe(c, to_string(kind));
+        CAPTURE(where);
+        const AttentionInputs in = inputs_of(c.shape, kind, kSeed);
+        const DecodeOptions opt{default_scale(c.shape.d), c.causal};
+        const DecodeReference r = decode_reference(in, c.shape, c.lengths, opt);
+        const DecodeResult fa2 = attention_fa2_per_sequence(in, c.shape, c.lengths, opt);
+        const ErrorReport fa2_err = ref::compare_weighted(fa2.o, r.o, r.o_weight);
+        // The previous step on its own bound (chapter 06's tests hold it; here it anchors).
+        WB_CHECK_WITHIN(fa2_err, ref::output_floor(r.score_error, c.shape.lk));
+        for (int splits : split_counts(c.shape.lk)) {
+          CAPTURE(splits);
+          const ch03::MergeTree ordered = ch03::left_to_right_tree(splits);
+          const ch03::MergeTree shuffled = ch03::random_tree(splits, rng);
+          const SplitRule even = [&](int len) { return even_splits(len, splits); };
+          const SplitRule cut = [&](int len) { return random_splits(len, splits, rng); };
+          struct Variant {
+            const char* name;
+            const SplitRule* split;
+            const ch03::MergeTree* tree;
+          };
+          for (const Variant& v : {Variant{"even, eq. (4)", &even, nullptr},
+                                   Variant{"even, left to right", &even, &ordered},
+                                   Variant{"random cuts, random tree", &cut, &shuffled}}) {
+            CAPTURE(v.name);
+            const DecodeResult out =
+                attention_split_kv(in, c.shape, c.lengths, opt, *v.split, {v.tree});
+            WB_CHECK_WITHIN(ref::compare_weighted(out.o, r.o, r.o_weight),
+                            o_bound(fa2_err.max_abs, r, c.shape.lk, splits));
+            WB_CHECK_WITHIN(compare(out.lse, r.lse),
+                            split_lse_floor(r.score_error, c.shape.lk, r.max_abs_partial_lse, splits));
+            check_unseen_rows(r, c.shape, out);
+          }
+        }
+      }
+    }
+  }
+
+  TEST_CASE("a merge that forgets the rescale fails the bound") {
+    const Case c{{1, 4, 1, 2, 300, 32}, {}, false};
+    const AttentionInputs in = inputs_of(c.shape, ScoreKind::randn, kSeed);
+    const DecodeOptions opt{default_scale(c.shape.d), false};
+    const DecodeReference r = decode_reference(in, c.shape, c.lengths, opt);
+    const ch03::MergeTree tree = ch03::left_to_right_tree(4);
+    const SplitRule split = [](int len) { return even_splits(len, 4); };
+    const DecodeResult right = attention_split_kv(in, c.shape, c.lengths, opt, split, {&tree});
+    const DecodeResult wrong =
+        attention_split_kv(in, c.shape, c.lengths, opt, split, {&tree, merge_without_rescale});
+    const double bound = o_bound(0.0, r, c.shape.lk, 4);
+    CHECK(ref::compare_weighted(right.o, r.o, r.o_weight).within(bound));
+    CHECK_FALSE(ref::compare_weighted(wrong.o, r.o, r.o_weight).within(bound));
+  }
+
+  TEST_CASE("the kernels' split covers the keys in runs of whole tiles") {
+    for (int len : {0, 1, 31, 32, 33, 1000, 4097}) {
+      for (int splits : {1, 2, 3, 7, 40, 200}) {
+        CAPTURE(len);
+        CAPTURE(splits);
+        const std::vector<int> b = even_splits(len, splits);
+        REQUIRE(b.size() == std::size_t(splits) + 1);
+        CHECK(b.front() == 0);
+        CHECK(b.back() == len);
+        for (std::size_t s = 0; s + 1 < b.size(); ++s) {
+          CHECK(b[s] <= b[s + 1]);
+          CHECK((b[s] % kTileKeys == 0 || b[s] == len));  // every range starts on a tile
+        }
+      }
+    }
+  }
+
+  TEST_CASE("the split count fills one wave and leaves every split at least four tiles") {
+    // An H100 at 5 blocks per SM: 660 blocks at once.
+    CHECK(choose_splits(132, 5, 32, 32768) == 20);    // 32 heads, 1 row: floor(660 / 32)
+    CHECK(choose_splits(132, 5, 32, 4096) == 20);     // 128 tiles: 32 splits would be allowed
+    CHECK(choose_splits(132, 5, 32, 1000) == 8);      // 32 tiles: at most 8 splits of 4
+    CHECK(choose_splits(132, 5, 8, 32768) == 82);     // GQA 8, 4 rows: 8 blocks per split
+    CHECK(choose_splits(132, 5, 660, 32768) == 1);    // a full wave already
+    CHECK(choose_splits(132, 5, 5000, 32768) == 1);   // several waves: never fewer than 1
+    CHECK(choose_splits(132, 5, 1, 1) == 1);          // one key
+    CHECK(base_blocks({2, 32, 4, 4, 100, 64}) == 2 * 4 * 2);  // 8 x 4 = 32 group rows: 2 tiles
+  }
+}
+
+// ------------------------------------------------------------------------------------------
+// The kernel ladder: one_split and split_kv against the CPU step
+// ------------------------------------------------------------------------------------------
+
+namespace {
+
+/// The kernel cases: lengths 1, 2, 31, 1000, 4097 and 65537 (in race mode 1, 2, 31 and a
+/// ragged batch of 100), GQA 1, 4, 8, lq up to 16, ragged lengths with a 0, split counts from 1
+/// to more than the keys.
+struct KernelCase {
+  Case c;
+  std::vector<int> splits;
+};
+
+std::vector<KernelCase> kernel_cases() {
+  std::vector<KernelCase> cases;
+  for (bool causal : {false, true}) {
+    cases.push_back({{{1, 1, 1, 1, 1, 16}, {}, causal}, {1, 2, 5}});
+    cases.push_back({{{2, 4, 1, 2, 2, 59}, {2, 1}, causal}, {1, 3}});
+    cases.push_back({{{1, 8, 1, 3, 31, 64}, {}, causal}, {1, 2, 33}});
+    if (test::kRaceMode) {  // race mode: one ragged batch, splits with no key among them
+      cases.push_back({{{3, 8, 2, 2, 100, 32}, {100, 0, 37}, causal}, {6}});
+      continue;
+    }
+    cases.push_back({{{3, 8, 2, 5, 1000, 32}, {1000, 0, 517}, causal}, {1, 4, 40}});
+    cases.push_back({{{2, 2, 2, 16, 4097, 128}, {4097, 33}, causal}, {9}});
+    cases.push_back({{{1, 1, 1, 1, 65537, 8}, {}, causal}, {2049}});
+  }
+  return cases;
+}
+
+template <Backend B>
+void every_rung_equals_the_cpu_step() {
+  const Ladder<DecodeArgs> ladder = kernel_ladder<B>();
+  for (const KernelCase& kc : kernel_cases()) {
+    const Case& c = kc.c;
+    for (Dtype dtype : {Dtype::fp32, Dtype::fp16, Dtype::bf16}) {
+      // The long caches and race mode in fp32 only: the 16-bit types differ in the loads and
+      // the final rounding, which the short caches cover (the suite's time).
+      if ((test::kRaceMode || c.shape.lk > 1000) && dtype != Dtype::fp32) continue;
+      // The kernels read Q, K, V rounded to the type: the CPU step and fp64 use those values.
+      const AttentionInputs in =
+          ch06::round_inputs(inputs_of(c.shape, ScoreKind::outliers, kSeed), dtype);
+      const DecodeOptions opt{default_scale(c.shape.d), c.causal};
+      const DecodeReference r = decode_reference(in, c.shape, c.lengths, opt);
+      // A 16-bit O is rounded once: u max(|O|, N) <= u (o_weight + N), N the smallest normal.
+      std::vector<double> w = r.o_weight;
+      for (double& x : w) x += ch06::smallest_normal(dtype);
+      const double rounding = ch06::unit_roundoff(dtype);
+      for (int splits : kc.splits) {
+        const std::string where = describe(c, to_string(dtype)) + ", splits " + std::to_string(splits);
+        CAPTURE(where);
+        const DecodeResult cpu = attention_split_kv(
+            in, c.shape, c.lengths, opt, [&](int len) { return even_splits(len, splits); });
+        const ErrorReport cpu_o = ref::compare_weighted(cpu.o, r.o, w);
+        DecodeBuffers buffers(B, in, c.lengths, c.shape, splits, opt.scale, c.causal, dtype);
+        for (const Rung<DecodeArgs>& rung : ladder) {
+          CAPTURE(std::string(rung.name));
+          REQUIRE(why_refused(rung, buffers.args).empty());
+          run_rung(rung, buffers.args);
+          const DecodeOut got = buffers.download();
+          const DecodeResult out{got.o, got.lse};
+          // one_split is a single range (splits = 1), split_kv the CPU step's even split.
+          const int n = std::string(rung.name) == "one_split" ? 1 : splits;
+          const double floor = split_floor(r.score_error, c.shape.lk, r.max_abs_partial_lse, n);
+          // The policy: twice the CPU step's error plus the floor (the kernel sums in
+          // butterflies and with fmaf, CUDA's expf and logf differ from glibc's by an ulp or
+          // two), plus the 16-bit rounding of O.
+          WB_CHECK_WITHIN(ref::compare_weighted(out.o, r.o, w), chain_bound(cpu_o.max_abs, floor + rounding));
+          WB_CHECK_WITHIN(compare(out.lse, r.lse),
+                          split_lse_floor(r.score_error, c.shape.lk, r.max_abs_partial_lse, n));
+          check_unseen_rows(r, c.shape, out);
+        }
+      }
+    }
+  }
+}
+
+template <Backend B>
+void rungs_refuse_what_they_cannot_take() {
+  const Ladder<DecodeArgs> ladder = kernel_ladder<B>();
+  const DecodeShape ok{1, 4, 2, 1, 8, 16};
+  const AttentionInputs in = inputs_of(ok, ScoreKind::randn, kSeed);
+  DecodeBuffers buffers(B, in, {}, ok, 2, 1.f, false, Dtype::fp32);
+  for (const Rung<DecodeArgs>& rung : ladder) {
+    CAPTURE(std::string(rung.name));
+    DecodeArgs a = buffers.args;
+    CHECK(why_refused(rung, a).empty());
+    a.shape.hkv = 3;  // 4 query heads do not group over 3 KV heads
+    CHECK(why_refused(rung, a).find("not a multiple of hkv") != std::string::npos);
+    a = buffers.args;
+    a.shape.d = ch04::kMaxHeadDim + 1;
+    CHECK(why_refused(rung, a).find("d = 129") != std::string::npos);
+    a = buffers.args;
+    a.lengths_host = nullptr;  // lengths without the host copy the formulas read
+    a.lengths = static_cast<const int*>(buffers.args.q);
+    CHECK(!why_refused(rung, a).empty());
+  }
+}
+
+}  // namespace
+
+WB_KERNEL_TEST_CASE(
+    "both decoding rungs equal the CPU split-KV step for every split count in fp32 fp16 and bf16",
+    every_rung_equals_the_cpu_step)
+WB_KERNEL_TEST_CASE("the decoding rungs refuse ungrouped heads and head dimensions above 128",
+                    rungs_refuse_what_they_cannot_take)

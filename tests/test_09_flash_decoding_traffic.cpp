@@ -1,0 +1,45 @@
+// Chapter 09's kernels move the bytes their formulas state (suite "profile": the instrumented
+// twin, CTest 09_flash_decoding/sim-profile; tests/traffic_checks.hpp): the split kernel's K/V
+// ranges cut at the causal mask, the O rows of splits that saw no key neither written nor read
+// back, the lengths read once per block.
+#include <string>
+#include <vector>
+
+#include "chapters/09_flash_decoding/flash_decoding.hpp"
+#include "common/rung_buffers.hpp"
+#include "tests/traffic_checks.hpp"
+
+namespace {
+using namespace wb;
+}  // namespace
+
+TEST_CASE("both decoding rungs move the bytes their formulas state, on odd shapes" *
+          doctest::test_suite("profile")) {
+  const Ladder<DecodeArgs> ladder = ch09::kernel_ladder<Backend::sim>();
+  struct Case {
+    DecodeShape shape;
+    std::vector<int> lengths;
+    int splits;
+  };
+  // One key; GQA 4 with lq 5 (20 group rows: a full and a short row tile), a sequence of 0
+  // keys and a short one, more splits than tiles; lq 16 over GQA 2 with 3 splits of odd
+  // lengths (a short last tile, causal cuts inside a split).
+  const std::vector<Case> cases = {{{1, 1, 1, 1, 1, 8}, {}, 3},
+                                   {{3, 8, 2, 5, 130, 24}, {130, 0, 37}, 7},
+                                   {{2, 4, 2, 16, 301, 40}, {301, 75}, 3}};
+  std::vector<std::string> took;
+  for (const Case& c : cases)
+    for (Dtype t : {Dtype::fp32, Dtype::fp16})
+      for (bool causal : {false, true}) {
+        const AttentionInputs in = make_attention_inputs(
+            ScoreKind::randn, {c.shape.batch, c.shape.hq * c.shape.lq, c.shape.hkv * c.shape.lk, c.shape.d},
+            1.f, 9);
+        DecodeBuffers buffers(Backend::sim, in, c.lengths, c.shape, c.splits, 1.f, causal, t);
+        const std::vector<std::string> r = test::check_ladder_traffic(
+            ladder, buffers.args,
+            to_string(c.shape) + ", " + to_string(t) + (causal ? ", causal" : "") + ", splits " +
+                std::to_string(c.splits));
+        took.insert(took.end(), r.begin(), r.end());
+      }
+  test::check_every_rung_counted(ladder, took);
+}
