@@ -13,6 +13,8 @@ runs, each after a write of twice the L2 cache, timed with CUDA events, median [
     layernorm  torch.nn.functional.layer_norm                               (rows, cols)
     attention  F.scaled_dot_product_attention, flash and cuDNN backends     BH = 16,
                                                                             L = 1024..16384
+    decode     the same, a few query rows against a long KV cache           BH = 32, lq 1, 4,
+                                                                            lk = 4096..131072
 
 The script knows no chapter: each program's `--list --csv -` names its op and the limits of
 every rung (element types, row lengths, head dimensions, causal), and a program runs on the
@@ -59,11 +61,14 @@ def parse_args(argv):
     p.add_argument("--rows", type=int, default=49152)
     p.add_argument("--cols", default="32-32768", help="LO-HI (powers of 2) or a list a,b,c")
     p.add_argument("--dtypes", default="fp32", help="softmax and LayerNorm dtypes (fp32,fp16,bf16)")
-    p.add_argument("--ops", default="softmax,layernorm,attention")
+    p.add_argument("--ops", default="softmax,layernorm,attention,decode")
     p.add_argument("--bh", type=int, default=16)
     p.add_argument("--seqlens", default="1024-16384")
     p.add_argument("--head-dims", default="64,128")
-    p.add_argument("--attention-dtypes", default="fp16,bf16")
+    p.add_argument("--attention-dtypes", default="fp16,bf16", help="attention and decode dtypes")
+    p.add_argument("--decode-bh", type=int, default=32, help="heads of the decode shapes")
+    p.add_argument("--decode-lq", default="1,4", help="query rows of the decode shapes")
+    p.add_argument("--decode-lengths", default="4096-131072", help="KV cache lengths")
     p.add_argument("--dry-run", action="store_true",
                    help="check the programs and print the plan; needs no torch, no GPU")
     p.add_argument("--plot-only", metavar="CSV", help="redraw the table and plots from a CSV")
@@ -76,6 +81,7 @@ def parse_args(argv):
         return [int(t) for t in text.split(",")]
 
     a.cols, a.seqlens, a.head_dims = ints(a.cols), ints(a.seqlens), ints(a.head_dims)
+    a.decode_lq, a.decode_lengths = ints(a.decode_lq), ints(a.decode_lengths)
     a.ops = a.ops.split(",")
     a.dtypes, a.attention_dtypes = a.dtypes.split(","), a.attention_dtypes.split(",")
     for dt in a.dtypes + a.attention_dtypes:

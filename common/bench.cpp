@@ -81,6 +81,12 @@ std::string attention_shape_string(std::int64_t bh, std::int64_t lq, std::int64_
          " d" + std::to_string(d) + (causal ? " causal" : " full");
 }
 
+std::string decode_shape_string(std::int64_t batch, std::int64_t hq, std::int64_t hkv,
+                                std::int64_t lq, std::int64_t lk, std::int64_t d) {
+  return "b" + std::to_string(batch) + " hq" + std::to_string(hq) + " hkv" + std::to_string(hkv) +
+         " lq" + std::to_string(lq) + " lk" + std::to_string(lk) + " d" + std::to_string(d);
+}
+
 double spread_percent(const TimingStats& t) {
   return t.median_ms > 0.0 ? 100.0 * (t.max_ms - t.min_ms) / t.median_ms : 0.0;
 }

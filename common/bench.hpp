@@ -74,6 +74,11 @@ std::string shape_string(std::int64_t rows, std::int64_t cols);
 std::string attention_shape_string(std::int64_t bh, std::int64_t lq, std::int64_t lk,
                                    std::int64_t d, bool causal);
 
+/// "b1 hq32 hkv32 lq1 lk4096 d128": a decode shape (chapter 09) as the benchmark CSV and
+/// bench/bench_vs_torch.py name it.
+std::string decode_shape_string(std::int64_t batch, std::int64_t hq, std::int64_t hkv,
+                                std::int64_t lq, std::int64_t lk, std::int64_t d);
+
 /// The work one kernel run does: bytes moved, and FLOPs where the op is compute-bound
 /// (attention). Throughput is TFLOP/s when flops > 0, else GB/s.
 struct Work {

@@ -45,6 +45,15 @@ def attention_shape_string(bh, lq, lk, d, causal):
     return f"bh{bh} lq{lq} lk{lk} d{d} {'causal' if causal else 'full'}"
 
 
+def decode_bytes(bh, lq, lk, d, elem):
+    """Decoding reads the cache: K and V once, Q read and O written once (ch09's --bench)."""
+    return elem * (2.0 * bh * lk * d + 2.0 * bh * lq * d)
+
+
+def decode_shape_string(batch, hq, hkv, lq, lk, d):
+    return f"b{batch} hq{hq} hkv{hkv} lq{lq} lk{lk} d{d}"
+
+
 def self_check():
     """The formulas against the values tests/test_bench.cpp checks on the C++ side."""
     assert layernorm_bytes(10, 7, 4) == 696.0

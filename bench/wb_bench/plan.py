@@ -9,7 +9,8 @@ import os
 import subprocess
 
 from .counting import (ELEM_BYTES, attention_bytes, attention_flops, attention_shape_string,
-                       layernorm_bytes, softmax_bytes, shape_string)
+                       decode_bytes, decode_shape_string, layernorm_bytes, softmax_bytes,
+                       shape_string)
 
 TORCH_NAMES = {"softmax": "torch.softmax", "layernorm": "F.layer_norm"}
 
@@ -161,6 +162,32 @@ def attention_jobs(args, loaded, common, notes):
     return jobs
 
 
+def decode_jobs(args, loaded, common, notes):
+    """One query row (or a few) per head against a KV cache of every length: --decode-bh heads
+    of batch 1, as many KV heads (multi-head attention: torch's sdpa takes the same tensors),
+    no mask, the cache full."""
+    if "decode" not in args.ops:
+        return []
+    progs, jobs, bh = bench_programs(loaded, "decode", notes), [], args.decode_bh
+    for dtype in args.attention_dtypes:
+        for d in args.head_dims:
+            for lq in args.decode_lq:
+                for lk in args.decode_lengths:
+                    shape_args = ["--batch", "1", "--hq", str(bh), "--hkv", str(bh), "--lq", str(lq),
+                                  "--lk", str(lk), "--d", str(d), "--full"]
+                    commands = [command(p, common, shape_args, dtype) for p in progs
+                                if p.rungs_taking(dtype, d=d)]
+                    calls = [(f"sdpa {b}", f"F.scaled_dot_product_attention(q, k, v) under "
+                              f"sdpa_kernel(SDPBackend.{b.upper()}_ATTENTION), q (1, {bh}, {lq}, {d}), "
+                              f"k v (1, {bh}, {lk}, {d}) {dtype}")
+                             for b in ("flash", "cudnn")]
+                    jobs.append(Job("decode", dtype, decode_shape_string(1, bh, bh, lq, lk, d),
+                                    decode_bytes(bh, lq, lk, d, ELEM_BYTES[dtype]), 0.0, commands,
+                                    calls, {"bh": bh, "lq": lq, "lk": lk, "d": d}))
+    return jobs
+
+
 def plan(args, loaded, notes):
     common = ["--bench", "--reps", str(args.reps), "--csv", "{csv}"]
-    return row_jobs(args, loaded, common, notes) + attention_jobs(args, loaded, common, notes)
+    return (row_jobs(args, loaded, common, notes) + attention_jobs(args, loaded, common, notes) +
+            decode_jobs(args, loaded, common, notes))

@@ -57,8 +57,15 @@ def run_torch_job(torch, timer, job):
         del x
     else:
         p = job.params
-        q, k, v = (torch.randn(1, p["bh"], p["seqlen"], p["d"], device="cuda", dtype=dt)
-                   for _ in range(3))
+        if job.op == "decode":  # a few query rows against a long cache, no mask
+            q = torch.randn(1, p["bh"], p["lq"], p["d"], device="cuda", dtype=dt)
+            k, v = (torch.randn(1, p["bh"], p["lk"], p["d"], device="cuda", dtype=dt)
+                    for _ in range(2))
+            causal = False
+        else:
+            q, k, v = (torch.randn(1, p["bh"], p["seqlen"], p["d"], device="cuda", dtype=dt)
+                       for _ in range(3))
+            causal = p["causal"]
         try:
             from torch.nn.attention import SDPBackend, sdpa_kernel
         except ImportError:
@@ -69,7 +76,7 @@ def run_torch_job(torch, timer, job):
                 continue
             try:
                 with sdpa_kernel(getattr(SDPBackend, backend)):
-                    fn = lambda: F.scaled_dot_product_attention(q, k, v, is_causal=p["causal"])  # noqa: E731
+                    fn = lambda: F.scaled_dot_product_attention(q, k, v, is_causal=causal)  # noqa: E731
                     out.append((name, timer.time(fn), ""))
             except RuntimeError as e:  # the backend cannot take this dtype, shape or device
                 out.append((name, None, str(e).splitlines()[0][:120]))

@@ -208,8 +208,10 @@ int run_bench(const Ladder<DecodeArgs>& ladder, const BenchOptions& options,
   // Decoding is bound by reading the cache: K and V once, Q read and O written once.
   const double bytes = double(dtype_bytes(dtype)) * (2.0 * double(shape.kv_elems()) +
                                                      2.0 * double(shape.q_elems()));
+  std::cout << "split_kv with " << splits << " splits per sequence (eq. 7, or --splits)\n";
   bench_ladder(bench, rungs_taking(ladder, dtype), buffers.args,
-               to_string(shape) + ", splits " + std::to_string(splits) + (causal ? ", causal" : ""),
+               decode_shape_string(shape.batch, shape.hq, shape.hkv, shape.lq, shape.lk, shape.d) +
+                   (causal ? " causal" : ""),
                Work::moving(bytes));
   return bench.finish();
 }
