@@ -14,6 +14,7 @@
 
 #include "common/attention_inputs.hpp"
 #include "common/dtype.hpp"
+#include "common/hd.hpp"
 #include "common/rung.hpp"
 
 namespace wb {
@@ -79,10 +80,11 @@ struct DecodeShape {
   int lk;   ///< cache slots per sequence and head
   int d;    ///< head dimension
 
-  int group() const { return hq / hkv; }  ///< query heads that share one KV head
-  std::size_t q_elems() const { return std::size_t(batch) * hq * lq * d; }
-  std::size_t kv_elems() const { return std::size_t(batch) * hkv * lk * d; }
-  std::size_t rows() const { return std::size_t(batch) * hq * lq; }  ///< query rows, all heads
+  __host__ __device__ int group() const { return hq / hkv; }  ///< query heads per KV head
+  __host__ __device__ std::size_t q_elems() const { return std::size_t(batch) * hq * lq * d; }
+  __host__ __device__ std::size_t kv_elems() const { return std::size_t(batch) * hkv * lk * d; }
+  /// query rows, all heads
+  __host__ __device__ std::size_t rows() const { return std::size_t(batch) * hq * lq; }
 };
 
 /// "batch 2, hq 8, hkv 2, lq 1, lk 4097, d 64".
