@@ -9,6 +9,7 @@
 #include <cstring>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "chapters/09_flash_decoding/flash_decoding.hpp"
@@ -26,9 +27,9 @@ constexpr std::uint64_t kSeed = 909;
 
 /// A decoding problem: the shape, the lengths (empty: all lk), the mask.
 struct Case {
-  DecodeShape shape;
+  DecodeShape shape{};
   std::vector<int> lengths;
-  bool causal;
+  bool causal = false;
 };
 
 std::string describe(const Case& c, const char* kind) {
@@ -70,15 +71,23 @@ std::vector<int> split_counts(int lk) {
 
 /// The CPU cases: odd lengths 1, 2, 31, 1000, 4097, 65537, GQA groups 1, 4 and 8, lq up to 16,
 /// a batch with lengths that vary (a 0 among them), with and without the mask.
+Case make_case(DecodeShape shape, std::vector<int> lengths, bool causal) {
+  Case c;
+  c.shape = shape;
+  c.lengths = std::move(lengths);
+  c.causal = causal;
+  return c;
+}
+
 std::vector<Case> cpu_cases() {
   std::vector<Case> cases;
   for (bool causal : {false, true}) {
-    cases.push_back({{1, 1, 1, 1, 1, 16}, {}, causal});
-    cases.push_back({{2, 4, 1, 2, 2, 16}, {}, causal});
-    cases.push_back({{1, 8, 1, 3, 31, 59}, {}, causal});
-    cases.push_back({{3, 8, 2, 5, 1000, 32}, {1000, 0, 517}, causal});
-    cases.push_back({{2, 2, 2, 16, 4097, 16}, {4097, 33}, causal});
-    cases.push_back({{1, 1, 1, 1, 65537, 8}, {}, causal});
+    cases.push_back(make_case({1, 1, 1, 1, 1, 16}, {}, causal));
+    cases.push_back(make_case({2, 4, 1, 2, 2, 16}, {}, causal));
+    cases.push_back(make_case({1, 8, 1, 3, 31, 59}, {}, causal));
+    cases.push_back(make_case({3, 8, 2, 5, 1000, 32}, {1000, 0, 517}, causal));
+    cases.push_back(make_case({2, 2, 2, 16, 4097, 16}, {4097, 33}, causal));
+    cases.push_back(make_case({1, 1, 1, 1, 65537, 8}, {}, causal));
   }
   return cases;
 }
@@ -198,7 +207,7 @@ TEST_SUITE("cpu") {
   }
 
   TEST_CASE("a merge that forgets the rescale fails the bound") {
-    const Case c{{1, 4, 1, 2, 300, 32}, {}, false};
+    const Case c = make_case({1, 4, 1, 2, 300, 32}, {}, false);
     const AttentionInputs in = inputs_of(c.shape, ScoreKind::randn, kSeed);
     const DecodeOptions opt{default_scale(c.shape.d), false};
     const DecodeReference r = decode_reference(in, c.shape, c.lengths, opt);
@@ -258,17 +267,24 @@ struct KernelCase {
 
 std::vector<KernelCase> kernel_cases() {
   std::vector<KernelCase> cases;
+  const auto add = [&](DecodeShape shape, std::vector<int> lengths, bool causal,
+                       std::vector<int> splits) {
+    KernelCase k;
+    k.c = make_case(shape, std::move(lengths), causal);
+    k.splits = std::move(splits);
+    cases.push_back(std::move(k));
+  };
   for (bool causal : {false, true}) {
-    cases.push_back({{{1, 1, 1, 1, 1, 16}, {}, causal}, {1, 2, 5}});
-    cases.push_back({{{2, 4, 1, 2, 2, 59}, {2, 1}, causal}, {1, 3}});
-    cases.push_back({{{1, 8, 1, 3, 31, 64}, {}, causal}, {1, 2, 33}});
+    add({1, 1, 1, 1, 1, 16}, {}, causal, {1, 2, 5});
+    add({2, 4, 1, 2, 2, 59}, {2, 1}, causal, {1, 3});
+    add({1, 8, 1, 3, 31, 64}, {}, causal, {1, 2, 33});
     if (test::kRaceMode) {  // race mode: one ragged batch, splits with no key among them
-      cases.push_back({{{3, 8, 2, 2, 100, 32}, {100, 0, 37}, causal}, {6}});
+      add({3, 8, 2, 2, 100, 32}, {100, 0, 37}, causal, {6});
       continue;
     }
-    cases.push_back({{{3, 8, 2, 5, 1000, 32}, {1000, 0, 517}, causal}, {1, 4, 40}});
-    cases.push_back({{{2, 2, 2, 16, 4097, 128}, {4097, 33}, causal}, {9}});
-    cases.push_back({{{1, 1, 1, 1, 65537, 8}, {}, causal}, {2049}});
+    add({3, 8, 2, 5, 1000, 32}, {1000, 0, 517}, causal, {1, 4, 40});
+    add({2, 2, 2, 16, 4097, 128}, {4097, 33}, causal, {9});
+    add({1, 1, 1, 1, 65537, 8}, {}, causal, {2049});
   }
   return cases;
 }
