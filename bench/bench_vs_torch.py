@@ -14,7 +14,8 @@ runs, each after a write of twice the L2 cache, timed with CUDA events, median [
     attention  F.scaled_dot_product_attention, flash and cuDNN backends     BH = 16,
                                                                             L = 1024..16384
     decode     the same, a few query rows against a long KV cache           BH = 32, lq 1, 4,
-                                                                            lk = 4096..131072
+               (grouped-query: enable_gqa=True)                             lk = 4096..131072,
+                                                                            32 or 4 KV heads
 
 The script knows no chapter: each program's `--list --csv -` names its op and the limits of
 every rung (element types, row lengths, head dimensions, causal), and a program runs on the
@@ -69,6 +70,8 @@ def parse_args(argv):
     p.add_argument("--decode-bh", type=int, default=32, help="heads of the decode shapes")
     p.add_argument("--decode-lq", default="1,4", help="query rows of the decode shapes")
     p.add_argument("--decode-lengths", default="4096-131072", help="KV cache lengths")
+    p.add_argument("--decode-groups", default="1,8",
+                   help="query heads per KV head of the decode shapes (1: multi-head)")
     p.add_argument("--dry-run", action="store_true",
                    help="check the programs and print the plan; needs no torch, no GPU")
     p.add_argument("--plot-only", metavar="CSV", help="redraw the table and plots from a CSV")
@@ -82,6 +85,7 @@ def parse_args(argv):
 
     a.cols, a.seqlens, a.head_dims = ints(a.cols), ints(a.seqlens), ints(a.head_dims)
     a.decode_lq, a.decode_lengths = ints(a.decode_lq), ints(a.decode_lengths)
+    a.decode_groups = ints(a.decode_groups)
     a.ops = a.ops.split(",")
     a.dtypes, a.attention_dtypes = a.dtypes.split(","), a.attention_dtypes.split(",")
     for dt in a.dtypes + a.attention_dtypes:

@@ -45,9 +45,10 @@ def attention_shape_string(bh, lq, lk, d, causal):
     return f"bh{bh} lq{lq} lk{lk} d{d} {'causal' if causal else 'full'}"
 
 
-def decode_bytes(bh, lq, lk, d, elem):
-    """Decoding reads the cache: K and V once, Q read and O written once (ch09's --bench)."""
-    return elem * (2.0 * bh * lk * d + 2.0 * bh * lq * d)
+def decode_bytes(hq, hkv, lq, lk, d, elem):
+    """Decoding reads the cache: K and V of the hkv KV heads once, Q read and O written once
+    (ch09's --bench)."""
+    return elem * (2.0 * hkv * lk * d + 2.0 * hq * lq * d)
 
 
 def decode_shape_string(batch, hq, hkv, lq, lk, d):

@@ -163,27 +163,35 @@ def attention_jobs(args, loaded, common, notes):
 
 
 def decode_jobs(args, loaded, common, notes):
-    """One query row (or a few) per head against a KV cache of every length: --decode-bh heads
-    of batch 1, as many KV heads (multi-head attention: torch's sdpa takes the same tensors),
-    no mask, the cache full."""
+    """One query row (or a few) per head against a KV cache of every length: --decode-bh query
+    heads of batch 1 over bh / g KV heads for each group size g of --decode-groups (g = 1:
+    multi-head attention; g > 1: grouped-query, torch's sdpa with enable_gqa=True), no mask,
+    the cache full."""
     if "decode" not in args.ops:
         return []
     progs, jobs, bh = bench_programs(loaded, "decode", notes), [], args.decode_bh
-    for dtype in args.attention_dtypes:
-        for d in args.head_dims:
-            for lq in args.decode_lq:
-                for lk in args.decode_lengths:
-                    shape_args = ["--batch", "1", "--hq", str(bh), "--hkv", str(bh), "--lq", str(lq),
-                                  "--lk", str(lk), "--d", str(d), "--full"]
-                    commands = [command(p, common, shape_args, dtype) for p in progs
-                                if p.rungs_taking(dtype, d=d)]
-                    calls = [(f"sdpa {b}", f"F.scaled_dot_product_attention(q, k, v) under "
-                              f"sdpa_kernel(SDPBackend.{b.upper()}_ATTENTION), q (1, {bh}, {lq}, {d}), "
-                              f"k v (1, {bh}, {lk}, {d}) {dtype}")
-                             for b in ("flash", "cudnn")]
-                    jobs.append(Job("decode", dtype, decode_shape_string(1, bh, bh, lq, lk, d),
-                                    decode_bytes(bh, lq, lk, d, ELEM_BYTES[dtype]), 0.0, commands,
-                                    calls, {"bh": bh, "lq": lq, "lk": lk, "d": d}))
+    for g in args.decode_groups:
+        if bh % g:
+            notes.append(f"decode: {bh} heads do not group by {g}; skipped")
+            continue
+        hkv = bh // g
+        for dtype in args.attention_dtypes:
+            for d in args.head_dims:
+                for lq in args.decode_lq:
+                    for lk in args.decode_lengths:
+                        shape_args = ["--batch", "1", "--hq", str(bh), "--hkv", str(hkv),
+                                      "--lq", str(lq), "--lk", str(lk), "--d", str(d), "--full"]
+                        commands = [command(p, common, shape_args, dtype) for p in progs
+                                    if p.rungs_taking(dtype, d=d)]
+                        gqa = ", enable_gqa=True" if g > 1 else ""
+                        calls = [(f"sdpa {b}", f"F.scaled_dot_product_attention(q, k, v{gqa}) "
+                                  f"under sdpa_kernel(SDPBackend.{b.upper()}_ATTENTION), "
+                                  f"q (1, {bh}, {lq}, {d}), k v (1, {hkv}, {lk}, {d}) {dtype}")
+                                 for b in ("flash", "cudnn")]
+                        jobs.append(Job("decode", dtype, decode_shape_string(1, bh, hkv, lq, lk, d),
+                                        decode_bytes(bh, hkv, lq, lk, d, ELEM_BYTES[dtype]), 0.0,
+                                        commands, calls,
+                                        {"bh": bh, "hkv": hkv, "lq": lq, "lk": lk, "d": d}))
     return jobs
 
 

@@ -57,11 +57,14 @@ def run_torch_job(torch, timer, job):
         del x
     else:
         p = job.params
+        extra = {}
         if job.op == "decode":  # a few query rows against a long cache, no mask
             q = torch.randn(1, p["bh"], p["lq"], p["d"], device="cuda", dtype=dt)
-            k, v = (torch.randn(1, p["bh"], p["lk"], p["d"], device="cuda", dtype=dt)
+            k, v = (torch.randn(1, p["hkv"], p["lk"], p["d"], device="cuda", dtype=dt)
                     for _ in range(2))
             causal = False
+            if p["hkv"] != p["bh"]:
+                extra = {"enable_gqa": True}  # torch 2.5 and later
         else:
             q, k, v = (torch.randn(1, p["bh"], p["seqlen"], p["d"], device="cuda", dtype=dt)
                        for _ in range(3))
@@ -76,9 +79,10 @@ def run_torch_job(torch, timer, job):
                 continue
             try:
                 with sdpa_kernel(getattr(SDPBackend, backend)):
-                    fn = lambda: F.scaled_dot_product_attention(q, k, v, is_causal=causal)  # noqa: E731
+                    fn = lambda: F.scaled_dot_product_attention(q, k, v, is_causal=causal, **extra)  # noqa: E731
                     out.append((name, timer.time(fn), ""))
-            except RuntimeError as e:  # the backend cannot take this dtype, shape or device
+            except (RuntimeError, TypeError) as e:  # this backend, dtype, shape or torch cannot
+
                 out.append((name, None, str(e).splitlines()[0][:120]))
     torch.cuda.empty_cache()
     return out
