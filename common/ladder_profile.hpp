@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "common/bench.hpp"
+#include "common/program.hpp"
 #include "common/rung.hpp"
 #include "common/sim/access.hpp"
 #include "common/table.hpp"
@@ -93,6 +94,23 @@ inline std::string buffer_summary(const std::vector<sim::LaunchProfile>& launche
   return out;
 }
 
+/// The CSV of --access-csv: every global access of each rung's launches, in the order the
+/// simulator ran them (docs/figures/tile_order.py draws from it).
+inline void write_access_csv(const std::string& path, const std::string& rung,
+                             const std::vector<sim::LaunchProfile>& launches, bool header) {
+  std::ofstream out(path, header ? std::ios::trunc : std::ios::app);
+  if (!out) throw std::runtime_error("--access-csv: cannot write '" + path + "'");
+  if (header) out << "rung,launch,kernel,block,thread,buffer,offset,bytes,store\n";
+  for (std::size_t l = 0; l < launches.size(); ++l) {
+    const sim::LaunchProfile& p = launches[l];
+    for (const sim::GlobalAccess& a : p.trace)
+      out << rung << ',' << l << ',' << csv_escape(p.kernel) << ',' << a.block << ',' << a.thread
+          << ',' << p.buffers[std::size_t(a.buffer)].name << ',' << a.offset << ',' << a.bytes << ','
+          << (a.store ? 1 : 0) << '\n';
+  }
+  if (!out) throw std::runtime_error("--access-csv: writing '" + path + "' failed");
+}
+
 }  // namespace detail
 
 /// Runs each rung of `ladder` (sim kernels) that takes `args` under profile mode and prints the
@@ -114,9 +132,12 @@ int profile_ladder(const Ladder<Args>& ladder, const Args& args, std::uint64_t u
       skipped.push_back(std::string(rung.name) + ": " + why);
       continue;
     }
-    sim::start_profile();
+    const std::string& access_csv = profile_access_csv();
+    sim::start_profile(/*trace_global=*/!access_csv.empty());
     rung.launch(args);
     const std::vector<LaunchProfile> launches = sim::stop_profile();
+    if (!access_csv.empty())
+      detail::write_access_csv(access_csv, rung.name, launches, /*header=*/csv.empty());
     sim::TrafficCounts total;
     std::vector<sim::LineTraffic> by_line;
     for (const LaunchProfile& p : launches) {

@@ -41,7 +41,13 @@ int run_instrumented_twin(const Cli& cli, char** argv) {
                                     : "cannot run: " + std::string(std::strerror(errno))));
 }
 
+std::string g_access_csv;  // --access-csv, for profile_ladder
+
 }  // namespace
+
+const std::string& profile_access_csv() {
+  return g_access_csv;
+}
 
 int parse_program(Cli& cli, int argc, char** argv, ProgramOptions* options) {
   std::string backend_name = cuda_available() ? "cuda" : "sim";
@@ -54,9 +60,15 @@ int parse_program(Cli& cli, int argc, char** argv, ProgramOptions* options) {
             "or - for standard output: as CSV)")
       .flag("--profile", &options->profile,
             "count each rung's memory traffic on the simulator: bytes per element against the "
-            "header's formula, sectors per request, bank conflicts (docs/simulator.md)");
+            "header's formula, sectors per request, bank conflicts (docs/simulator.md)")
+      .option("--access-csv", &options->access_csv,
+              "with --profile: also write every global access of each rung, in the order it "
+              "ran, to this CSV (for a tiny shape: the tile-order figures)");
   options->bench.add_to(cli, options->offers_bench);
   if (const int code = cli.parse(argc, argv); code >= 0) return code;
+  if (!options->access_csv.empty() && !options->profile)
+    return cli.error("--access-csv only applies with --profile");
+  g_access_csv = options->access_csv;
   if (options->profile) {
     if (options->bench.enabled || options->list)
       return cli.error("--profile runs alone (not with --bench or --list)");

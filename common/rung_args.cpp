@@ -93,6 +93,10 @@ std::string refusal(const RungLimits& limits, const DecodeArgs& a) {
   if (a.splits < 1) return "splits must be >= 1";
   if ((a.lengths == nullptr) != (a.lengths_host == nullptr))
     return "lengths and their host copy must be given together";
+  for (int b = 0; a.lengths_host != nullptr && b < s.batch; ++b)
+    if (a.lengths_host[b] < 0 || a.lengths_host[b] > s.lk)
+      return "lengths[" + std::to_string(b) + "] = " + std::to_string(a.lengths_host[b]) +
+             " is outside [0, lk = " + std::to_string(s.lk) + "]";
   const unsigned need = limits.outputs;
   if (a.q == nullptr || a.k == nullptr || a.v == nullptr || ((need & kWritesO) && !a.o) ||
       ((need & kWritesLse) && !a.lse) ||

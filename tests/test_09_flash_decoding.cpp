@@ -4,6 +4,7 @@
 // trees, GQA group sizes 1, 4 and 8, per-sequence lengths (0 included), causal; a merge that
 // forgets the rescale fails; the split rule; then both kernels against the CPU step in fp32,
 // fp16 and bf16.
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -92,10 +93,11 @@ std::vector<Case> cpu_cases() {
   return cases;
 }
 
-/// The bound of a split step with `splits` partials on `r`: the 2x policy against the
-/// previous step's error, plus split_floor.
-double o_bound(double previous, const DecodeReference& r, int lk, int splits) {
-  return chain_bound(previous, split_floor(r.score_error, lk, r.max_abs_partial_lse, splits));
+/// The bound of a split step with `splits` partials merged along paths of `depth` merges on
+/// `r`: the 2x policy against the previous step's error, plus split_floor.
+double o_bound(double previous, const DecodeReference& r, int lk, int depth, int splits) {
+  return chain_bound(previous,
+                     split_floor(r.score_error, lk, r.max_abs_partial_lse, depth, splits));
 }
 
 /// A merge that forgets the rescale: the lse is merged, the O's are simply added.
@@ -128,6 +130,12 @@ TEST_SUITE("cpu") {
     CHECK(e.lse == -INFINITY);
     CHECK(std::isfinite(e.w_a));
     CHECK(std::isfinite(e.w_b));
+    const Partial p{2.5f, {0.1f, -3.f, 7.f}};
+    for (const Partial& m : {merge_partials(p, identity_partial(3)),
+                             merge_partials(identity_partial(3), p)}) {
+      CHECK(same_bits(m.lse, p.lse));
+      for (int c = 0; c < 3; ++c) CHECK(same_bits(m.o[std::size_t(c)], p.o[std::size_t(c)]));
+    }
     const Partial none = combine_partials({identity_partial(3), identity_partial(3)}, 3);
     CHECK(none.lse == -INFINITY);
     for (float x : none.o) CHECK(x == 0.f);
@@ -152,6 +160,7 @@ TEST_SUITE("cpu") {
       const Partial right = merge_partials(p[0], merge_partials(p[1], p[2]));
       // Two merges each way: the lse rounds |lse| u per add and the weights carry that, plus
       // the exp, log1p and products: 2 x (2 |lse| + 2 x 88 + 16) u, as split_floor states.
+      // A = |lse| + 1: the merged lse exceeds the larger operand by up to log 2 < 1.
       const double a = std::fabs(left.lse) + 1.0;
       const double bound = 2.0 * (2.0 * a + 2.0 * ref::kExpArgRange + 16.0) * kFloatEps;
       CHECK(std::fabs(double(left.lse) - right.lse) <= bound);
@@ -193,12 +202,15 @@ TEST_SUITE("cpu") {
                                    Variant{"even, left to right", &even, &ordered},
                                    Variant{"random cuts, random tree", &cut, &shuffled}}) {
             CAPTURE(v.name);
+            // Eq. (4) merges once; a tree's longest path has at most splits - 1 merges.
+            const int depth = v.tree == nullptr ? 1 : splits - 1;
             const DecodeResult out =
                 attention_split_kv(in, c.shape, c.lengths, opt, *v.split, {v.tree});
             WB_CHECK_WITHIN(ref::compare_weighted(out.o, r.o, r.o_weight),
-                            o_bound(fa2_err.max_abs, r, c.shape.lk, splits));
+                            o_bound(fa2_err.max_abs, r, c.shape.lk, depth, splits));
             WB_CHECK_WITHIN(compare(out.lse, r.lse),
-                            split_lse_floor(r.score_error, c.shape.lk, r.max_abs_partial_lse, splits));
+                            split_lse_floor(r.score_error, c.shape.lk, r.max_abs_partial_lse,
+                                            depth, splits));
             check_unseen_rows(r, c.shape, out);
           }
         }
@@ -216,7 +228,7 @@ TEST_SUITE("cpu") {
     const DecodeResult right = attention_split_kv(in, c.shape, c.lengths, opt, split, {&tree});
     const DecodeResult wrong =
         attention_split_kv(in, c.shape, c.lengths, opt, split, {&tree, merge_without_rescale});
-    const double bound = o_bound(0.0, r, c.shape.lk, 4);
+    const double bound = o_bound(0.0, r, c.shape.lk, 3, 4);  // a left-to-right tree of 4
     CHECK(ref::compare_weighted(right.o, r.o, r.o_weight).within(bound));
     CHECK_FALSE(ref::compare_weighted(wrong.o, r.o, r.o_weight).within(bound));
   }
@@ -236,6 +248,41 @@ TEST_SUITE("cpu") {
         }
       }
     }
+  }
+
+  TEST_CASE("a block loads exactly the tiles of its split that hold a key one of its rows sees") {
+    // Brute force over every key of the split: the tiles with a key some row of the block sees
+    // (eq. (6), row r is query i = r % lq) must be loaded; past the last of them nothing is.
+    for (int lq : {1, 3, 16, 40})
+      for (int len : {0, 1, 5, 31, 33, 100, 257})
+        for (int splits : {1, 2, 3, 9})
+          for (int r0 = 0; r0 < 3 * lq; r0 += kBlockRows)
+            for (int s = 0; s < splits; ++s) {
+              const int rows = std::min(kBlockRows, 3 * lq - r0);  // 3 heads in the group
+              const std::vector<int> b = even_splits(len, splits);
+              int last_seen = -1;
+              for (int j = b[std::size_t(s)]; j < b[std::size_t(s) + 1]; ++j)
+                for (int r = r0; r < r0 + rows; ++r)
+                  if (ch04::causal_visible(r % lq, j, lq, len)) last_seen = std::max(last_seen, j);
+              const KeyRange k = block_keys(len, splits, s, r0, rows, lq, /*causal=*/true);
+              CAPTURE(lq);
+              CAPTURE(len);
+              CAPTURE(splits);
+              CAPTURE(r0);
+              CAPTURE(s);
+              CHECK(k.j0 == b[std::size_t(s)]);
+              if (last_seen < 0) {
+                CHECK(k.j1 == k.j0);  // no visible key: nothing loaded
+              } else {
+                CHECK(k.j1 > last_seen);                        // every visible key loaded
+                CHECK(k.j1 <= b[std::size_t(s) + 1]);           // never past the split
+                const bool whole_tiles = (k.j1 - k.j0) % kTileKeys == 0;
+                CHECK((whole_tiles || k.j1 == b[std::size_t(s) + 1]));  // or the split's end
+                CHECK(k.j1 - kTileKeys <= last_seen);           // no tile without one loaded
+              }
+              const KeyRange all = block_keys(len, splits, s, r0, rows, lq, /*causal=*/false);
+              CHECK(all.j1 == b[std::size_t(s) + 1]);
+            }
   }
 
   TEST_CASE("the split count fills one wave and leaves every split at least four tiles") {
@@ -284,6 +331,7 @@ std::vector<KernelCase> kernel_cases() {
     }
     add({3, 8, 2, 5, 1000, 32}, {1000, 0, 517}, causal, {1, 4, 40});
     add({2, 2, 2, 16, 4097, 128}, {4097, 33}, causal, {9});
+    add({1, 4, 4, 1, 4097, 16}, {}, causal, {100});  // 100 splits of 2 tiles: lanes hold 4
     add({1, 1, 1, 1, 65537, 8}, {}, causal, {2049});
   }
   return cases;
@@ -298,38 +346,49 @@ void every_rung_equals_the_cpu_step() {
       // The long caches and race mode in fp32 only: the 16-bit types differ in the loads and
       // the final rounding, which the short caches cover (the suite's time).
       if ((test::kRaceMode || c.shape.lk > 1000) && dtype != Dtype::fp32) continue;
-      // The kernels read Q, K, V rounded to the type: the CPU step and fp64 use those values.
-      const AttentionInputs in =
-          ch06::round_inputs(inputs_of(c.shape, ScoreKind::outliers, kSeed), dtype);
-      const DecodeOptions opt{default_scale(c.shape.d), c.causal};
-      const DecodeReference r = decode_reference(in, c.shape, c.lengths, opt);
-      // A 16-bit O is rounded once: u max(|O|, N) <= u (o_weight + N), N the smallest normal.
-      std::vector<double> w = r.o_weight;
-      for (double& x : w) x += ch06::smallest_normal(dtype);
-      const double rounding = ch06::unit_roundoff(dtype);
-      for (int splits : kc.splits) {
-        const std::string where = describe(c, to_string(dtype)) + ", splits " + std::to_string(splits);
-        CAPTURE(where);
-        const DecodeResult cpu = attention_split_kv(
-            in, c.shape, c.lengths, opt, [&](int len) { return even_splits(len, splits); });
-        const ErrorReport cpu_o = ref::compare_weighted(cpu.o, r.o, w);
-        DecodeBuffers buffers(B, in, c.lengths, c.shape, splits, opt.scale, c.causal, dtype);
-        for (const Rung<DecodeArgs>& rung : ladder) {
-          CAPTURE(std::string(rung.name));
-          REQUIRE(why_refused(rung, buffers.args).empty());
-          run_rung(rung, buffers.args);
-          const DecodeOut got = buffers.download();
-          const DecodeResult out{got.o, got.lse};
-          // one_split is a single range (splits = 1), split_kv the CPU step's even split.
-          const int n = std::string(rung.name) == "one_split" ? 1 : splits;
-          const double floor = split_floor(r.score_error, c.shape.lk, r.max_abs_partial_lse, n);
-          // The policy: twice the CPU step's error plus the floor (the kernel sums in
-          // butterflies and with fmaf, CUDA's expf and logf differ from glibc's by an ulp or
-          // two), plus the 16-bit rounding of O.
-          WB_CHECK_WITHIN(ref::compare_weighted(out.o, r.o, w), chain_bound(cpu_o.max_abs, floor + rounding));
-          WB_CHECK_WITHIN(compare(out.lse, r.lse),
-                          split_lse_floor(r.score_error, c.shape.lk, r.max_abs_partial_lse, n));
-          check_unseen_rows(r, c.shape, out);
+      // Outlier keys everywhere; on the short caches also scores offset by 1e4 (an exp of an
+      // unshifted lse would overflow) and a steep ramp (one split holds nearly all the mass).
+      std::vector<ScoreKind> kinds = {ScoreKind::outliers};
+      if (!test::kRaceMode && c.shape.lk <= 1000)
+        kinds = {ScoreKind::outliers, ScoreKind::large_offset, ScoreKind::arange};
+      for (ScoreKind kind : kinds) {
+        // The kernels read Q, K, V rounded to the type: the CPU step and fp64 use those values.
+        const AttentionInputs in = ch06::round_inputs(inputs_of(c.shape, kind, kSeed), dtype);
+        const DecodeOptions opt{default_scale(c.shape.d), c.causal};
+        const DecodeReference r = decode_reference(in, c.shape, c.lengths, opt);
+        // A 16-bit O is rounded once: u max(|O|, N) <= u (o_weight + N), N the smallest normal.
+        std::vector<double> w = r.o_weight;
+        for (double& x : w) x += ch06::smallest_normal(dtype);
+        const double rounding = ch06::unit_roundoff(dtype);
+        for (int splits : kc.splits) {
+          const std::string where = describe(c, to_string(kind)) + ", " + to_string(dtype) +
+                                    ", splits " + std::to_string(splits);
+          CAPTURE(where);
+          for (const Rung<DecodeArgs>& rung : ladder) {
+            CAPTURE(std::string(rung.name));
+            // one_split is a single range, split_kv the CPU step's even split into `splits`.
+            const int n = std::string(rung.name) == "one_split" ? 1 : splits;
+            const DecodeResult cpu = attention_split_kv(
+                in, c.shape, c.lengths, opt, [&](int len) { return even_splits(len, n); });
+            const ErrorReport cpu_o = ref::compare_weighted(cpu.o, r.o, w);
+            // Fresh buffers per rung: an output one rung wrote cannot stand in for another's.
+            DecodeBuffers buffers(B, in, c.lengths, c.shape, splits, opt.scale, c.causal, dtype);
+            REQUIRE(why_refused(rung, buffers.args).empty());
+            run_rung(rung, buffers.args);
+            const DecodeOut got = buffers.download();
+            const DecodeResult out{got.o, got.lse};
+            // The combine kernel's merges (none for one_split's single range).
+            const int depth = n == 1 ? 0 : combine_depth(n);
+            const double floor = split_floor(r.score_error, c.shape.lk, r.max_abs_partial_lse, depth, n);
+            // The policy: twice the CPU step's error plus the floor (the kernel sums in
+            // butterflies and with fmaf, CUDA's expf and logf differ from glibc's by an ulp or
+            // two), plus the 16-bit rounding of O.
+            WB_CHECK_WITHIN(ref::compare_weighted(out.o, r.o, w),
+                            chain_bound(cpu_o.max_abs, floor + rounding));
+            WB_CHECK_WITHIN(compare(out.lse, r.lse),
+                            split_lse_floor(r.score_error, c.shape.lk, r.max_abs_partial_lse, depth, n));
+            check_unseen_rows(r, c.shape, out);
+          }
         }
       }
     }
@@ -351,6 +410,11 @@ void rungs_refuse_what_they_cannot_take() {
     a = buffers.args;
     a.shape.d = ch04::kMaxHeadDim + 1;
     CHECK(why_refused(rung, a).find("d = 129") != std::string::npos);
+    const std::vector<int> too_long = {ok.lk + 1};
+    a = buffers.args;
+    a.lengths_host = too_long.data();
+    a.lengths = static_cast<const int*>(buffers.args.q);  // any device pointer: refused first
+    CHECK(why_refused(rung, a).find("lengths[0] = 9 is outside [0, lk = 8]") != std::string::npos);
     a = buffers.args;
     a.lengths_host = nullptr;  // lengths without the host copy the formulas read
     a.lengths = static_cast<const int*>(buffers.args.q);
@@ -363,5 +427,5 @@ void rungs_refuse_what_they_cannot_take() {
 WB_KERNEL_TEST_CASE(
     "both decoding rungs equal the CPU split-KV step for every split count in fp32 fp16 and bf16",
     every_rung_equals_the_cpu_step)
-WB_KERNEL_TEST_CASE("the decoding rungs refuse ungrouped heads and head dimensions above 128",
+WB_KERNEL_TEST_CASE("the decoding rungs refuse ungrouped heads lengths past the cache and head dimensions above 128",
                     rungs_refuse_what_they_cannot_take)

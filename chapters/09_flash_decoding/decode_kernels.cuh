@@ -14,10 +14,10 @@
 //           rows y, y + 4, y + 8, y + 12 of the block's 16 group rows (m, l and the unnormalized
 //           output in registers); lane x scores key x of the K/V tile of 32, then owns output
 //           columns x, x + 32, ... Dynamic shared memory: chapter 06's tiles for 16 rows, at
-//           most 42.5 KiB. combine: grid ceil(batch hq lq / 4), block (32, 4), a warp per row.
+//           most 42.1 KiB (d = 128). combine: grid ceil(batch hq lq / 4), block (32, 4), a warp per row.
 // Limits: lq, lk >= 1, any value; 1 <= d <= 128; hq a multiple of hkv; batch x hkv <= 65535
-//           (grid.y); lengths outside [0, lk] are clamped to it: the rungs' limits
-//           (kernel_ladder), checked before every launch.
+//           (grid.y); lengths in [0, lk]: the rungs' limits (kernel_ladder), checked before
+//           every launch (the kernel clamps a length into [0, lk] all the same).
 // Memory traffic: split_traffic and combine_traffic (flash_decoding.cpp): Q once per block,
 //           K and V once per key a block loads, a split's O row written (and read by the
 //           combine) only where that split saw a key, two reads of each split's logsumexp.
@@ -109,9 +109,8 @@ __global__ void __launch_bounds__(kThreads)
         for (int jj = 0; jj < kTileKeys; ++jj) pv = fmaf(p_row[jj], smem.v[jj * d + c], pv);
         ss[t][cc] = ss[t][cc] * alpha + pv;
       }
-      m[t] = m_new;
-      __syncwarp();  // every lane has read P~ before the next row overwrites it
-    }
+      m[t] = m_new;  // (each row has its own P~ row: the next write to it follows the next
+    }                // tile's __syncthreads)
   }
 
   // eq. (1): the range's O normalized by its own l, and its logsumexp
@@ -224,6 +223,8 @@ void Kernels<kThisBackend>::split_kv(const DecodeArgs& a) {
   });
 }
 
+// The split kernel's shared memory is float tiles whatever T: the fp32 instance's residency
+// holds for all three.
 template <>
 Wave Kernels<kThisBackend>::split_wave(int d) {
   const Residency r =

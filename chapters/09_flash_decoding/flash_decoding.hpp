@@ -43,10 +43,13 @@ namespace wb::ch09 {
 inline constexpr int kTileKeys = 32;
 /// Query rows of one block of the split kernel: up to 16 rows of a KV head's group.
 inline constexpr int kBlockRows = 16;
-/// The fewest K/V tiles a split should hold, eq. (7): the combine's extra traffic per row and
-/// split, (d + 1) floats written and read back, stays under 1 / 8 of the split's K and V
-/// (2 x 4 x 32 x d elements) even in fp16.
+/// The fewest K/V tiles a split should hold, eq. (7): per query row and split the partials
+/// cost d + 1 floats written and read back (and the logsumexp read once more), 8 d + 12 bytes,
+/// against the split's 2 x 4 x 32 x d elements of K and V: under 2 % in fp16 for one row.
 inline constexpr int kMinTilesPerSplit = 4;
+/// The most splits a program asks for: the grid's splits x row tiles stays an int, and the
+/// partials (splits per row) stay a workspace, not a copy of the cache.
+inline constexpr int kMaxSplits = 65536;
 
 // ------------------------------------------------------------------------------------------
 // The merge of partial results, shared by the CPU step and the kernels
@@ -351,27 +354,37 @@ inline DecodeReference decode_reference(const AttentionInputs& in, const DecodeS
   return r;
 }
 
-/// The stated floor of split-KV attention's O against fp64, in units of o_weight, with
-/// `splits` partials merged (by a tree or by eq. 4). Chapter 06's output_floor for the partials
-/// themselves (each in units of its own range's weights, which the merge weights turn into
-/// the row's); then the weights e^{lse_s - lse}: their relative error is the absolute error of
-/// lse_s - lse, that is lse_floor for the partial's logsumexp and as much for the merged one
-/// (both up to `max_abs_partial_lse` in size); and up to splits - 1 merges on a path, each
-/// rounding lo - hi (up to kExpArgRange where the weight is not negligible), an exp, a log1p,
-/// the add to hi (|lse| u) and the O update (two products and a sum): (2 A + 2 x 88 + 16) u.
-inline double split_floor(double score_error, int lk, double max_abs_partial_lse, int splits) {
+/// The stated floor of split-KV attention's O against fp64, in units of o_weight, for
+/// `splits` partials merged along paths of at most `depth` merges (a tree: up to splits - 1;
+/// eq. (4) on the CPU: 1; the combine kernel: combine_depth). Chapter 06's output_floor for the
+/// partials themselves (each in units of its own range's weights, which the merge weights turn
+/// into the row's); then the weights e^{lse_s - lse}: their relative error is the absolute
+/// error of lse_s - lse, that is lse_floor for the partial's logsumexp and as much for the
+/// merged one (both up to `max_abs_partial_lse` in size); each merge on a path rounds
+/// lo - hi (up to kExpArgRange where the weight is not negligible), an exp, a log1p, the add to
+/// hi (|lse| u) and the O update (two products and a sum): (2 A + 2 x 88 + 16) u; and a sum of
+/// up to `splits` weighted terms, splits u.
+inline double split_floor(double score_error, int lk, double max_abs_partial_lse, int depth,
+                          int splits) {
   const double a = max_abs_partial_lse;
   return ref::output_floor(score_error, lk) + 2.0 * ref::lse_floor(score_error, lk, a) +
-         double(splits - 1) * (2.0 * a + 2.0 * ref::kExpArgRange + 16.0) * kFloatEps;
+         (double(depth) * (2.0 * a + 2.0 * ref::kExpArgRange + 16.0) + double(splits)) * kFloatEps;
+}
+
+/// The merges on a path of the combine kernel: each lane merges its ceil(splits / 32) splits in
+/// turn, then 5 butterfly exchanges; its weights are one exp each.
+inline int combine_depth(int splits) {
+  return (splits + 31) / 32 + 5;
 }
 
 /// The stated floor of split-KV attention's logsumexp against fp64 (absolute): chapter 06's
-/// lse_floor for a partial, and each of up to `splits` merges (or eq. 4's sum of `splits`
-/// terms) rounding lo - hi, an exp, a log and the add: (A + 88 + 8) u each.
-inline double split_lse_floor(double score_error, int lk, double max_abs_partial_lse, int splits) {
+/// lse_floor for a partial, then each of up to `depth` merges on a path rounding lo - hi, an
+/// exp, a log and the add, (A + 88 + 8) u, and a sum of up to `splits` terms, splits u.
+inline double split_lse_floor(double score_error, int lk, double max_abs_partial_lse, int depth,
+                              int splits) {
   const double a = max_abs_partial_lse;
   return ref::lse_floor(score_error, lk, a) +
-         double(splits) * (a + ref::kExpArgRange + 8.0) * kFloatEps;
+         (double(depth) * (a + ref::kExpArgRange + 8.0) + double(splits)) * kFloatEps;
 }
 
 // ------------------------------------------------------------------------------------------

@@ -118,6 +118,7 @@ struct State {
   int tile_depth = 0;
 
   bool profiling = false;
+  bool tracing = false;  // profiling, and keeping every global access
   std::vector<LaunchRecord> records;
   std::vector<std::unordered_map<const void*, std::uint32_t>> executions;  // per thread
   std::unordered_map<RequestKey, OpenRequest, RequestKeyHash> open;
@@ -382,6 +383,13 @@ void record(const Region& r, std::uintptr_t a, std::size_t bytes, bool store, co
   State& s = state();
   if (r.space == Space::global && r.buffer == nullptr) return;  // constants: not traffic
   const unsigned linear = wb_sim_current.linear, warp = wb_sim_current.warp;
+  if (s.tracing && r.space == Space::global) {
+    const uint3 b = wb_sim_current.block;
+    const dim3 g = wb_sim_current.grid_dim;
+    s.records.back().profile.trace.push_back(
+        GlobalAccess{b.x + g.x * (b.y + g.y * b.z), linear, buffer_slot(s.records.back(), r.buffer),
+                     a - r.buffer->lo, static_cast<std::uint32_t>(bytes), store});
+  }
   const RequestKey key{warp, pc, s.executions[linear][pc]++};
   OpenRequest& q = s.open[key];
   q.space = r.space;
@@ -570,7 +578,7 @@ void label_device_buffer(const void* ptr, const char* name) {
   if (it != s.buffers.end()) it->second.name = name;
 }
 
-void start_profile() {
+void start_profile(bool trace_global) {
   detail::State& s = detail::state();
   if (!s.instrumented) {
     throw std::logic_error(
@@ -579,11 +587,13 @@ void start_profile() {
   }
   s.records.clear();
   s.profiling = true;
+  s.tracing = trace_global;
 }
 
 std::vector<LaunchProfile> stop_profile() {
   detail::State& s = detail::state();
   s.profiling = false;
+  s.tracing = false;
   // One addr2line run for every instruction of every launch.
   std::vector<const void*> pcs;
   for (const detail::LaunchRecord& rec : s.records) {

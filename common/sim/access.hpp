@@ -69,6 +69,18 @@ struct LineTraffic {
   TrafficCounts counts;
 };
 
+/// One global-memory access of one thread, in the order the simulator ran them (blocks one
+/// after another; a block's threads interleaved as its fibers ran): what the pages' tile-order
+/// figures are drawn from.
+struct GlobalAccess {
+  std::uint32_t block = 0;   ///< linear block index: x fastest, then y, then z
+  std::uint32_t thread = 0;  ///< linear thread index in the block
+  int buffer = 0;            ///< index into LaunchProfile::buffers
+  std::uint64_t offset = 0;  ///< bytes from the start of the buffer
+  std::uint32_t bytes = 0;
+  bool store = false;
+};
+
 /// What profile mode recorded for one launch.
 struct LaunchProfile {
   std::string kernel;
@@ -79,11 +91,13 @@ struct LaunchProfile {
   std::vector<LineTraffic> lines;      ///< sorted by global bytes, most first
   std::uint64_t barriers = 0;          ///< __syncthreads passed, summed over blocks
   std::uint64_t mma_flops = 0;         ///< 2 m n k per warp-wide WMMA mma_sync
+  std::vector<GlobalAccess> trace;     ///< every global access, when start_profile was asked
 };
 
 /// Starts recording every launch (needs an instrumented binary; throws std::logic_error
-/// otherwise). Recording also groups accesses into requests, which costs time.
-void start_profile();
+/// otherwise). Recording also groups accesses into requests, which costs time. With
+/// `trace_global`, every global access is kept too (LaunchProfile::trace): for tiny launches.
+void start_profile(bool trace_global = false);
 /// Stops recording and returns what the launches since start_profile() moved.
 std::vector<LaunchProfile> stop_profile();
 
