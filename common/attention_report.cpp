@@ -126,10 +126,10 @@ void report_attention(Backend backend, const Ladder<AttentionArgs>& ladder,
 
 int run_chapter(const Cli& cli, const ProgramOptions& options, void (*intro)(), void (*trace)(),
                 const std::function<void()>& report, const char* next) {
-  intro();
-  trace();
-  if (options.trace_only) return 0;
   return run_guarded(cli, [&] {
+    intro();
+    trace();
+    if (options.trace_only) return 0;
     report();
     std::cout << next;
     return 0;

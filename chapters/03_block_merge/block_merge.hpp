@@ -109,6 +109,32 @@ struct MergeTree {
   int root() const { return static_cast<int>(nodes.size()) - 1; }
 };
 
+/// The trees as one Graphviz DOT graph, each in a box of its own titled by `titles[t]`, every
+/// node labelled by `labels[t][node]` (a leaf's block and value, a merge's result): what the
+/// docs build draws with `dot` (Debian's graphviz) from a program's --dot output.
+inline std::string merge_trees_dot(const std::vector<const MergeTree*>& trees,
+                                   const std::vector<std::string>& titles,
+                                   const std::vector<std::vector<std::string>>& labels) {
+  // Bottom to top, a merge's operands in order left to right (ordering=in: by incoming edge).
+  std::string dot = "digraph merges {\n  rankdir=BT;\n  ordering=in;\n  node [shape=box, "
+                    "fontname=\"Helvetica\", fontsize=10];\n";
+  for (std::size_t t = 0; t < trees.size(); ++t) {
+    const std::string id = "t" + std::to_string(t) + "_";
+    dot += "  subgraph cluster_" + std::to_string(t) + " {\n    label=\"" + titles[t] +
+           "\";\n    fontname=\"Helvetica\";\n";
+    for (std::size_t i = 0; i < trees[t]->nodes.size(); ++i) {
+      const MergeTree::Node& n = trees[t]->nodes[i];
+      dot += "    " + id + std::to_string(i) + " [label=\"" + labels[t][i] + "\"" +
+             (n.block >= 0 ? ", style=filled, fillcolor=\"#dde8f5\"" : "") + "];\n";
+      if (n.block < 0)
+        for (int child : {n.left, n.right})
+          dot += "    " + id + std::to_string(child) + " -> " + id + std::to_string(i) + ";\n";
+    }
+    dot += "  }\n";
+  }
+  return dot + "}\n";
+}
+
 /// ((0 1) 2) 3 ...: the order chapter 02's recurrence and softmax_blocked use.
 inline MergeTree left_to_right_tree(int blocks) {
   MergeTree tree;

@@ -3,8 +3,10 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
+#include <fstream>
 #include <iostream>
 #include <random>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -44,10 +46,21 @@ long ulps_apart(float a, float b) {
   return std::labs(static_cast<long>(ia) - static_cast<long>(ib));
 }
 
+std::string g_dot_path;  // --dot: where the trace writes its merge trees (Graphviz)
+std::vector<std::string> g_dot_titles;
+std::vector<std::vector<std::string>> g_dot_labels;
+
 // One merge order: every merge with its operands and result, then the root.
 MD print_order(const std::string& title, const MergeTree& tree, const std::vector<MD>& leaves) {
   std::vector<MD> value;
   const MD root = reduce_tree(tree, leaves, &value);
+  std::vector<std::string> labels;  // each node: what it holds, as it ran
+  for (std::size_t i = 0; i < tree.nodes.size(); ++i)
+    labels.push_back((tree.nodes[i].block >= 0 ? "block " + tree.to_string(int(i)) + "\\n"
+                                               : std::string("merge\\n")) +
+                     pair(value[i]));
+  g_dot_titles.push_back(title + ": " + tree.to_string());
+  g_dot_labels.push_back(labels);
   std::cout << title << ": " << tree.to_string() << "\n";
   for (std::size_t i = 0; i < tree.nodes.size(); ++i) {
     const MergeTree::Node& n = tree.nodes[i];
@@ -82,6 +95,12 @@ void print_trace() {
   const MD b = print_order("Order 2, pairs out of order", swapped, leaves);
   const MD c = print_order("Order 3, a random tree (seed 3)", random, leaves);
   const MD whole = ch02::online_stats(x.data(), static_cast<int>(x.size()));
+  if (!g_dot_path.empty()) {
+    const MergeTree ordered = left_to_right_tree(4);
+    std::ofstream dot(g_dot_path);
+    dot << merge_trees_dot({&ordered, &swapped, &random}, g_dot_titles, g_dot_labels);
+    if (!dot) throw std::runtime_error("--dot: cannot write '" + g_dot_path + "'");
+  }
 
   std::cout << "\nThe three results, and chapter 02's one-thread recurrence over the row:\n";
   Table r({"order", "m", "d", "d (9 digits)", "ulps from order 1"});
@@ -117,7 +136,10 @@ int main(int argc, char** argv) {
       .option("--cols", &cols, "columns of x, the softmax length (default 1024)")
       .option("--block", &block, "block size of the CPU blocked softmax (default 100)")
       .option("--dtype", &dtype, {"fp32", "fp16", "bf16", "all"},
-              "element type of x and y (default all; the first two rungs take fp32 only)");
+              "element type of x and y (default all; the first two rungs take fp32 only)")
+      .option("--dot", &g_dot_path,
+              "also write the trace's three merge trees, every node's (m, d) as it ran, as "
+              "Graphviz DOT to this file (the docs draw them with dot)");
   ProgramOptions options;
   if (const int code = parse_program(cli, argc, argv, &options); code >= 0) return code;
   const auto make_ladder = [](auto b) { return kernel_ladder<decltype(b)::value>(); };
@@ -137,7 +159,12 @@ int main(int argc, char** argv) {
     });
 
   print_intro();
-  print_trace();
+  if (const int code = run_guarded(cli, [] {
+        print_trace();
+        return 0;
+      });
+      code != 0)
+    return code;
   if (options.trace_only) return 0;
   return run_guarded(cli, [&] {
     const std::vector<ch01::CpuStep> steps = {

@@ -3,8 +3,10 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <fstream>
 #include <iostream>
 #include <random>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -46,6 +48,8 @@ std::string lse_text(float lse) {
   return lse == -INFINITY ? std::string("-inf") : fixed(lse);
 }
 
+std::string g_dot_path;  // --dot: where the trace writes its merge trees (Graphviz)
+
 // Chapter 05's example (one query, scores x, values in R^2) cut into ranges, one of them
 // empty, and merged in two orders.
 void print_merge_trace() {
@@ -72,15 +76,27 @@ void print_merge_trace() {
   ch03::MergeTree b;  // (3 (2 0)) 1
   const int l3 = b.add_leaf(3), l2 = b.add_leaf(2), l0 = b.add_leaf(0);
   b.add_merge(b.add_merge(l3, b.add_merge(l2, l0)), b.add_leaf(1));
+  std::vector<std::string> titles;
+  std::vector<std::vector<std::string>> labels;  // each node: (lse, O) as it ran
   for (const ch03::MergeTree* tree : {&a, &b}) {
     std::vector<Partial> nodes;
     ch03::reduce_tree(*tree, parts, merge_partials, identity_partial(2), &nodes);  // eq. (2)
     std::cout << "  merged as " << tree->to_string() << ":";
-    for (std::size_t i = 0; i < nodes.size(); ++i)
-      if (tree->nodes[i].block < 0)
-        std::cout << "  " << tree->to_string(int(i)) << " -> (" << lse_text(nodes[i].lse) << ", "
-                  << vec2(nodes[i].o) << ")";
+    titles.push_back("merged as " + tree->to_string());
+    labels.emplace_back();
+    for (std::size_t i = 0; i < nodes.size(); ++i) {
+      const std::string value = "(" + lse_text(nodes[i].lse) + ", " + vec2(nodes[i].o) + ")";
+      const bool leaf = tree->nodes[i].block >= 0;
+      labels.back().push_back((leaf ? "split " + tree->to_string(int(i)) : std::string("merge")) +
+                              "\\n" + value);
+      if (!leaf) std::cout << "  " << tree->to_string(int(i)) << " -> " << value;
+    }
     std::cout << "\n";
+  }
+  if (!g_dot_path.empty()) {
+    std::ofstream dot(g_dot_path);
+    dot << ch03::merge_trees_dot({&a, &b}, titles, labels);
+    if (!dot) throw std::runtime_error("--dot: cannot write '" + g_dot_path + "'");
   }
   const Partial all = combine_partials(parts, 2);  // eq. (4)
   const Partial whole = partial_attention(q.data(), k.data(), kTraceValues.data(), 2, 0, n, n - 1, 1.f);
@@ -239,6 +255,9 @@ int main(int argc, char** argv) {
       .flag("--full", &full, "every sequence uses all lk keys (default: seeded lengths in [1, lk], "
                              "the first full; --bench always uses full ones)")
       .flag("--causal", &causal, "with --bench or --profile: the causal mask (the report runs both)")
+      .option("--dot", &g_dot_path,
+              "also write the trace's two merge trees, every node's (lse, O) as it ran, as "
+              "Graphviz DOT to this file (the docs draw them with dot)")
       .option("--dtype", &dtype, {"fp32", "fp16", "bf16"},
               "with --bench or --profile: the element type (default fp32)");
   ProgramOptions options;
