@@ -1,10 +1,13 @@
 // Chapter 07 program: Welford LayerNorm. Run it after building; `--help` lists the options.
 #include <cmath>
 #include <cstdint>
+#include <fstream>
 #include <iostream>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
+#include "chapters/03_block_merge/block_merge.hpp"
 #include "chapters/07_welford_layernorm/layernorm.hpp"
 #include "chapters/07_welford_layernorm/layernorm_ladder.hpp"
 #include "chapters/07_welford_layernorm/welford.hpp"
@@ -73,6 +76,46 @@ void print_cancellation_demo() {
 }
 
 // Welford's update on a small row, then Chan's combine of its two halves.
+std::string g_dot_path;  // --dot: where the trace writes the butterfly's tree (Graphviz)
+
+/// The node lane `lane` holds after the butterfly's exchanges from mask G / 2 down to `mask`
+/// (group_all_reduce in layernorm_kernels.cuh): mask = G is its own state, a leaf; otherwise it
+/// combined its state with lane ^ mask's, the lower lane's first.
+int butterfly_node(ch03::MergeTree& tree, int group, int lane, int mask) {
+  if (mask == group) return tree.add_leaf(lane);
+  const int mine = butterfly_node(tree, group, lane, 2 * mask);
+  const int partner = butterfly_node(tree, group, lane ^ mask, 2 * mask);
+  return (lane & mask) != 0 ? tree.add_merge(partner, mine) : tree.add_merge(mine, partner);
+}
+
+std::string state_text(const Welford& w) {
+  return "(" + fixed(w.mean, 4) + ", " + fixed(w.m2, 4) + ", " + fixed(w.count, 0) + ")";
+}
+
+// The warp kernel's all-reduce over a group of 8 lanes, one value each: the tree of Chan's
+// combines that lane 0 evaluates, with every node's (mean, m2, count) as it came out.
+void print_butterfly_tree(const std::vector<float>& x) {
+  const int group = static_cast<int>(x.size());
+  ch03::MergeTree tree;
+  butterfly_node(tree, group, 0, 1);
+  std::vector<Welford> leaves;
+  for (float v : x) leaves.push_back(welford_update(welford_identity(), v));
+  std::vector<Welford> value;
+  ch03::reduce_tree(tree, leaves, welford_combine, welford_identity(), &value);
+  std::cout << "The warp kernel's butterfly over " << group
+            << " lanes, one value each, as lane 0 combines (masks 4, 2, 1, lower lane first):\n  "
+            << tree.to_string() << " = " << state_text(value.back()) << "\n\n";
+  if (g_dot_path.empty()) return;
+  std::vector<std::string> labels;
+  for (std::size_t i = 0; i < tree.nodes.size(); ++i)
+    labels.push_back((tree.nodes[i].block >= 0 ? "lane " + tree.to_string(int(i))
+                                               : std::string("combine")) +
+                     "\\n" + state_text(value[i]));
+  std::ofstream dot(g_dot_path);
+  dot << ch03::merge_trees_dot({&tree}, {"lane 0's combines: " + tree.to_string()}, {labels});
+  if (!dot) throw std::runtime_error("--dot: cannot write '" + g_dot_path + "'");
+}
+
 void print_trace() {
   const std::vector<float> x = {2.f, 4.f, 4.f, 4.f, 5.f, 5.f, 7.f, 9.f};
   const int n = static_cast<int>(x.size());
@@ -106,6 +149,7 @@ void print_trace() {
             << " = " << fixed(ab.m2, 0) << "; var = " << fixed(welford_variance(ab), 4)
             << ", rstd (eps = 1e-5) = " << fixed(rstd_of(welford_variance(ab), kDefaultEps), 6)
             << "\n\n";
+  print_butterfly_tree(x);
 }
 
 // Which strategy the dispatcher picks for each row length, with the device's limit, for
@@ -275,7 +319,10 @@ int main(int argc, char** argv) {
   cli.option("--rows", &rows, "rows of x (default 512)")
       .option("--cols", &cols, "columns of x, the normalized length (default 1000)", kMaxCols)
       .option("--dtype", &dtype, {"fp32", "fp16", "bf16", "all"},
-              "element type of x, gamma, beta and y in the kernels (default all)");
+              "element type of x, gamma, beta and y in the kernels (default all)")
+      .option("--dot", &g_dot_path,
+              "also write the trace's butterfly tree, every node's (mean, m2, count) as it ran, "
+              "as Graphviz DOT to this file (the docs draw it with dot)");
   ProgramOptions options;
   if (const int code = parse_program(cli, argc, argv, &options); code >= 0) return code;
   const auto make_ladder = [](auto b) { return kernel_ladder<decltype(b)::value>(); };
@@ -292,7 +339,12 @@ int main(int argc, char** argv) {
 
   print_intro();
   print_cancellation_demo();
-  print_trace();
+  if (const int code = run_guarded(cli, [] {
+        print_trace();
+        return 0;
+      });
+      code != 0)
+    return code;
   if (options.trace_only) return 0;
   return run_guarded(cli, [&] {
     const Backend kernels = options.backend == Backend::cuda ? Backend::cuda : Backend::sim;
