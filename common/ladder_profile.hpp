@@ -105,8 +105,8 @@ inline void write_access_csv(const std::string& path, const std::string& rung,
     const sim::LaunchProfile& p = launches[l];
     for (const sim::GlobalAccess& a : p.trace)
       out << rung << ',' << l << ',' << csv_escape(p.kernel) << ',' << a.block << ',' << a.thread
-          << ',' << p.buffers[std::size_t(a.buffer)].name << ',' << a.offset << ',' << a.bytes << ','
-          << (a.store ? 1 : 0) << '\n';
+          << ',' << p.buffers[std::size_t(a.buffer)].name << ',' << a.offset << ',' << a.bytes
+          << ',' << (a.store ? 1 : 0) << '\n';
   }
   if (!out) throw std::runtime_error("--access-csv: writing '" + path + "' failed");
 }

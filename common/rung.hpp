@@ -39,10 +39,10 @@ inline constexpr int kAnyCols = INT_MAX;
 
 /// Bits of AttentionArgs' outputs a rung writes (and so needs).
 enum AttentionOutput : unsigned {
-  kWritesO = 1u << 0,    ///< o: (bh, lq, d)
-  kWritesLse = 1u << 1,  ///< lse: (bh, lq), float
-  kWritesMd = 1u << 2,   ///< md: (bh, lq) running (m, d) pairs, float (chapters 04, 05)
-  kWritesP = 1u << 3,    ///< p: (bh, lq, lk) probabilities, float (chapter 04)
+  kWritesO = 1u << 0,         ///< o: (bh, lq, d)
+  kWritesLse = 1u << 1,       ///< lse: (bh, lq), float
+  kWritesMd = 1u << 2,        ///< md: (bh, lq) running (m, d) pairs, float (chapters 04, 05)
+  kWritesP = 1u << 3,         ///< p: (bh, lq, lk) probabilities, float (chapter 04)
   kWritesPartials = 1u << 4,  ///< o_partial, lse_partial: the splits' results (chapter 09)
 };
 

@@ -107,9 +107,13 @@ struct DecodeBuffers {
   DecodeArgs args;
   DecodeBuffers(Backend backend, const AttentionInputs& in, const std::vector<int>& lengths_host_,
                 DecodeShape shape, int splits, float scale, bool causal, Dtype dtype)
-      : q(upload_elements(backend, in.q, dtype)), k(upload_elements(backend, in.k, dtype)),
-        v(upload_elements(backend, in.v, dtype)), o(backend, shape.q_elems() * dtype_bytes(dtype)),
-        lengths_host(lengths_host_), lengths(backend, lengths_host_), lse(backend, shape.rows()),
+      : q(upload_elements(backend, in.q, dtype)),
+        k(upload_elements(backend, in.k, dtype)),
+        v(upload_elements(backend, in.v, dtype)),
+        o(backend, shape.q_elems() * dtype_bytes(dtype)),
+        lengths_host(lengths_host_),
+        lengths(backend, lengths_host_),
+        lse(backend, shape.rows()),
         o_partial(backend, std::size_t(splits) * shape.q_elems()),
         lse_partial(backend, std::size_t(splits) * shape.rows()),
         args{q.data(),

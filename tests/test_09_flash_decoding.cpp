@@ -43,8 +43,8 @@ std::string describe(const Case& c, const char* kind) {
 /// Q, K, V of `kind` for the shape: chapter 04's seeded adversarial inputs, laid out as
 /// batch x (hq lq) query rows and batch x (hkv lk) keys.
 AttentionInputs inputs_of(const DecodeShape& s, ScoreKind kind, std::uint64_t seed) {
-  return make_attention_inputs(kind, {s.batch, s.hq * s.lq, s.hkv * s.lk, s.d},
-                               default_scale(s.d), seed);
+  return make_attention_inputs(kind, {s.batch, s.hq * s.lq, s.hkv * s.lk, s.d}, default_scale(s.d),
+                               seed);
 }
 
 /// Every fully masked row (no visible key: a sequence of length 0, or rows before the
@@ -131,8 +131,8 @@ TEST_SUITE("cpu") {
     CHECK(std::isfinite(e.w_a));
     CHECK(std::isfinite(e.w_b));
     const Partial p{2.5f, {0.1f, -3.f, 7.f}};
-    for (const Partial& m : {merge_partials(p, identity_partial(3)),
-                             merge_partials(identity_partial(3), p)}) {
+    for (const Partial& m :
+         {merge_partials(p, identity_partial(3)), merge_partials(identity_partial(3), p)}) {
       CHECK(same_bits(m.lse, p.lse));
       for (int c = 0; c < 3; ++c) CHECK(same_bits(m.o[std::size_t(c)], p.o[std::size_t(c)]));
     }
@@ -172,7 +172,9 @@ TEST_SUITE("cpu") {
     }
   }
 
-  TEST_CASE("split-KV equals chapter 06's FA2 per sequence for every split count, random cuts and merge trees") {
+  TEST_CASE(
+      "split-KV equals chapter 06's FA2 per sequence for every split count, random cuts and merge "
+      "trees") {
     std::mt19937_64 rng(kSeed);
     for (const Case& c : cpu_cases()) {
       for (ScoreKind kind : all_score_kinds()) {
@@ -208,9 +210,9 @@ TEST_SUITE("cpu") {
                 attention_split_kv(in, c.shape, c.lengths, opt, *v.split, {v.tree});
             WB_CHECK_WITHIN(ref::compare_weighted(out.o, r.o, r.o_weight),
                             o_bound(fa2_err.max_abs, r, c.shape.lk, depth, splits));
-            WB_CHECK_WITHIN(compare(out.lse, r.lse),
-                            split_lse_floor(r.score_error, c.shape.lk, r.max_abs_partial_lse,
-                                            depth, splits));
+            WB_CHECK_WITHIN(
+                compare(out.lse, r.lse),
+                split_lse_floor(r.score_error, c.shape.lk, r.max_abs_partial_lse, depth, splits));
             check_unseen_rows(r, c.shape, out);
           }
         }
@@ -274,11 +276,11 @@ TEST_SUITE("cpu") {
               if (last_seen < 0) {
                 CHECK(k.j1 == k.j0);  // no visible key: nothing loaded
               } else {
-                CHECK(k.j1 > last_seen);                        // every visible key loaded
-                CHECK(k.j1 <= b[std::size_t(s) + 1]);           // never past the split
+                CHECK(k.j1 > last_seen);               // every visible key loaded
+                CHECK(k.j1 <= b[std::size_t(s) + 1]);  // never past the split
                 const bool whole_tiles = (k.j1 - k.j0) % kTileKeys == 0;
                 CHECK((whole_tiles || k.j1 == b[std::size_t(s) + 1]));  // or the split's end
-                CHECK(k.j1 - kTileKeys <= last_seen);           // no tile without one loaded
+                CHECK(k.j1 - kTileKeys <= last_seen);  // no tile without one loaded
               }
               const KeyRange all = block_keys(len, splits, s, r0, rows, lq, /*causal=*/false);
               CHECK(all.j1 == b[std::size_t(s) + 1]);
@@ -287,13 +289,13 @@ TEST_SUITE("cpu") {
 
   TEST_CASE("the split count fills one wave and leaves every split at least four tiles") {
     // An H100 at 5 blocks per SM: 660 blocks at once.
-    CHECK(choose_splits(132, 5, 32, 32768) == 20);    // 32 heads, 1 row: floor(660 / 32)
-    CHECK(choose_splits(132, 5, 32, 4096) == 20);     // 128 tiles: 32 splits would be allowed
-    CHECK(choose_splits(132, 5, 32, 1000) == 8);      // 32 tiles: at most 8 splits of 4
-    CHECK(choose_splits(132, 5, 8, 32768) == 82);     // GQA 8, 4 rows: 8 blocks per split
-    CHECK(choose_splits(132, 5, 660, 32768) == 1);    // a full wave already
-    CHECK(choose_splits(132, 5, 5000, 32768) == 1);   // several waves: never fewer than 1
-    CHECK(choose_splits(132, 5, 1, 1) == 1);          // one key
+    CHECK(choose_splits(132, 5, 32, 32768) == 20);   // 32 heads, 1 row: floor(660 / 32)
+    CHECK(choose_splits(132, 5, 32, 4096) == 20);    // 128 tiles: 32 splits would be allowed
+    CHECK(choose_splits(132, 5, 32, 1000) == 8);     // 32 tiles: at most 8 splits of 4
+    CHECK(choose_splits(132, 5, 8, 32768) == 82);    // GQA 8, 4 rows: 8 blocks per split
+    CHECK(choose_splits(132, 5, 660, 32768) == 1);   // a full wave already
+    CHECK(choose_splits(132, 5, 5000, 32768) == 1);  // several waves: never fewer than 1
+    CHECK(choose_splits(132, 5, 1, 1) == 1);         // one key
     CHECK(base_blocks({2, 32, 4, 4, 100, 64}) == 2 * 4 * 2);  // 8 x 4 = 32 group rows: 2 tiles
   }
 }
@@ -379,14 +381,16 @@ void every_rung_equals_the_cpu_step() {
             const DecodeResult out{got.o, got.lse};
             // The combine kernel's merges (none for one_split's single range).
             const int depth = n == 1 ? 0 : combine_depth(n);
-            const double floor = split_floor(r.score_error, c.shape.lk, r.max_abs_partial_lse, depth, n);
+            const double floor =
+                split_floor(r.score_error, c.shape.lk, r.max_abs_partial_lse, depth, n);
             // The policy: twice the CPU step's error plus the floor (the kernel sums in
             // butterflies and with fmaf, CUDA's expf and logf differ from glibc's by an ulp or
             // two), plus the 16-bit rounding of O.
             WB_CHECK_WITHIN(ref::compare_weighted(out.o, r.o, w),
                             chain_bound(cpu_o.max_abs, floor + rounding));
-            WB_CHECK_WITHIN(compare(out.lse, r.lse),
-                            split_lse_floor(r.score_error, c.shape.lk, r.max_abs_partial_lse, depth, n));
+            WB_CHECK_WITHIN(
+                compare(out.lse, r.lse),
+                split_lse_floor(r.score_error, c.shape.lk, r.max_abs_partial_lse, depth, n));
             check_unseen_rows(r, c.shape, out);
           }
         }
@@ -427,5 +431,7 @@ void rungs_refuse_what_they_cannot_take() {
 WB_KERNEL_TEST_CASE(
     "both decoding rungs equal the CPU split-KV step for every split count in fp32 fp16 and bf16",
     every_rung_equals_the_cpu_step)
-WB_KERNEL_TEST_CASE("the decoding rungs refuse ungrouped heads lengths past the cache and head dimensions above 128",
-                    rungs_refuse_what_they_cannot_take)
+WB_KERNEL_TEST_CASE(
+    "the decoding rungs refuse ungrouped heads lengths past the cache and head dimensions above "
+    "128",
+    rungs_refuse_what_they_cannot_take)

@@ -32,8 +32,8 @@ TEST_CASE("both decoding rungs move the bytes their formulas state, on odd shape
     for (Dtype t : {Dtype::fp32, Dtype::fp16})
       for (bool causal : {false, true}) {
         const AttentionInputs in = make_attention_inputs(
-            ScoreKind::randn, {c.shape.batch, c.shape.hq * c.shape.lq, c.shape.hkv * c.shape.lk, c.shape.d},
-            1.f, 9);
+            ScoreKind::randn,
+            {c.shape.batch, c.shape.hq * c.shape.lq, c.shape.hkv * c.shape.lk, c.shape.d}, 1.f, 9);
         DecodeBuffers buffers(Backend::sim, in, c.lengths, c.shape, c.splits, 1.f, causal, t);
         const std::vector<std::string> r = test::check_ladder_traffic(
             ladder, buffers.args,

@@ -116,8 +116,9 @@ inline std::string merge_trees_dot(const std::vector<const MergeTree*>& trees,
                                    const std::vector<std::string>& titles,
                                    const std::vector<std::vector<std::string>>& labels) {
   // Bottom to top, a merge's operands in order left to right (ordering=in: by incoming edge).
-  std::string dot = "digraph merges {\n  rankdir=BT;\n  ordering=in;\n  node [shape=box, "
-                    "fontname=\"Helvetica\", fontsize=10];\n";
+  std::string dot =
+      "digraph merges {\n  rankdir=BT;\n  ordering=in;\n  node [shape=box, "
+      "fontname=\"Helvetica\", fontsize=10];\n";
   for (std::size_t t = 0; t < trees.size(); ++t) {
     const std::string id = "t" + std::to_string(t) + "_";
     dot += "  subgraph cluster_" + std::to_string(t) + " {\n    label=\"" + titles[t] +

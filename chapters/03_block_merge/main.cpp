@@ -159,10 +159,11 @@ int main(int argc, char** argv) {
     });
 
   print_intro();
-  if (const int code = run_guarded(cli, [] {
-        print_trace();
-        return 0;
-      });
+  if (const int code = run_guarded(cli,
+                                   [] {
+                                     print_trace();
+                                     return 0;
+                                   });
       code != 0)
     return code;
   if (options.trace_only) return 0;

@@ -20,8 +20,8 @@ inline constexpr unsigned kAllLanes = 0xffffffffu;
 /// every thread of the block taking a share; rows at or past `limit` become 0, so a short
 /// last tile computes on zeros and writes nothing.
 template <typename T>
-__device__ inline void load_rows(const T* __restrict__ src, int first, int count, int limit,
-                                 int d, int stride, float* __restrict__ dst) {
+__device__ inline void load_rows(const T* __restrict__ src, int first, int count, int limit, int d,
+                                 int stride, float* __restrict__ dst) {
   const int threads = blockDim.x * blockDim.y;
   const int tid = threadIdx.y * blockDim.x + threadIdx.x;
   for (int e = tid; e < count * d; e += threads) {

@@ -108,9 +108,9 @@ void print_butterfly_tree(const std::vector<float>& x) {
   if (g_dot_path.empty()) return;
   std::vector<std::string> labels;
   for (std::size_t i = 0; i < tree.nodes.size(); ++i)
-    labels.push_back((tree.nodes[i].block >= 0 ? "lane " + tree.to_string(int(i))
-                                               : std::string("combine")) +
-                     "\\n" + state_text(value[i]));
+    labels.push_back(
+        (tree.nodes[i].block >= 0 ? "lane " + tree.to_string(int(i)) : std::string("combine")) +
+        "\\n" + state_text(value[i]));
   std::ofstream dot(g_dot_path);
   dot << ch03::merge_trees_dot({&tree}, {"lane 0's combines: " + tree.to_string()}, {labels});
   if (!dot) throw std::runtime_error("--dot: cannot write '" + g_dot_path + "'");
@@ -339,10 +339,11 @@ int main(int argc, char** argv) {
 
   print_intro();
   print_cancellation_demo();
-  if (const int code = run_guarded(cli, [] {
-        print_trace();
-        return 0;
-      });
+  if (const int code = run_guarded(cli,
+                                   [] {
+                                     print_trace();
+                                     return 0;
+                                   });
       code != 0)
     return code;
   if (options.trace_only) return 0;

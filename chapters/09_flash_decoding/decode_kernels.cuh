@@ -14,7 +14,8 @@
 //           rows y, y + 4, y + 8, y + 12 of the block's 16 group rows (m, l and the unnormalized
 //           output in registers); lane x scores key x of the K/V tile of 32, then owns output
 //           columns x, x + 32, ... Dynamic shared memory: chapter 06's tiles for 16 rows, at
-//           most 42.1 KiB (d = 128). combine: grid ceil(batch hq lq / 4), block (32, 4), a warp per row.
+//           most 42.1 KiB (d = 128). combine: grid ceil(batch hq lq / 4), block (32, 4), a warp per
+//           row.
 // Limits: lq, lk >= 1, any value; 1 <= d <= 128; hq a multiple of hkv; batch x hkv <= 65535
 //           (grid.y); lengths in [0, lk]: the rungs' limits (kernel_ladder), checked before
 //           every launch (the kernel clamps a length into [0, lk] all the same).
@@ -196,8 +197,8 @@ void launch_split(const DecodeArgs& a, int splits) {
       dim3(splits * row_tiles, s.batch * s.hkv), dim3(kWarpLanes, kWarps),
       ch04::SharedTiles::bytes(kBlockRows, s.d), static_cast<const T*>(a.q),
       static_cast<const T*>(a.k), static_cast<const T*>(a.v), a.lengths,
-      kPartial ? static_cast<void*>(a.o_partial) : a.o, kPartial ? a.lse_partial : a.lse, s,
-      splits, row_tiles, a.scale, a.causal);
+      kPartial ? static_cast<void*>(a.o_partial) : a.o, kPartial ? a.lse_partial : a.lse, s, splits,
+      row_tiles, a.scale, a.causal);
 }
 
 }  // namespace
@@ -217,9 +218,9 @@ void Kernels<kThisBackend>::split_kv(const DecodeArgs& a) {
   with_element_type(a.dtype, [&](auto tag) {
     using T = decltype(tag);
     launch_split<T, true>(a, a.splits);
-    launch<combine_kernel<T>>(dim3(ceil_div(rows, kCombineWarps)),
-                              dim3(kWarpLanes, kCombineWarps), 0, a.o_partial, a.lse_partial,
-                              static_cast<T*>(a.o), a.lse, rows, a.splits, a.shape.d);
+    launch<combine_kernel<T>>(dim3(ceil_div(rows, kCombineWarps)), dim3(kWarpLanes, kCombineWarps),
+                              0, a.o_partial, a.lse_partial, static_cast<T*>(a.o), a.lse, rows,
+                              a.splits, a.shape.d);
   });
 }
 

@@ -68,12 +68,14 @@ Traffic combine_traffic(const DecodeArgs& a) {
         o_rows += sees_a_key(keys, i, len, s, a.causal);
       }
       const std::uint64_t heads = std::uint64_t(s.hq);  // every head of the sequence alike
-      t.loaded += heads * (2 * std::uint64_t(a.splits) * sizeof(float) + o_rows * d * sizeof(float));
+      t.loaded +=
+          heads * (2 * std::uint64_t(a.splits) * sizeof(float) + o_rows * d * sizeof(float));
       t.stored += heads * (d * dtype_bytes(a.dtype) + sizeof(float));
     }
   }
-  t.formula = "per row: every split's logsumexp twice, the O row of each split that saw a key "
-              "once; O and logsumexp written";
+  t.formula =
+      "per row: every split's logsumexp twice, the O row of each split that saw a key "
+      "once; O and logsumexp written";
   return t;
 }
 

@@ -72,7 +72,7 @@ __host__ __device__ inline LseMerge lse_merge(float lse_a, float lse_b) {
   const bool a_hi = lse_a >= lse_b;
   const float hi = a_hi ? lse_a : lse_b, lo = a_hi ? lse_b : lse_a;
   if (lo == -INFINITY) return {hi, a_hi ? 1.f : 0.f, a_hi ? 0.f : 1.f};  // eq. (3)
-  const float e = expf(lo - hi);  // <= 1
+  const float e = expf(lo - hi);                                         // <= 1
   const float w_hi = 1.f / (1.f + e);
   const float w_lo = e * w_hi;
   return {hi + log1pf(e), a_hi ? w_hi : w_lo, a_hi ? w_lo : w_hi};
@@ -88,7 +88,9 @@ __host__ __device__ inline float combine_weight(float lse_s, float lse) {
 // [combine_weight]
 
 /// Query head h of a group of g reads KV head h / g, eq. (5).
-__host__ __device__ inline int kv_head(int h, int group) { return h / group; }
+__host__ __device__ inline int kv_head(int h, int group) {
+  return h / group;
+}
 
 // ------------------------------------------------------------------------------------------
 // CPU step: split-KV attention, any split, any merge order
@@ -135,8 +137,8 @@ inline Partial combine_partials(const std::vector<Partial>& parts, int d) {
 /// The partial of one query row over keys [j0, j1) of its head, eq. (1), in float: the
 /// scores, their max, the denominator and the weighted sum of V. Keys j > last_visible are
 /// masked (the causal mask, eq. 6). q_row: d values; k, v: the head's keys, (lk, d).
-inline Partial partial_attention(const float* q_row, const float* k, const float* v, int d,
-                                 int j0, int j1, int last_visible, float scale) {
+inline Partial partial_attention(const float* q_row, const float* k, const float* v, int d, int j0,
+                                 int j1, int last_visible, float scale) {
   j1 = std::min(j1, last_visible + 1);
   if (j1 <= j0) return identity_partial(d);
   std::vector<float> s(std::size_t(j1 - j0));
@@ -249,9 +251,9 @@ inline DecodeResult attention_split_kv(const AttentionInputs& in, const DecodeSh
           parts.push_back(partial_attention(in.q.data() + row * d, in.k.data() + kv0,
                                             in.v.data() + kv0, d, bounds[s], bounds[s + 1],
                                             last_visible, opt.scale));
-        const Partial r = plan.tree != nullptr
-                              ? ch03::reduce_tree(*plan.tree, parts, plan.merge, identity_partial(d))
-                              : combine_partials(parts, d);
+        const Partial r = plan.tree != nullptr ? ch03::reduce_tree(*plan.tree, parts, plan.merge,
+                                                                   identity_partial(d))
+                                               : combine_partials(parts, d);
         std::copy(r.o.begin(), r.o.end(), out.o.begin() + std::ptrdiff_t(row * d));
         out.lse[row] = r.lse;
       }
@@ -274,11 +276,12 @@ inline AttentionInputs sequence_inputs(const AttentionInputs& in, const DecodeSh
   const auto q0 = in.q.begin() + std::ptrdiff_t(std::size_t(b) * q_rows * d);
   out.q.assign(q0, q0 + std::ptrdiff_t(q_rows * d));
   for (int h = 0; h < shape.hq; ++h) {
-    const std::size_t kv0 =
-        (std::size_t(b) * shape.hkv + kv_head(h, shape.group())) * shape.lk * d;
+    const std::size_t kv0 = (std::size_t(b) * shape.hkv + kv_head(h, shape.group())) * shape.lk * d;
     const auto n = std::ptrdiff_t(std::size_t(len) * d);
-    out.k.insert(out.k.end(), in.k.begin() + std::ptrdiff_t(kv0), in.k.begin() + std::ptrdiff_t(kv0) + n);
-    out.v.insert(out.v.end(), in.v.begin() + std::ptrdiff_t(kv0), in.v.begin() + std::ptrdiff_t(kv0) + n);
+    out.k.insert(out.k.end(), in.k.begin() + std::ptrdiff_t(kv0),
+                 in.k.begin() + std::ptrdiff_t(kv0) + n);
+    out.v.insert(out.v.end(), in.v.begin() + std::ptrdiff_t(kv0),
+                 in.v.begin() + std::ptrdiff_t(kv0) + n);
   }
   return out;
 }
@@ -291,7 +294,9 @@ void for_each_sequence(const AttentionInputs& in, const DecodeShape& shape,
                        const std::vector<int>& lengths, F&& f) {
   for (int b = 0; b < shape.batch; ++b) {
     const int len = lengths.empty() ? shape.lk : lengths[std::size_t(b)];
-    if (len > 0) f(b, len, sequence_inputs(in, shape, b, len), AttentionShape{shape.hq, shape.lq, len, shape.d});
+    if (len > 0)
+      f(b, len, sequence_inputs(in, shape, b, len),
+        AttentionShape{shape.hq, shape.lq, len, shape.d});
   }
 }
 
@@ -304,8 +309,10 @@ inline DecodeResult attention_fa2_per_sequence(const AttentionInputs& in, const 
                     [&](int b, int, const AttentionInputs& seq, AttentionShape s) {
                       const ch06::Fa2Result r = ch06::attention_fa2(
                           seq, s, {opt.scale, opt.causal, ch06::kKernelRows, ch06::kKernelKeys});
-                      std::copy(r.o.begin(), r.o.end(), out.o.begin() + std::ptrdiff_t(std::size_t(b) * r.o.size()));
-                      std::copy(r.lse.begin(), r.lse.end(), out.lse.begin() + std::ptrdiff_t(std::size_t(b) * r.lse.size()));
+                      std::copy(r.o.begin(), r.o.end(),
+                                out.o.begin() + std::ptrdiff_t(std::size_t(b) * r.o.size()));
+                      std::copy(r.lse.begin(), r.lse.end(),
+                                out.lse.begin() + std::ptrdiff_t(std::size_t(b) * r.lse.size()));
                     });
   return out;
 }
@@ -327,30 +334,29 @@ inline DecodeReference decode_reference(const AttentionInputs& in, const DecodeS
   DecodeReference r{std::vector<double>(shape.q_elems(), 0.0),
                     std::vector<double>(shape.q_elems(), 0.0),
                     std::vector<double>(shape.rows(), -INFINITY)};
-  for_each_sequence(in, shape, lengths,
-                    [&](int b, int, const AttentionInputs& seq, AttentionShape s) {
-                      const ref::Attention a = ref::attention(seq, s, opt.scale, opt.causal, false);
-                      const auto at = std::ptrdiff_t(std::size_t(b) * a.o.size());
-                      std::copy(a.o.begin(), a.o.end(), r.o.begin() + at);
-                      std::copy(a.o_weight.begin(), a.o_weight.end(), r.o_weight.begin() + at);
-                      std::copy(a.lse.begin(), a.lse.end(),
-                                r.lse.begin() + std::ptrdiff_t(std::size_t(b) * a.lse.size()));
-                      r.score_error = std::max(r.score_error, a.score_error);
-                      r.max_abs_lse = std::max(r.max_abs_lse, a.max_abs_lse);
-                      double max_abs_score = 0.0;  // over the keys a row sees, eq. (6)
-                      for (int row = 0; row < s.bh * s.lq; ++row)
-                        for (int j = 0; j < s.lk; ++j) {
-                          if (opt.causal && !ch04::causal_visible(row % s.lq, j, s.lq, s.lk)) continue;
-                          double dot = 0.0;
-                          for (int t = 0; t < s.d; ++t)
-                            dot += double(seq.q[std::size_t(row) * s.d + t]) *
-                                   seq.k[(std::size_t(row / s.lq) * s.lk + j) * s.d + t];
-                          max_abs_score = std::max(max_abs_score, std::fabs(opt.scale * dot));
-                        }
-                      r.max_abs_partial_lse =
-                          std::max({r.max_abs_partial_lse, a.max_abs_lse,
-                                    max_abs_score + std::log(double(s.lk))});
-                    });
+  for_each_sequence(
+      in, shape, lengths, [&](int b, int, const AttentionInputs& seq, AttentionShape s) {
+        const ref::Attention a = ref::attention(seq, s, opt.scale, opt.causal, false);
+        const auto at = std::ptrdiff_t(std::size_t(b) * a.o.size());
+        std::copy(a.o.begin(), a.o.end(), r.o.begin() + at);
+        std::copy(a.o_weight.begin(), a.o_weight.end(), r.o_weight.begin() + at);
+        std::copy(a.lse.begin(), a.lse.end(),
+                  r.lse.begin() + std::ptrdiff_t(std::size_t(b) * a.lse.size()));
+        r.score_error = std::max(r.score_error, a.score_error);
+        r.max_abs_lse = std::max(r.max_abs_lse, a.max_abs_lse);
+        double max_abs_score = 0.0;  // over the keys a row sees, eq. (6)
+        for (int row = 0; row < s.bh * s.lq; ++row)
+          for (int j = 0; j < s.lk; ++j) {
+            if (opt.causal && !ch04::causal_visible(row % s.lq, j, s.lq, s.lk)) continue;
+            double dot = 0.0;
+            for (int t = 0; t < s.d; ++t)
+              dot += double(seq.q[std::size_t(row) * s.d + t]) *
+                     seq.k[(std::size_t(row / s.lq) * s.lk + j) * s.d + t];
+            max_abs_score = std::max(max_abs_score, std::fabs(opt.scale * dot));
+          }
+        r.max_abs_partial_lse = std::max(
+            {r.max_abs_partial_lse, a.max_abs_lse, max_abs_score + std::log(double(s.lk))});
+      });
   return r;
 }
 
@@ -445,10 +451,11 @@ int default_splits(const DecodeShape& shape) {
 }
 
 /// The traffic of the split kernel (flash_decoding.cpp) with `splits` splits (writing
-/// partials) or, for splits = 0, of one_split (writing O and logsumexp), per block of up to 16 group rows of a KV head: its Q
-/// rows once; K and V once per key of its range it loads (block_keys: its tiles, cut at the
-/// causal mask); its rows of O (floats, or the element type) and logsumexp once; the
-/// sequence's length (one int) once when a.lengths is given. Reads a.lengths_host.
+/// partials) or, for splits = 0, of one_split (writing O and logsumexp), per block of up to 16
+/// group rows of a KV head: its Q rows once; K and V once per key of its range it loads
+/// (block_keys: its tiles, cut at the causal mask); its rows of O (floats, or the element type) and
+/// logsumexp once; the sequence's length (one int) once when a.lengths is given. Reads
+/// a.lengths_host.
 Traffic split_traffic(const DecodeArgs& a, int splits);
 
 /// The combine kernel: per row, the splits' logsumexps (every lane of its warp reads them, one

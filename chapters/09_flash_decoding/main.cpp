@@ -99,7 +99,8 @@ void print_merge_trace() {
     if (!dot) throw std::runtime_error("--dot: cannot write '" + g_dot_path + "'");
   }
   const Partial all = combine_partials(parts, 2);  // eq. (4)
-  const Partial whole = partial_attention(q.data(), k.data(), kTraceValues.data(), 2, 0, n, n - 1, 1.f);
+  const Partial whole =
+      partial_attention(q.data(), k.data(), kTraceValues.data(), 2, 0, n, n - 1, 1.f);
   std::cout << "  all at once, eq. (4): (" << lse_text(all.lse) << ", " << vec2(all.o)
             << "); no split: (" << lse_text(whole.lse) << ", " << vec2(whole.o)
             << "), chapter 06's O and logsumexp\n\n";
@@ -130,8 +131,9 @@ void print_split_rule(const char* device) {
 
 void print_trace() {
   print_merge_trace();
-  print_split_rule<Backend::sim>("an H100 (the simulator's model: 132 SMs, shared memory "
-                                 "and threads per SM)");
+  print_split_rule<Backend::sim>(
+      "an H100 (the simulator's model: 132 SMs, shared memory "
+      "and threads per SM)");
 }
 
 /// Seeded lengths in [1, lk], the first sequence full: a batch of a KV cache.
@@ -224,10 +226,11 @@ int run_bench(const Ladder<DecodeArgs>& ladder, const BenchOptions& options,
       bench_input(std::int64_t(shape.batch) * shape.hq * shape.lq, shape.d, seed),
       bench_input(std::int64_t(shape.batch) * shape.hkv * shape.lk, shape.d, seed + 1),
       bench_input(std::int64_t(shape.batch) * shape.hkv * shape.lk, shape.d, seed + 2)};
-  DecodeBuffers buffers(Backend::cuda, in, {}, shape, splits, default_scale(shape.d), causal, dtype);
+  DecodeBuffers buffers(Backend::cuda, in, {}, shape, splits, default_scale(shape.d), causal,
+                        dtype);
   // Decoding is bound by reading the cache: K and V once, Q read and O written once.
-  const double bytes = double(dtype_bytes(dtype)) * (2.0 * double(shape.kv_elems()) +
-                                                     2.0 * double(shape.q_elems()));
+  const double bytes =
+      double(dtype_bytes(dtype)) * (2.0 * double(shape.kv_elems()) + 2.0 * double(shape.q_elems()));
   std::cout << "split_kv with " << splits << " splits per sequence (eq. 7, or --splits)\n";
   bench_ladder(bench, rungs_taking(ladder, dtype), buffers.args,
                decode_shape_string(shape.batch, shape.hq, shape.hkv, shape.lq, shape.lk, shape.d) +
@@ -239,8 +242,9 @@ int run_bench(const Ladder<DecodeArgs>& ladder, const BenchOptions& options,
 }  // namespace
 
 int main(int argc, char** argv) {
-  Cli cli("ch09", "Chapter 09: Flash-Decoding, split-KV attention on the CPU and as CUDA kernels "
-                  "(fp32, fp16 and bf16 elements, float arithmetic).");
+  Cli cli("ch09",
+          "Chapter 09: Flash-Decoding, split-KV attention on the CPU and as CUDA kernels "
+          "(fp32, fp16 and bf16 elements, float arithmetic).");
   int batch = 0, hq = 0, hkv = 0, lq = 0, lk = 0, d = 0, splits = 0;
   bool causal = false, full = false;
   std::string dtype = "fp32";
@@ -252,9 +256,11 @@ int main(int argc, char** argv) {
       .option("--d", &d, "head dimension (default 64; 128 on cuda)", ch04::kMaxHeadDim)
       .option("--splits", &splits, "key ranges per sequence (default: eq. (7) for the device)",
               kMaxSplits)
-      .flag("--full", &full, "every sequence uses all lk keys (default: seeded lengths in [1, lk], "
-                             "the first full; --bench always uses full ones)")
-      .flag("--causal", &causal, "with --bench or --profile: the causal mask (the report runs both)")
+      .flag("--full", &full,
+            "every sequence uses all lk keys (default: seeded lengths in [1, lk], "
+            "the first full; --bench always uses full ones)")
+      .flag("--causal", &causal,
+            "with --bench or --profile: the causal mask (the report runs both)")
       .option("--dot", &g_dot_path,
               "also write the trace's two merge trees, every node's (lse, O) as it ran, as "
               "Graphviz DOT to this file (the docs draw them with dot)")
@@ -266,21 +272,22 @@ int main(int argc, char** argv) {
   if (options.list) return list_ladder(options, "09_flash_decoding", "decode", make_ladder);
   const bool gpu = options.backend == Backend::cuda;
   const DecodeShape shape{batch > 0 ? batch : (gpu ? 1 : 3), hq > 0 ? hq : (gpu ? 32 : 8),
-                          hkv > 0 ? hkv : (gpu ? 32 : 2), lq > 0 ? lq : (gpu ? 1 : 3),
+                          hkv > 0 ? hkv : (gpu ? 32 : 2),    lq > 0 ? lq : (gpu ? 1 : 3),
                           lk > 0 ? lk : (gpu ? 32768 : 700), d > 0 ? d : (gpu ? 128 : 64)};
   if (shape.hq % shape.hkv != 0)
-    return cli.error("--hq = " + std::to_string(shape.hq) + " is not a multiple of --hkv = " +
-                     std::to_string(shape.hkv));
+    return cli.error("--hq = " + std::to_string(shape.hq) +
+                     " is not a multiple of --hkv = " + std::to_string(shape.hkv));
   if (shape.q_elems() > kMaxBenchElements || shape.kv_elems() > kMaxBenchElements)
     return cli.error("--batch x --hq x --lq x --d or --batch x --hkv x --lk x --d exceeds 2^31");
   if (!options.bench.enabled && !options.profile && (causal || dtype != "fp32"))
-    return cli.error("--causal and --dtype only apply with --bench or --profile (the report runs both)");
+    return cli.error(
+        "--causal and --dtype only apply with --bench or --profile (the report runs both)");
   const Ladder<DecodeArgs> ladder = select_kernel_backend(options.backend, make_ladder);
   // eq. (7) on the device that runs the kernels (the simulator models an H100)
   const int n_splits =
-      splits > 0 ? splits
-                 : select_kernel_backend(gpu ? Backend::cuda : Backend::sim,
-                                         [&](auto b) { return default_splits<decltype(b)::value>(shape); });
+      splits > 0 ? splits : select_kernel_backend(gpu ? Backend::cuda : Backend::sim, [&](auto b) {
+        return default_splits<decltype(b)::value>(shape);
+      });
   const Dtype type = dtypes_of_option(dtype).front();
   if (options.bench.enabled)
     return run_guarded(cli, [&] {
@@ -310,8 +317,9 @@ int main(int argc, char** argv) {
                             options.bench.csv_path);
     });
   if (std::size_t(shape.batch) * shape.hq * shape.lq * shape.lk > (std::size_t{1} << 28))
-    return cli.error("--batch x --hq x --lq x --lk exceeds this program's limit of 2^28 (the fp64 "
-                     "reference)");
+    return cli.error(
+        "--batch x --hq x --lq x --lk exceeds this program's limit of 2^28 (the fp64 "
+        "reference)");
   return run_chapter(
       cli, options, print_intro, print_trace,
       [&] {
