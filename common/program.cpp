@@ -61,14 +61,13 @@ int parse_program(Cli& cli, int argc, char** argv, ProgramOptions* options) {
       .flag("--profile", &options->profile,
             "count each rung's memory traffic on the simulator: bytes per element against the "
             "header's formula, sectors per request, bank conflicts (docs/simulator.md)")
-      .option("--access-csv", &options->access_csv,
+      .option("--access-csv", &g_access_csv,
               "with --profile: also write every global access of each rung, in the order it "
               "ran, to this CSV (for a tiny shape: the tile-order figures)");
   options->bench.add_to(cli, options->offers_bench);
   if (const int code = cli.parse(argc, argv); code >= 0) return code;
-  if (!options->access_csv.empty() && !options->profile)
+  if (!g_access_csv.empty() && !options->profile)
     return cli.error("--access-csv only applies with --profile");
-  g_access_csv = options->access_csv;
   if (options->profile) {
     if (options->bench.enabled || options->list)
       return cli.error("--profile runs alone (not with --bench or --list)");

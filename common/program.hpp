@@ -29,10 +29,9 @@ struct ProgramOptions {
   bool offers_bench = true;  ///< set false before parsing where the program has no --bench
   bool list = false;         ///< --list: print the kernel ladder (--csv FILE: as CSV) and stop
   bool profile = false;      ///< --profile: count each rung's traffic (common/ladder_profile.hpp)
-  std::string access_csv;    ///< --access-csv FILE: with --profile, every global access as CSV
 };
 
-/// The --access-csv FILE the program was given ("" when none): profile_ladder writes every
+/// The --access-csv FILE parse_program was given ("" when none): profile_ladder writes every
 /// global access of each rung's launches there (the pages' tile-order figures).
 const std::string& profile_access_csv();
 

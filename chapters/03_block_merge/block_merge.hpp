@@ -10,6 +10,7 @@
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
+#include <fstream>
 #include <random>
 #include <stdexcept>
 #include <string>
@@ -109,12 +110,14 @@ struct MergeTree {
   int root() const { return static_cast<int>(nodes.size()) - 1; }
 };
 
-/// The trees as one Graphviz DOT graph, each in a box of its own titled by `titles[t]`, every
-/// node labelled by `labels[t][node]` (a leaf's block and value, a merge's result): what the
-/// docs build draws with `dot` (Debian's graphviz) from a program's --dot output.
-inline std::string merge_trees_dot(const std::vector<const MergeTree*>& trees,
-                                   const std::vector<std::string>& titles,
-                                   const std::vector<std::vector<std::string>>& labels) {
+/// Writes the trees to `path` as one Graphviz DOT graph, each in a box of its own titled by
+/// `titles[t]`, every node labelled by `labels[t][node]` (a leaf's block and value, a merge's
+/// result): what the docs build draws with `dot` (Debian's graphviz) from a program's --dot
+/// output. Throws std::runtime_error when the file cannot be written.
+inline void write_merge_trees_dot(const std::string& path,
+                                  const std::vector<const MergeTree*>& trees,
+                                  const std::vector<std::string>& titles,
+                                  const std::vector<std::vector<std::string>>& labels) {
   // Bottom to top, a merge's operands in order left to right (ordering=in: by incoming edge).
   std::string dot =
       "digraph merges {\n  rankdir=BT;\n  ordering=in;\n  node [shape=box, "
@@ -133,7 +136,9 @@ inline std::string merge_trees_dot(const std::vector<const MergeTree*>& trees,
     }
     dot += "  }\n";
   }
-  return dot + "}\n";
+  std::ofstream out(path);
+  out << dot << "}\n";
+  if (!out) throw std::runtime_error("--dot: cannot write '" + path + "'");
 }
 
 /// ((0 1) 2) 3 ...: the order chapter 02's recurrence and softmax_blocked use.

@@ -3,10 +3,8 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
-#include <fstream>
 #include <iostream>
 #include <random>
-#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -97,9 +95,7 @@ void print_trace() {
   const MD whole = ch02::online_stats(x.data(), static_cast<int>(x.size()));
   if (!g_dot_path.empty()) {
     const MergeTree ordered = left_to_right_tree(4);
-    std::ofstream dot(g_dot_path);
-    dot << merge_trees_dot({&ordered, &swapped, &random}, g_dot_titles, g_dot_labels);
-    if (!dot) throw std::runtime_error("--dot: cannot write '" + g_dot_path + "'");
+    write_merge_trees_dot(g_dot_path, {&ordered, &swapped, &random}, g_dot_titles, g_dot_labels);
   }
 
   std::cout << "\nThe three results, and chapter 02's one-thread recurrence over the row:\n";
@@ -159,15 +155,9 @@ int main(int argc, char** argv) {
     });
 
   print_intro();
-  if (const int code = run_guarded(cli,
-                                   [] {
-                                     print_trace();
-                                     return 0;
-                                   });
-      code != 0)
-    return code;
-  if (options.trace_only) return 0;
   return run_guarded(cli, [&] {
+    print_trace();  // under the guard: --dot may fail to write
+    if (options.trace_only) return 0;
     const std::vector<ch01::CpuStep> steps = {
         {"cpu ch02 online",
          [](const std::vector<float>& x, int r, int c) { return ch02::softmax_online(x, r, c); }},

@@ -3,10 +3,8 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
-#include <fstream>
 #include <iostream>
 #include <random>
-#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -93,11 +91,7 @@ void print_merge_trace() {
     }
     std::cout << "\n";
   }
-  if (!g_dot_path.empty()) {
-    std::ofstream dot(g_dot_path);
-    dot << ch03::merge_trees_dot({&a, &b}, titles, labels);
-    if (!dot) throw std::runtime_error("--dot: cannot write '" + g_dot_path + "'");
-  }
+  if (!g_dot_path.empty()) ch03::write_merge_trees_dot(g_dot_path, {&a, &b}, titles, labels);
   const Partial all = combine_partials(parts, 2);  // eq. (4)
   const Partial whole =
       partial_attention(q.data(), k.data(), kTraceValues.data(), 2, 0, n, n - 1, 1.f);
