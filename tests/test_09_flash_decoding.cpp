@@ -296,7 +296,21 @@ TEST_SUITE("cpu") {
     CHECK(choose_splits(132, 5, 660, 32768) == 1);   // a full wave already
     CHECK(choose_splits(132, 5, 5000, 32768) == 1);  // several waves: never fewer than 1
     CHECK(choose_splits(132, 5, 1, 1) == 1);         // one key
-    CHECK(base_blocks({2, 32, 4, 4, 100, 64}) == 2 * 4 * 2);  // 8 x 4 = 32 group rows: 2 tiles
+    // 8 x 4 = 32 group rows: 2 tiles of the split kernel's 16 rows, 8 of stream_kv's 4
+    CHECK(base_blocks({2, 32, 4, 4, 100, 64}, kBlockRows) == 2 * 4 * 2);
+    CHECK(base_blocks({2, 32, 4, 4, 100, 64}) == 2 * 4 * 8);
+    CHECK(base_blocks({1, 32, 32, 1, 100, 64}) == 32);  // one row per block, 1 x 32 KV heads
+    CHECK(base_blocks({1, 12, 4, 1, 100, 64}) == 4);    // 3 rows: one block of 4 rows per head
+  }
+
+  TEST_CASE("stream_kv's rows per block and lanes per key") {
+    CHECK(stream_rows(1) == 1);
+    CHECK(stream_rows(3) == 4);
+    CHECK(stream_rows(100) == kStreamMaxRows);
+    CHECK(stream_key_lanes(128, 8) == 8);   // fp16 d = 128: a 256-byte row, 32 bytes a lane
+    CHECK(stream_key_lanes(128, 4) == 16);  // fp32 d = 128: half the warp
+    CHECK(stream_key_lanes(24, 8) == 2);    // 3 vectors over 2 lanes, one of them empty
+    CHECK(stream_key_lanes(8, 8) == 1);     // one vector, the second empty
   }
 }
 
@@ -327,6 +341,9 @@ std::vector<KernelCase> kernel_cases() {
     add({1, 1, 1, 1, 1, 16}, {}, causal, {1, 2, 5});
     add({2, 4, 1, 2, 2, 59}, {2, 1}, causal, {1, 3});
     add({1, 8, 1, 3, 31, 64}, {}, causal, {1, 2, 33});
+    // GQA 3 with lq 3: 9 group rows, stream_kv's blocks of 4, 4 and 1; d = 24: 3 vectors of
+    // fp16 (6 of fp32) over a key's 2 (4) lanes, one (two) of the 4 (8) vectors empty
+    add({2, 6, 2, 3, 77, 24}, {77, 40}, causal, {1, 3});
     if (test::kRaceMode) {  // race mode: one ragged batch, splits with no key among them
       add({3, 8, 2, 2, 100, 32}, {100, 0, 37}, causal, {6});
       continue;
@@ -368,19 +385,26 @@ void every_rung_equals_the_cpu_step() {
           CAPTURE(where);
           for (const Rung<DecodeArgs>& rung : ladder) {
             CAPTURE(std::string(rung.name));
-            // one_split is a single range, split_kv the CPU step's even split into `splits`.
+            // Fresh buffers per rung: an output one rung wrote cannot stand in for another's.
+            DecodeBuffers buffers(B, in, c.lengths, c.shape, splits, opt.scale, c.causal, dtype);
+            if (!rung.limits.takes_head_dim(c.shape.d)) {  // stream_kv: d a multiple of 8
+              CHECK(!why_refused(rung, buffers.args).empty());
+              continue;
+            }
+            // one_split is a single range, the split rungs the CPU step's even split.
             const int n = std::string(rung.name) == "one_split" ? 1 : splits;
             const DecodeResult cpu = attention_split_kv(
                 in, c.shape, c.lengths, opt, [&](int len) { return even_splits(len, n); });
             const ErrorReport cpu_o = ref::compare_weighted(cpu.o, r.o, w);
-            // Fresh buffers per rung: an output one rung wrote cannot stand in for another's.
-            DecodeBuffers buffers(B, in, c.lengths, c.shape, splits, opt.scale, c.causal, dtype);
             REQUIRE(why_refused(rung, buffers.args).empty());
             run_rung(rung, buffers.args);
             const DecodeOut got = buffers.download();
             const DecodeResult out{got.o, got.lse};
-            // The combine kernel's merges (none for one_split's single range).
-            const int depth = n == 1 ? 0 : combine_depth(n);
+            // The combine kernel's merges (none for one_split's single range), and those inside
+            // a block of stream_kv before it writes its partial.
+            const bool streams = std::string(rung.name) == "stream_kv";
+            const int depth =
+                (n == 1 ? 0 : combine_depth(n)) + (streams ? kStreamBlockMerges : 0);
             const double floor =
                 split_floor(r.score_error, c.shape.lk, r.max_abs_partial_lse, depth, n);
             // The policy: twice the CPU step's error plus the floor (the kernel sums in
@@ -424,14 +448,22 @@ void rungs_refuse_what_they_cannot_take() {
     a.lengths = static_cast<const int*>(buffers.args.q);
     CHECK(!why_refused(rung, a).empty());
   }
+  // stream_kv loads whole 16-byte vectors of a row: d a multiple of 8.
+  for (const Rung<DecodeArgs>& rung : ladder) {
+    DecodeArgs a = buffers.args;
+    a.shape.d = 12;
+    CAPTURE(std::string(rung.name));
+    CHECK(why_refused(rung, a).empty() == (std::string(rung.name) != "stream_kv"));
+  }
 }
 
 }  // namespace
 
 WB_KERNEL_TEST_CASE(
-    "both decoding rungs equal the CPU split-KV step for every split count in fp32 fp16 and bf16",
+    "every decoding rung equals the CPU split-KV step for every split count in fp32 fp16 and "
+    "bf16",
     every_rung_equals_the_cpu_step)
 WB_KERNEL_TEST_CASE(
     "the decoding rungs refuse ungrouped heads lengths past the cache and head dimensions above "
-    "128",
+    "128 and stream_kv those not a multiple of 8",
     rungs_refuse_what_they_cannot_take)

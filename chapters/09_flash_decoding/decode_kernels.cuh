@@ -213,24 +213,19 @@ void Kernels<kThisBackend>::one_split(const DecodeArgs& a) {
 }
 
 template <>
-void Kernels<kThisBackend>::split_kv(const DecodeArgs& a) {
+void Kernels<kThisBackend>::split_partials(const DecodeArgs& a) {
+  with_element_type(a.dtype, [&](auto tag) { launch_split<decltype(tag), true>(a, a.splits); });
+}
+
+template <>
+void Kernels<kThisBackend>::combine(const DecodeArgs& a) {
   const int rows = static_cast<int>(a.shape.rows());
   with_element_type(a.dtype, [&](auto tag) {
     using T = decltype(tag);
-    launch_split<T, true>(a, a.splits);
     launch<combine_kernel<T>>(dim3(ceil_div(rows, kCombineWarps)), dim3(kWarpLanes, kCombineWarps),
                               0, a.o_partial, a.lse_partial, static_cast<T*>(a.o), a.lse, rows,
                               a.splits, a.shape.d);
   });
-}
-
-// The split kernel's shared memory is float tiles whatever T: the fp32 instance's residency
-// holds for all three.
-template <>
-Wave Kernels<kThisBackend>::split_wave(int d) {
-  const Residency r =
-      residency<split_kernel<float, true>>(kThreads, ch04::SharedTiles::bytes(kBlockRows, d));
-  return {r.sms, r.blocks_per_sm};
 }
 
 }  // namespace wb::ch09

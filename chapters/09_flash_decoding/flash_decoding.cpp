@@ -1,5 +1,5 @@
-// Chapter 09: the traffic formulas of the split and combine kernels (decode_kernels.cuh),
-// which the profile suite holds against the simulator's counts.
+// Chapter 09: the traffic formulas of the split, streaming and combine kernels
+// (decode_kernels.cuh, stream_kernel.cuh), which the profile suite holds against the simulator's counts.
 #include "chapters/09_flash_decoding/flash_decoding.hpp"
 
 #include <algorithm>
@@ -23,7 +23,7 @@ bool sees_a_key(KeyRange keys, int i, int len, const DecodeShape& s, bool causal
 
 }  // namespace
 
-Traffic split_traffic(const DecodeArgs& a, int splits) {
+Traffic split_traffic(const DecodeArgs& a, int splits, int block_rows) {
   const DecodeShape& s = a.shape;
   const bool partial = splits > 0;
   const int n_splits = partial ? splits : 1;
@@ -32,8 +32,8 @@ Traffic split_traffic(const DecodeArgs& a, int splits) {
   Traffic t{0, 0, ""};
   for (int b = 0; b < s.batch; ++b) {
     const int len = length_of(a, b);
-    for (int r0 = 0; r0 < group_rows; r0 += kBlockRows) {
-      const int rows = std::min(kBlockRows, group_rows - r0);
+    for (int r0 = 0; r0 < group_rows; r0 += block_rows) {
+      const int rows = std::min(block_rows, group_rows - r0);
       for (int sp = 0; sp < n_splits; ++sp) {
         const KeyRange keys = block_keys(len, n_splits, sp, r0, rows, s.lq, a.causal);
         std::uint64_t loaded = rows * d * e + 2 * std::uint64_t(keys.j1 - keys.j0) * d * e;
@@ -47,7 +47,7 @@ Traffic split_traffic(const DecodeArgs& a, int splits) {
       }
     }
   }
-  t.formula = std::string("per block (KV head, 16 group rows") + (partial ? ", split" : "") +
+  t.formula = "per block (KV head, " + std::to_string(block_rows) + " group rows" + (partial ? ", split" : "") +
               "): its Q rows once, K and V once per key of its range (" +
               (a.causal ? "up to the tile of its last row's last visible key" : "all") + "), " +
               (partial ? "a float O row where the split saw a key" : "its O rows") +
@@ -79,11 +79,24 @@ Traffic combine_traffic(const DecodeArgs& a) {
   return t;
 }
 
-Traffic split_kv_traffic(const DecodeArgs& a) {
-  const Traffic split = split_traffic(a, a.splits);
+namespace {
+
+/// A split kernel's traffic, then the combine's.
+Traffic with_combine(const DecodeArgs& a, const Traffic& split) {
   const Traffic combine = combine_traffic(a);
   return {split.loaded + combine.loaded, split.stored + combine.stored,
           "split: " + split.formula + "; combine: " + combine.formula};
+}
+
+}  // namespace
+
+Traffic split_kv_traffic(const DecodeArgs& a) {
+  return with_combine(a, split_traffic(a, a.splits, kBlockRows));
+}
+
+Traffic stream_kv_traffic(const DecodeArgs& a) {
+  const DecodeShape& s = a.shape;
+  return with_combine(a, split_traffic(a, a.splits, stream_rows(s.group() * s.lq)));
 }
 
 }  // namespace wb::ch09

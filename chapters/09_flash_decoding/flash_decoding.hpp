@@ -43,6 +43,15 @@ namespace wb::ch09 {
 inline constexpr int kTileKeys = 32;
 /// Query rows of one block of the split kernel: up to 16 rows of a KV head's group.
 inline constexpr int kBlockRows = 16;
+/// The most query rows of one block of the streaming kernel (stream_kv): each lane holds its
+/// columns of every row's Q and output in registers, 2 x 16 per row in fp16.
+inline constexpr int kStreamMaxRows = 4;
+/// The 16-byte vectors of one key's row each lane of stream_kv loads (of K and of V): two, so
+/// that a key takes half as many lanes and its score half as many shuffles to sum.
+inline constexpr int kStreamVecs = 2;
+/// The merges on a path inside one block of stream_kv before its partial is written: the
+/// states of all its warps' key slots at once, eq. (4): one weight each.
+inline constexpr int kStreamBlockMerges = 1;
 /// The fewest K/V tiles a split should hold, eq. (7): per query row and split the partials
 /// cost d + 1 floats written and read back (and the logsumexp read once more), 8 d + 12 bytes,
 /// against the split's 2 x 4 x 32 x d elements of K and V: under 2 % in fp16 for one row.
@@ -412,9 +421,30 @@ inline int choose_splits(int sms, int blocks_per_sm, long base_blocks, int lk) {
 }
 // [choose_splits]
 
-/// Blocks of the split kernel per split: batch x hkv x ceil(g lq / kBlockRows).
+/// Query rows of one block of the streaming kernel for `s`: the group's g lq rows rounded up to
+/// a power of two, at most kStreamMaxRows (its register arrays are sized by it at compile time).
+__host__ __device__ inline int stream_rows(int group_rows) {
+  int r = 1;
+  while (r < group_rows && r < kStreamMaxRows) r *= 2;
+  return r;
+}
+
+/// Lanes that share one key in the streaming kernel: each loads kStreamVecs vectors of
+/// `width` elements of the key's row, so ceil(d / (kStreamVecs width)) of them, rounded up to a
+/// power of two that divides the warp; the warp holds 32 / key_lanes keys at once.
+__host__ __device__ inline int stream_key_lanes(int d, int width) {
+  int lanes = 1;
+  while (lanes * kStreamVecs * width < d) lanes *= 2;
+  return lanes;
+}
+
+/// Blocks of a split kernel per split: batch x hkv x ceil(g lq / block_rows), block_rows the
+/// query rows of one block (the last rung's by default).
+inline long base_blocks(const DecodeShape& s, int block_rows) {
+  return long(s.batch) * s.hkv * ((long(s.group()) * s.lq + block_rows - 1) / block_rows);
+}
 inline long base_blocks(const DecodeShape& s) {
-  return long(s.batch) * s.hkv * ((long(s.group()) * s.lq + kBlockRows - 1) / kBlockRows);
+  return base_blocks(s, stream_rows(s.group() * s.lq));
 }
 
 // ------------------------------------------------------------------------------------------
@@ -435,40 +465,61 @@ struct Kernels {
   /// One block per (KV head, row tile) walks its sequence's whole cache: chapter 06's loop,
   /// with the group's query rows sharing each K/V tile. Writes o and lse.
   static void one_split(const DecodeArgs& a);
-  /// a.splits blocks per (KV head, row tile), each over its range of keys, writing partials;
-  /// then the combine kernel merges them into o and lse, eq. (4).
-  static void split_kv(const DecodeArgs& a);
-  /// Where the split kernel's blocks run at once for head dimension d: this backend's device
-  /// (sim: an H100, common/kernel.cuh's residency).
-  static Wave split_wave(int d);
+  /// a.splits blocks per (KV head, 16 group rows), each over its range of keys through shared
+  /// tiles, writing the partials (decode_kernels.cuh).
+  static void split_partials(const DecodeArgs& a);
+  /// a.splits blocks per (KV head, up to 4 group rows), each warp streaming its own keys of the
+  /// block's range into registers, writing the partials (stream_kernel.cuh).
+  static void stream_partials(const DecodeArgs& a);
+  /// The combine kernel: merges each row's partials into o and lse, eq. (4).
+  static void combine(const DecodeArgs& a);
+  /// Where the streaming kernel's blocks for `shape` and `dtype` run at once: this backend's
+  /// device (sim: an H100, common/kernel.cuh's residency, registers not counted).
+  static Wave stream_wave(const DecodeShape& shape, Dtype dtype);
+
+  /// The split kernel's partials, then the combine.
+  static void split_kv(const DecodeArgs& a) {
+    split_partials(a);
+    combine(a);
+  }
+  /// The streaming kernel's partials, then the combine.
+  static void stream_kv(const DecodeArgs& a) {
+    stream_partials(a);
+    combine(a);
+  }
 };
 
-/// The split count eq. (7) gives for `shape` on backend B's device.
+/// The split count eq. (7) gives for `shape` in `dtype` on backend B's device: the wave of
+/// the ladder's last rung, stream_kv (the other split rung takes the same count).
 template <Backend B>
-int default_splits(const DecodeShape& shape) {
-  const Wave w = Kernels<B>::split_wave(shape.d);
+int default_splits(const DecodeShape& shape, Dtype dtype) {
+  const Wave w = Kernels<B>::stream_wave(shape, dtype);
   return choose_splits(w.sms, w.blocks_per_sm, base_blocks(shape), shape.lk);
 }
 
-/// The traffic of the split kernel (flash_decoding.cpp) with `splits` splits (writing
-/// partials) or, for splits = 0, of one_split (writing O and logsumexp), per block of up to 16
+/// The traffic of a split kernel (flash_decoding.cpp) with `splits` splits (writing partials)
+/// or, for splits = 0, of one_split (writing O and logsumexp), per block of up to `block_rows`
 /// group rows of a KV head: its Q rows once; K and V once per key of its range it loads
-/// (block_keys: its tiles, cut at the causal mask); its rows of O (floats, or the element type) and
-/// logsumexp once; the sequence's length (one int) once when a.lengths is given. Reads
+/// (block_keys: its tiles, cut at the causal mask); its rows of O (floats, or the element type)
+/// and logsumexp once; the sequence's length (one int) once when a.lengths is given. Reads
 /// a.lengths_host.
-Traffic split_traffic(const DecodeArgs& a, int splits);
+Traffic split_traffic(const DecodeArgs& a, int splits, int block_rows);
 
 /// The combine kernel: per row, the splits' logsumexps (every lane of its warp reads them, one
 /// request each: 4 bytes), each split's O row once, O (element type) and logsumexp written.
 Traffic combine_traffic(const DecodeArgs& a);
 
-/// one_split's traffic: split_traffic with one split writing O and logsumexp.
+/// one_split's traffic: split_traffic with one split of 16-row blocks writing O and logsumexp.
 inline Traffic one_split_traffic(const DecodeArgs& a) {
-  return split_traffic(a, 0);
+  return split_traffic(a, 0, kBlockRows);
 }
 
 /// split_kv's traffic: the split kernel at a.splits splits, then the combine.
 Traffic split_kv_traffic(const DecodeArgs& a);
+
+/// stream_kv's traffic: the streaming kernel (blocks of stream_rows group rows) at a.splits
+/// splits, then the combine.
+Traffic stream_kv_traffic(const DecodeArgs& a);
 
 /// The rungs' limits: any head dimension up to 128 (the lanes' output columns), fp32 and the
 /// 16-bit types (widened on load), the causal mask, batch x hkv <= 65535 (grid.y).
@@ -477,9 +528,19 @@ inline RungLimits decode_limits(unsigned outputs) {
                           ch04::kMaxBatchHeads, /*causal=*/true, outputs);
 }
 
+/// stream_kv's limits: decode_limits with d a multiple of 8, so that every K and V row starts
+/// on a 16-byte boundary (a row is whole 16-byte vectors of fp16 or bf16; of fp32 when d is a
+/// multiple of 4, 8 taken for all three types alike).
+inline RungLimits stream_limits(unsigned outputs) {
+  RungLimits l = decode_limits(outputs);
+  for (int d = 8; d <= ch04::kMaxHeadDim; d += 8) l.head_dims.push_back(d);
+  return l;
+}
+
 /// The ladder in order, each rung one idea better than the one before.
 template <Backend B>
 Ladder<DecodeArgs> kernel_ladder() {
+  const unsigned partials = kWritesO | kWritesLse | kWritesPartials;
   return {{"one_split",
            "chapter 06's loop for decoding: one block per (KV head, 16 group rows) walks the "
            "whole cache; the query heads of a group share each K/V tile",
@@ -487,8 +548,12 @@ Ladder<DecodeArgs> kernel_ladder() {
           {"split_kv",
            "the keys split across blocks too: a partial (O, logsumexp) per range, merged by a "
            "combine kernel with chapter 03's monoid",
-           decode_limits(kWritesO | kWritesLse | kWritesPartials), &Kernels<B>::split_kv,
-           &split_kv_traffic}};
+           decode_limits(partials), &Kernels<B>::split_kv, &split_kv_traffic},
+          {"stream_kv",
+           "each warp streams its own keys from global memory into registers, 16-byte loads "
+           "several keys deep, no shared tiles or barriers in the loop; lanes and warps merge "
+           "by the same monoid",
+           stream_limits(partials), &Kernels<B>::stream_kv, &stream_kv_traffic}};
 }
 
 }  // namespace wb::ch09

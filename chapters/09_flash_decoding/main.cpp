@@ -103,13 +103,13 @@ void print_merge_trace() {
 // The split count of eq. (7) on the decode shapes of the benchmark.
 template <Backend B>
 void print_split_rule(const char* device) {
-  std::cout << "The split count, eq. (7), on " << device << ":\n";
+  std::cout << "The split count, eq. (7), for stream_kv in fp16 on " << device << ":\n";
   Table t({"shape", "blocks / split", "wave", "tiles", "splits", "keys / split", "blocks"});
   for (int hkv : {32, 4})
     for (int lk : {4096, 32768, 131072}) {
       const DecodeShape s{1, 32, hkv, hkv == 32 ? 1 : 4, lk, 128};
-      const Wave w = Kernels<B>::split_wave(s.d);
-      const int splits = default_splits<B>(s);
+      const Wave w = Kernels<B>::stream_wave(s, Dtype::fp16);
+      const int splits = default_splits<B>(s, Dtype::fp16);
       const int tiles = (lk + kTileKeys - 1) / kTileKeys;
       t.add_row({to_string(s), std::to_string(base_blocks(s)),
                  std::to_string(w.sms) + " x " + std::to_string(w.blocks_per_sm),
@@ -202,9 +202,9 @@ void report_table(Backend backend, const Ladder<DecodeArgs>& ladder, const Atten
   }
   t.print(std::cout);
   print_skipped(skipped);
-  // The combine kernel's depth of merges (the random tree's is larger, the CPU eq. (4)'s 1),
-  // and one rounding of a 16-bit O.
-  const int depth = combine_depth(splits);
+  // The combine kernel's depth of merges and stream_kv's inside a block (the random tree's is
+  // larger, the CPU eq. (4)'s 1), and one rounding of a 16-bit O.
+  const int depth = combine_depth(splits) + kStreamBlockMerges;
   std::cout << "  stated floors of the kernels: O "
             << sci(split_floor(r.score_error, shape.lk, r.max_abs_partial_lse, depth, splits) +
                    ch06::unit_roundoff(dtype))
@@ -277,12 +277,12 @@ int main(int argc, char** argv) {
     return cli.error(
         "--causal and --dtype only apply with --bench or --profile (the report runs both)");
   const Ladder<DecodeArgs> ladder = select_kernel_backend(options.backend, make_ladder);
+  const Dtype type = dtypes_of_option(dtype).front();
   // eq. (7) on the device that runs the kernels (the simulator models an H100)
   const int n_splits =
       splits > 0 ? splits : select_kernel_backend(gpu ? Backend::cuda : Backend::sim, [&](auto b) {
-        return default_splits<decltype(b)::value>(shape);
+        return default_splits<decltype(b)::value>(shape, type);
       });
-  const Dtype type = dtypes_of_option(dtype).front();
   if (options.bench.enabled)
     return run_guarded(cli, [&] {
       return run_bench(ladder, options.bench, shape, n_splits, causal, type, options.seed);

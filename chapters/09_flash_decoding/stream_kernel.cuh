@@ -1,0 +1,268 @@
+// Chapter 09's last rung: the split kernel with its keys streamed straight into registers.
+//
+// Computes: the partials (O_s, logsumexp_s) of eq. (1) for every split s of every query row,
+//           for Q: (batch, hq, lq, d) against the KV cache K, V: (batch, hkv, lk, d) of which
+//           sequence b uses its first lengths[b] keys, query head h reading KV head h / g
+//           (eq. 5), causal or not (eq. 6); elements fp32, fp16 or bf16, float arithmetic. The
+//           combine kernel (decode_kernels.cuh) merges them into O and logsumexp, eq. (4).
+// Changed since split_kv: decoding reads every byte of the cache once and does a few flops
+//           per byte, so its time is the time to read the cache, and what counts is keeping
+//           enough bytes in flight. Here no K/V tile passes through shared memory and no
+//           barrier stops the loop: each warp streams its own keys of the block's range,
+//           kStreamSteps steps deep, every lane loading kStreamVecs 16-byte vectors of a key's
+//           K and V rows per step straight into registers (the key_lanes lanes of a key slot
+//           hold one row between them, the warp 32 / key_lanes keys per step). Each key slot
+//           keeps its own online (m, l, SS) per row, chapter 06's eq. (3) over kStreamSteps
+//           keys at a time; at the end the states of all slots of all warps merge at once
+//           through shared memory, eq. (4) on (m, l, SS): chapter 03's monoid, which the
+//           combine applies across blocks, applied within one.
+// Launch shape: grid (splits x ceil(g lq / R), batch x hkv), block (32, 4), R = stream_rows(g lq)
+//           query rows per block (1, 2 or 4, a template parameter: each lane holds its columns
+//           of Q and SS of every row in registers). Dynamic shared memory: the Q tile (R x d
+//           floats), every slot's state (4 x slots x R x (d + 2) floats) and their weights;
+//           fp16, d = 128, R = 4: 2 slots a warp, 18.6 KiB.
+// Limits: d a multiple of 8, at most 128 (stream_limits: whole 16-byte vectors per row); the
+//           rest as split_kv.
+// Memory traffic: split_traffic with blocks of R rows (flash_decoding.cpp): Q once per
+//           block, K and V once per key of its range, a float O row where the split saw a key,
+//           logsumexp written; then the combine's.
+// Test: ctest --test-dir build -R 09_flash_decoding --output-on-failure
+#pragma once
+
+#include "common/kernel.cuh"
+
+#include "chapters/04_fused_qk_softmax/attention_tiles.cuh"
+#include "chapters/09_flash_decoding/flash_decoding.hpp"
+#include "common/vector_types.cuh"
+
+namespace wb::ch09 {
+namespace {  // kernels have internal linkage: one copy per backend's translation unit
+
+constexpr int kStreamWarps = 4;
+constexpr int kStreamThreads = kStreamWarps * ch04::kWarpLanes;
+/// Key steps whose loads a warp issues before it uses the first: 2 x kStreamVecs x 2 (K and
+/// V) x 16 bytes in flight per lane, 4 KiB per warp. A shallower loop waits on one load at a
+/// time; registers limit a deeper one.
+constexpr int kStreamSteps = 2;
+static_assert(ch04::kMaxHeadDim <= kStreamThreads, "the final merge gives every column a thread");
+
+/// The key slots of a warp for head dimension d and elements of T.
+template <typename T>
+__host__ __device__ int stream_slots(int d) {
+  return ch04::kWarpLanes / stream_key_lanes(d, Vec<T>::kWidth);
+}
+
+/// The dynamic shared memory of a block of R rows: the Q tile (R, d), the states (m, l, SS) of
+/// every key slot of every warp (warps x slots x R, d + 2), and their weights in the merge.
+template <typename T>
+std::size_t stream_shared_bytes(int rows, int d) {
+  const std::size_t states = std::size_t(kStreamWarps) * stream_slots<T>(d) * rows;
+  return sizeof(float) * (std::size_t(rows) * d + states * (d + 2) + states);
+}
+
+// q: (batch, hq, lq, d) of T; k, v: (batch, hkv, lk, d) of T; lengths: (batch) or nullptr;
+// o_partial (batch, hq, lq, splits, d) and lse_partial (batch, hq, lq, splits) of float.
+// Block (blockIdx.x, blockIdx.y): split blockIdx.x / row_tiles, group rows
+// [R (blockIdx.x % row_tiles), + R) of KV head blockIdx.y % hkv of sequence blockIdx.y / hkv.
+// Lane x of warp y: key slot x / key_lanes; of every key it loads vectors e = 0, 1, the
+// columns [W (e key_lanes + x % key_lanes), + W) (each load instruction one contiguous run of
+// a row per slot).
+template <typename T, int R>
+__global__ void __launch_bounds__(kStreamThreads)
+    stream_kernel(const T* __restrict__ q, const T* __restrict__ k, const T* __restrict__ v,
+                  const int* __restrict__ lengths, float* __restrict__ o_partial,
+                  float* __restrict__ lse_partial, DecodeShape shape, int splits, int row_tiles,
+                  float scale, bool causal) {
+  constexpr int W = Vec<T>::kWidth;  // elements of one 16-byte load
+  constexpr int C = kStreamVecs * W;  // columns of a lane
+  const int d = shape.d, lq = shape.lq, g = shape.group();
+  const int s = blockIdx.x / row_tiles;
+  const int r0 = (blockIdx.x % row_tiles) * R;
+  const int b = blockIdx.y / shape.hkv, kv = blockIdx.y % shape.hkv;
+  const int rows = min(R, g * lq - r0);
+  const int warp = threadIdx.y, lane = threadIdx.x, tid = warp * ch04::kWarpLanes + lane;
+  const int key_lanes = stream_key_lanes(d, W);
+  const int slots = ch04::kWarpLanes / key_lanes;  // keys a warp holds per step
+  const int slot = lane / key_lanes;
+  int col[kStreamVecs];  // the first column of each of the lane's vectors; >= d: none
+#pragma unroll
+  for (int e = 0; e < kStreamVecs; ++e) col[e] = (e * key_lanes + lane % key_lanes) * W;
+
+  float* q_tile = dynamic_shared<float>();  // (R, d)
+  float* states = q_tile + R * d;           // (warps x slots x R, d + 2): m, l, then SS
+  __shared__ int length[1];                 // the sequence's keys in use, read once
+  if (tid == 0) length[0] = lengths == nullptr ? shape.lk : max(0, min(lengths[b], shape.lk));
+  const std::size_t row0 = (std::size_t(b) * shape.hq + std::size_t(kv) * g) * lq + r0;
+  const std::size_t kv0 = (std::size_t(b) * shape.hkv + kv) * shape.lk * d;
+  for (int e = tid * W; e < rows * d; e += kStreamThreads * W) {  // the Q tile, once
+    const Vec<T> x = load_vec(q + row0 * d, e);
+#pragma unroll
+    for (int w = 0; w < W; ++w) q_tile[e + w] = to_float(x.v[w]);
+  }
+  __syncthreads();  // the length and the Q tile visible to every thread
+  const int len = length[0];
+  const KeyRange keys = block_keys(len, splits, s, r0, rows, lq, causal);
+
+  float qr[R][C], m[R], l[R], ss[R][C];  // the lane's columns of each row, eq. (3) of ch06
+#pragma unroll
+  for (int r = 0; r < R; ++r) {
+    m[r] = -INFINITY, l[r] = 0.f;
+#pragma unroll
+    for (int e = 0; e < kStreamVecs; ++e)
+#pragma unroll
+      for (int w = 0; w < W; ++w) {
+        qr[r][e * W + w] = r < rows && col[e] < d ? q_tile[r * d + col[e] + w] : 0.f;
+        ss[r][e * W + w] = 0.f;
+      }
+  }
+
+  // [stream]
+  const int warp_keys = kStreamSteps * slots;  // keys one warp takes per pass
+  for (int j0 = keys.j0 + warp * warp_keys; j0 < keys.j1; j0 += kStreamWarps * warp_keys) {
+    Vec<T> kk[kStreamSteps][kStreamVecs], vv[kStreamSteps][kStreamVecs];
+#pragma unroll
+    for (int u = 0; u < kStreamSteps; ++u) {  // every load issued before any is used
+      const int j = j0 + u * slots + slot;
+#pragma unroll
+      for (int e = 0; e < kStreamVecs; ++e) {
+        if (j < keys.j1 && col[e] < d) {
+          kk[u][e] = load_vec(k + kv0 + std::size_t(j) * d, col[e]);
+          vv[u][e] = load_vec(v + kv0 + std::size_t(j) * d, col[e]);
+        } else {
+#pragma unroll
+          for (int w = 0; w < W; ++w) kk[u][e].v[w] = vv[u][e].v[w] = from_float<T>(0.f);
+        }
+      }
+    }
+#pragma unroll
+    for (int r = 0; r < R; ++r) {
+      if (r >= rows) break;  // the same for the whole block
+      const int i = (r0 + r) % lq;
+      float x[kStreamSteps], m_new = m[r];
+#pragma unroll
+      for (int u = 0; u < kStreamSteps; ++u) {
+        float dot = 0.f;  // the lane's columns, then summed over the key's lanes
+#pragma unroll
+        for (int e = 0; e < kStreamVecs; ++e)
+#pragma unroll
+          for (int w = 0; w < W; ++w) dot = fmaf(qr[r][e * W + w], to_float(kk[u][e].v[w]), dot);
+        for (int lanes = 1; lanes < key_lanes; lanes *= 2)
+          dot += __shfl_xor_sync(ch04::kAllLanes, dot, lanes);
+        const int j = j0 + u * slots + slot;
+        const bool seen = j < keys.j1 && (!causal || ch04::causal_visible(i, j, lq, len));
+        x[u] = seen ? dot * scale : -INFINITY;
+        m_new = fmaxf(m_new, x[u]);
+      }
+      // chapter 06's eq. (3) over the slot's kStreamSteps keys: one rescale, then each key
+      const float alpha = ch05::rescale(m[r], m_new), shift = ch01::exp_shift(m_new);
+      l[r] *= alpha;
+#pragma unroll
+      for (int c = 0; c < C; ++c) ss[r][c] *= alpha;
+#pragma unroll
+      for (int u = 0; u < kStreamSteps; ++u) {
+        const float p = expf(x[u] - shift);
+        l[r] += p;
+#pragma unroll
+        for (int e = 0; e < kStreamVecs; ++e)
+#pragma unroll
+          for (int w = 0; w < W; ++w)
+            ss[r][e * W + w] = fmaf(p, to_float(vv[u][e].v[w]), ss[r][e * W + w]);
+      }
+      m[r] = m_new;
+    }
+  }
+  // [stream]
+
+  // Every key slot's state to shared memory: state n = (warp, slot) of row r at
+  // states[(n R + r)(d + 2)]; the slot's first lane writes m and l, each lane its columns.
+  const int n_states = kStreamWarps * slots, n = warp * slots + slot;
+#pragma unroll
+  for (int r = 0; r < R; ++r) {  // r a constant: the register arrays stay registers
+    if (r >= rows) break;
+    float* st = states + (n * R + r) * (d + 2);
+    if (lane % key_lanes == 0) st[0] = m[r], st[1] = l[r];
+#pragma unroll
+    for (int e = 0; e < kStreamVecs; ++e)
+      if (col[e] < d)
+#pragma unroll
+        for (int w = 0; w < W; ++w) st[2 + col[e] + w] = ss[r][e * W + w];
+  }
+  __syncthreads();  // every state is written
+  // The block's partial: all its states at once, eq. (4) on (m, l, SS). Thread t < n_states
+  // weighs state t of each row, e^{m_t - M} (M the row's largest m); then thread c < d sums
+  // column c of SS, and l, with those weights.
+  float* weights = states + std::size_t(n_states) * R * (d + 2);  // (n_states x R)
+  if (tid < n_states)
+    for (int r = 0; r < rows; ++r) {
+      float m_row = -INFINITY;
+      for (int t = 0; t < n_states; ++t) m_row = fmaxf(m_row, states[(t * R + r) * (d + 2)]);
+      weights[tid * R + r] = ch05::rescale(states[(tid * R + r) * (d + 2)], m_row);
+    }
+  __syncthreads();  // the weights are written
+  if (tid >= d) return;
+  for (int r = 0; r < rows; ++r) {
+    float m_row = -INFINITY, l_row = 0.f, o = 0.f;
+    for (int t = 0; t < n_states; ++t) {
+      const float* st = states + (t * R + r) * (d + 2);
+      const float weight = weights[t * R + r];
+      m_row = fmaxf(m_row, st[0]);
+      l_row = fmaf(st[1], weight, l_row);
+      o = fmaf(st[2 + tid], weight, o);
+    }
+    const std::size_t at = (row0 + r) * splits + s;
+    if (tid == 0) lse_partial[at] = ch06::logsumexp(m_row, l_row);
+    // A split that saw no key is the merge's identity: the combine reads only its logsumexp.
+    if (l_row > 0.f) o_partial[at * d + tid] = o * (1.f / l_row);
+  }
+}
+
+/// Calls f(std::integral_constant<int, R>{}) for R = stream_rows(group_rows).
+template <typename F>
+void with_stream_rows(int group_rows, F&& f) {
+  switch (stream_rows(group_rows)) {
+    case 1: return f(std::integral_constant<int, 1>{});
+    case 2: return f(std::integral_constant<int, 2>{});
+    default: return f(std::integral_constant<int, kStreamMaxRows>{});
+  }
+}
+
+}  // namespace
+
+// ==========================================================================================
+// Launchers
+// ==========================================================================================
+
+template <>
+void Kernels<kThisBackend>::stream_partials(const DecodeArgs& a) {
+  const DecodeShape& s = a.shape;
+  with_element_type(a.dtype, [&](auto tag) {
+    using T = decltype(tag);
+    with_stream_rows(s.group() * s.lq, [&](auto rows) {
+      constexpr int R = decltype(rows)::value;
+      const int row_tiles = ceil_div(s.group() * s.lq, R);
+      launch<stream_kernel<T, R>>(dim3(a.splits * row_tiles, s.batch * s.hkv),
+                                  dim3(ch04::kWarpLanes, kStreamWarps),
+                                  stream_shared_bytes<T>(R, s.d), static_cast<const T*>(a.q),
+                                  static_cast<const T*>(a.k), static_cast<const T*>(a.v),
+                                  a.lengths, a.o_partial, a.lse_partial, s, a.splits, row_tiles,
+                                  a.scale, a.causal);
+    });
+  });
+}
+
+template <>
+Wave Kernels<kThisBackend>::stream_wave(const DecodeShape& shape, Dtype dtype) {
+  Wave wave{0, 0};
+  with_element_type(dtype, [&](auto tag) {
+    using T = decltype(tag);
+    with_stream_rows(shape.group() * shape.lq, [&](auto rows) {
+      constexpr int R = decltype(rows)::value;
+      const Residency r = residency<stream_kernel<T, R>>(kStreamThreads,
+                                                         stream_shared_bytes<T>(R, shape.d));
+      wave = {r.sms, r.blocks_per_sm};
+    });
+  });
+  return wave;
+}
+
+}  // namespace wb::ch09
