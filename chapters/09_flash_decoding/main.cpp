@@ -225,7 +225,8 @@ int run_bench(const Ladder<DecodeArgs>& ladder, const BenchOptions& options,
   // Decoding is bound by reading the cache: K and V once, Q read and O written once.
   const double bytes =
       double(dtype_bytes(dtype)) * (2.0 * double(shape.kv_elems()) + 2.0 * double(shape.q_elems()));
-  std::cout << "split_kv with " << splits << " splits per sequence (eq. 7, or --splits)\n";
+  std::cout << "split_kv and stream_kv with " << splits
+            << " splits per sequence (eq. 7 for stream_kv, or --splits)\n";
   bench_ladder(bench, rungs_taking(ladder, dtype), buffers.args,
                decode_shape_string(shape.batch, shape.hq, shape.hkv, shape.lq, shape.lk, shape.d) +
                    (causal ? " causal" : ""),
