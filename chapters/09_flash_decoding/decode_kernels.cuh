@@ -136,6 +136,8 @@ __global__ void __launch_bounds__(kThreads)
 }
 
 constexpr int kCombineWarps = 4;  // rows per block of the combine kernel, a warp each
+constexpr int kCombineBatch = 8;  // splits whose O rows a warp loads before adding them
+static_assert(ch04::kWarpLanes % kCombineBatch == 0, "batches tile the warp's 32 splits");
 
 // o_partial: (rows, splits, d), lse_partial: (rows, splits); o: (rows, d) of T, lse: (rows).
 // Warp y of block x merges row 4 x + y: lane x reads the logsumexps of splits x, x + 32, ...
@@ -169,15 +171,28 @@ __global__ void __launch_bounds__(kCombineWarps* kWarpLanes)
     // [exercise]
     w_mine = combine_weight(lse_mine, lse_row);  // e^{lse_s - lse}, eq. (4)
     // [exercise]
-    for (int jj = 0; jj < kWarpLanes && s0 + jj < splits; ++jj) {
-      if (__shfl_sync(ch04::kAllLanes, lse_mine, jj) == -INFINITY) continue;  // the identity
-      const float w = __shfl_sync(ch04::kAllLanes, w_mine, jj);
-      const float* o_row = o_s + std::size_t(s0 + jj) * d;
+    // The splits in batches of kCombineBatch, each batch's O rows loaded before any is added:
+    // that many loads in flight at once, not one after another (a split that saw no key, the
+    // identity, has weight 0 and its unwritten O row is not read).
+    for (int jj0 = 0; jj0 < kWarpLanes && s0 + jj0 < splits; jj0 += kCombineBatch) {
+      float w[kCombineBatch], x[kCombineBatch][kColumnsPerLane];
 #pragma unroll
-      for (int cc = 0; cc < kColumnsPerLane; ++cc) {
-        const int c = lane + cc * kWarpLanes;
-        if (c < d) acc[cc] = fmaf(w, o_row[c], acc[cc]);
+      for (int u = 0; u < kCombineBatch; ++u) {
+        const int jj = jj0 + u;  // past the last split: lse_mine = -inf there
+        const bool seen = __shfl_sync(ch04::kAllLanes, lse_mine, jj) != -INFINITY;
+        const float w_jj = __shfl_sync(ch04::kAllLanes, w_mine, jj);
+        w[u] = seen ? w_jj : 0.f;
+        const float* o_row = o_s + std::size_t(s0 + jj) * d;
+#pragma unroll
+        for (int cc = 0; cc < kColumnsPerLane; ++cc) {
+          const int c = lane + cc * kWarpLanes;
+          x[u][cc] = seen && c < d ? o_row[c] : 0.f;
+        }
       }
+#pragma unroll
+      for (int u = 0; u < kCombineBatch; ++u)
+#pragma unroll
+        for (int cc = 0; cc < kColumnsPerLane; ++cc) acc[cc] = fmaf(w[u], x[u][cc], acc[cc]);
     }
   }
   // [combine]

@@ -44,7 +44,7 @@ inline constexpr int kTileKeys = 32;
 /// Query rows of one block of the split kernel: up to 16 rows of a KV head's group.
 inline constexpr int kBlockRows = 16;
 /// The most query rows of one block of the streaming kernel (stream_kv): each lane holds its
-/// columns of every row's Q and output in registers, 2 x 16 per row in fp16.
+/// columns of every row's output in registers, 16 per row in fp16.
 inline constexpr int kStreamMaxRows = 4;
 /// The 16-byte vectors of one key's row each lane of stream_kv loads (of K and of V): two, so
 /// that a key takes half as many lanes and its score half as many shuffles to sum.

@@ -18,7 +18,7 @@
 //           combine applies across blocks, applied within one.
 // Launch shape: grid (splits x ceil(g lq / R), batch x hkv), block (32, 4), R = stream_rows(g lq)
 //           query rows per block (1, 2 or 4, a template parameter: each lane holds its columns
-//           of Q and SS of every row in registers). Dynamic shared memory: the Q tile (R x d
+//           of every row's SS in registers, and reads Q from the shared tile). Dynamic shared memory: the Q tile (R x d
 //           floats), every slot's state (4 x slots x R x (d + 2) floats) and their weights;
 //           fp16, d = 128, R = 4: 2 slots a warp, 18.6 KiB.
 // Limits: d a multiple of 8, at most 128 (stream_limits: whole 16-byte vectors per row); the
@@ -103,22 +103,20 @@ __global__ void __launch_bounds__(kStreamThreads)
   const int len = length[0];
   const KeyRange keys = block_keys(len, splits, s, r0, rows, lq, causal);
 
-  float qr[R][C], m[R], l[R], ss[R][C];  // the lane's columns of each row, eq. (3) of ch06
+  float m[R], l[R], ss[R][C];  // each row's state over the slot's keys, eq. (3) of ch06
 #pragma unroll
   for (int r = 0; r < R; ++r) {
     m[r] = -INFINITY, l[r] = 0.f;
 #pragma unroll
-    for (int e = 0; e < kStreamVecs; ++e)
-#pragma unroll
-      for (int w = 0; w < W; ++w) {
-        qr[r][e * W + w] = r < rows && col[e] < d ? q_tile[r * d + col[e] + w] : 0.f;
-        ss[r][e * W + w] = 0.f;
-      }
+    for (int c = 0; c < C; ++c) ss[r][c] = 0.f;
   }
 
   // [stream]
   const int warp_keys = kStreamSteps * slots;  // keys one warp takes per pass
   for (int j0 = keys.j0 + warp * warp_keys; j0 < keys.j1; j0 += kStreamWarps * warp_keys) {
+    // Q is read from the tile each pass, not held in registers: R x C fewer registers, more
+    // warps resident. (__syncwarp orders shared memory, so the reads are not hoisted.)
+    __syncwarp();
     Vec<T> kk[kStreamSteps][kStreamVecs], vv[kStreamSteps][kStreamVecs];
 #pragma unroll
     for (int u = 0; u < kStreamSteps; ++u) {  // every load issued before any is used
@@ -143,9 +141,12 @@ __global__ void __launch_bounds__(kStreamThreads)
       for (int u = 0; u < kStreamSteps; ++u) {
         float dot = 0.f;  // the lane's columns, then summed over the key's lanes
 #pragma unroll
-        for (int e = 0; e < kStreamVecs; ++e)
+        for (int e = 0; e < kStreamVecs; ++e) {
+          if (col[e] >= d) continue;  // an empty vector: no Q columns to read
+          const float* q_row = q_tile + r * d + col[e];
 #pragma unroll
-          for (int w = 0; w < W; ++w) dot = fmaf(qr[r][e * W + w], to_float(kk[u][e].v[w]), dot);
+          for (int w = 0; w < W; ++w) dot = fmaf(q_row[w], to_float(kk[u][e].v[w]), dot);
+        }
         for (int lanes = 1; lanes < key_lanes; lanes *= 2)
           dot += __shfl_xor_sync(ch04::kAllLanes, dot, lanes);
         const int j = j0 + u * slots + slot;
