@@ -403,8 +403,7 @@ void every_rung_equals_the_cpu_step() {
             // The combine kernel's merges (none for one_split's single range), and those inside
             // a block of stream_kv before it writes its partial.
             const bool streams = std::string(rung.name) == "stream_kv";
-            const int depth =
-                (n == 1 ? 0 : combine_depth(n)) + (streams ? kStreamBlockMerges : 0);
+            const int depth = (n == 1 ? 0 : combine_depth(n)) + (streams ? kStreamBlockMerges : 0);
             const double floor =
                 split_floor(r.score_error, c.shape.lk, r.max_abs_partial_lse, depth, n);
             // The policy: twice the CPU step's error plus the floor (the kernel sums in

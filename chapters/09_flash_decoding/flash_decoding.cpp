@@ -1,5 +1,6 @@
 // Chapter 09: the traffic formulas of the split, streaming and combine kernels
-// (decode_kernels.cuh, stream_kernel.cuh), which the profile suite holds against the simulator's counts.
+// (decode_kernels.cuh, stream_kernel.cuh), which the profile suite holds against the simulator's
+// counts.
 #include "chapters/09_flash_decoding/flash_decoding.hpp"
 
 #include <algorithm>
@@ -47,7 +48,8 @@ Traffic split_traffic(const DecodeArgs& a, int splits, int block_rows) {
       }
     }
   }
-  t.formula = "per block (KV head, " + std::to_string(block_rows) + " group rows" + (partial ? ", split" : "") +
+  t.formula = "per block (KV head, " + std::to_string(block_rows) + " group rows" +
+              (partial ? ", split" : "") +
               "): its Q rows once, K and V once per key of its range (" +
               (a.causal ? "up to the tile of its last row's last visible key" : "all") + "), " +
               (partial ? "a float O row where the split saw a key" : "its O rows") +

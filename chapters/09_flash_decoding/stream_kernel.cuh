@@ -18,9 +18,9 @@
 //           combine applies across blocks, applied within one.
 // Launch shape: grid (splits x ceil(g lq / R), batch x hkv), block (32, 4), R = stream_rows(g lq)
 //           query rows per block (1, 2 or 4, a template parameter: each lane holds its columns
-//           of every row's SS in registers, and reads Q from the shared tile). Dynamic shared memory: the Q tile (R x d
-//           floats), every slot's state (4 x slots x R x (d + 2) floats) and their weights;
-//           fp16, d = 128, R = 4: 2 slots a warp, 18.6 KiB.
+//           of every row's SS in registers, and reads Q from the shared tile). Dynamic shared
+//           memory: the Q tile (R x d floats), every slot's state (4 x slots x R x (d + 2) floats)
+//           and their weights; fp16, d = 128, R = 4: 2 slots a warp, 18.6 KiB.
 // Limits: d a multiple of 8, at most 128 (stream_limits: whole 16-byte vectors per row); the
 //           rest as split_kv.
 // Memory traffic: split_traffic with blocks of R rows (flash_decoding.cpp): Q once per
@@ -73,7 +73,7 @@ __global__ void __launch_bounds__(kStreamThreads)
                   const int* __restrict__ lengths, float* __restrict__ o_partial,
                   float* __restrict__ lse_partial, DecodeShape shape, int splits, int row_tiles,
                   float scale, bool causal) {
-  constexpr int W = Vec<T>::kWidth;  // elements of one 16-byte load
+  constexpr int W = Vec<T>::kWidth;   // elements of one 16-byte load
   constexpr int C = kStreamVecs * W;  // columns of a lane
   const int d = shape.d, lq = shape.lq, g = shape.group();
   const int s = blockIdx.x / row_tiles;
@@ -221,9 +221,12 @@ __global__ void __launch_bounds__(kStreamThreads)
 template <typename F>
 void with_stream_rows(int group_rows, F&& f) {
   switch (stream_rows(group_rows)) {
-    case 1: return f(std::integral_constant<int, 1>{});
-    case 2: return f(std::integral_constant<int, 2>{});
-    default: return f(std::integral_constant<int, kStreamMaxRows>{});
+    case 1:
+      return f(std::integral_constant<int, 1>{});
+    case 2:
+      return f(std::integral_constant<int, 2>{});
+    default:
+      return f(std::integral_constant<int, kStreamMaxRows>{});
   }
 }
 
@@ -241,12 +244,11 @@ void Kernels<kThisBackend>::stream_partials(const DecodeArgs& a) {
     with_stream_rows(s.group() * s.lq, [&](auto rows) {
       constexpr int R = decltype(rows)::value;
       const int row_tiles = ceil_div(s.group() * s.lq, R);
-      launch<stream_kernel<T, R>>(dim3(a.splits * row_tiles, s.batch * s.hkv),
-                                  dim3(ch04::kWarpLanes, kStreamWarps),
-                                  stream_shared_bytes<T>(R, s.d), static_cast<const T*>(a.q),
-                                  static_cast<const T*>(a.k), static_cast<const T*>(a.v),
-                                  a.lengths, a.o_partial, a.lse_partial, s, a.splits, row_tiles,
-                                  a.scale, a.causal);
+      launch<stream_kernel<T, R>>(
+          dim3(a.splits * row_tiles, s.batch * s.hkv), dim3(ch04::kWarpLanes, kStreamWarps),
+          stream_shared_bytes<T>(R, s.d), static_cast<const T*>(a.q), static_cast<const T*>(a.k),
+          static_cast<const T*>(a.v), a.lengths, a.o_partial, a.lse_partial, s, a.splits, row_tiles,
+          a.scale, a.causal);
     });
   });
 }
@@ -258,8 +260,8 @@ Wave Kernels<kThisBackend>::stream_wave(const DecodeShape& shape, Dtype dtype) {
     using T = decltype(tag);
     with_stream_rows(shape.group() * shape.lq, [&](auto rows) {
       constexpr int R = decltype(rows)::value;
-      const Residency r = residency<stream_kernel<T, R>>(kStreamThreads,
-                                                         stream_shared_bytes<T>(R, shape.d));
+      const Residency r =
+          residency<stream_kernel<T, R>>(kStreamThreads, stream_shared_bytes<T>(R, shape.d));
       wave = {r.sms, r.blocks_per_sm};
     });
   });
