@@ -19,8 +19,9 @@
 // Launch shape: grid (splits x ceil(g lq / R), batch x hkv), block (32, 4), R = stream_rows(g lq)
 //           query rows per block (1, 2 or 4, a template parameter: each lane holds its columns
 //           of every row's SS in registers, and reads Q from the shared tile). Dynamic shared
-//           memory: the Q tile (R x d floats), every slot's state (4 x slots x R x (d + 2) floats)
-//           and their weights; fp16, d = 128, R = 4: 2 slots a warp, 18.6 KiB.
+//           memory: the Q tile (R x d floats), every slot's state (4 x slots x R x (d + 2)
+//           floats), their weights and each row's largest m; fp16, d = 128, R = 4: 2 slots a
+//           warp, 18.6 KiB.
 // Limits: d a multiple of 8, at most 128 (stream_limits: whole 16-byte vectors per row); the
 //           rest as split_kv.
 // Memory traffic: split_traffic with blocks of R rows (flash_decoding.cpp): Q once per
@@ -53,11 +54,12 @@ __host__ __device__ int stream_slots(int d) {
 }
 
 /// The dynamic shared memory of a block of R rows: the Q tile (R, d), the states (m, l, SS) of
-/// every key slot of every warp (warps x slots x R, d + 2), and their weights in the merge.
+/// every key slot of every warp (warps x slots x R, d + 2), their weights in the merge and
+/// each row's largest m.
 template <typename T>
 std::size_t stream_shared_bytes(int rows, int d) {
   const std::size_t states = std::size_t(kStreamWarps) * stream_slots<T>(d) * rows;
-  return sizeof(float) * (std::size_t(rows) * d + states * (d + 2) + states);
+  return sizeof(float) * (std::size_t(rows) * d + states * (d + 2) + states + rows);
 }
 
 // q: (batch, hq, lq, d) of T; k, v: (batch, hkv, lk, d) of T; lengths: (batch) or nullptr;
@@ -193,25 +195,26 @@ __global__ void __launch_bounds__(kStreamThreads)
   // weighs state t of each row, e^{m_t - M} (M the row's largest m); then thread c < d sums
   // column c of SS, and l, with those weights.
   float* weights = states + std::size_t(n_states) * R * (d + 2);  // (n_states x R)
+  float* row_max = weights + n_states * R;                         // (R)
   if (tid < n_states)
     for (int r = 0; r < rows; ++r) {
       float m_row = -INFINITY;
       for (int t = 0; t < n_states; ++t) m_row = fmaxf(m_row, states[(t * R + r) * (d + 2)]);
       weights[tid * R + r] = ch05::rescale(states[(tid * R + r) * (d + 2)], m_row);
+      if (tid == 0) row_max[r] = m_row;
     }
   __syncthreads();  // the weights are written
   if (tid >= d) return;
   for (int r = 0; r < rows; ++r) {
-    float m_row = -INFINITY, l_row = 0.f, o = 0.f;
+    float l_row = 0.f, o = 0.f;
     for (int t = 0; t < n_states; ++t) {
       const float* st = states + (t * R + r) * (d + 2);
       const float weight = weights[t * R + r];
-      m_row = fmaxf(m_row, st[0]);
       l_row = fmaf(st[1], weight, l_row);
       o = fmaf(st[2 + tid], weight, o);
     }
     const std::size_t at = (row0 + r) * splits + s;
-    if (tid == 0) lse_partial[at] = ch06::logsumexp(m_row, l_row);
+    if (tid == 0) lse_partial[at] = ch06::logsumexp(row_max[r], l_row);
     // A split that saw no key is the merge's identity: the combine reads only its logsumexp.
     if (l_row > 0.f) o_partial[at * d + tid] = o * (1.f / l_row);
   }
