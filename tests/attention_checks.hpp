@@ -344,7 +344,7 @@ inline std::vector<AttentionCase> masked_attention_cases(
 /// there an fp32 rung runs its own cases only (the chain between the rungs is the sim run's).
 inline std::optional<Dtype> rung_dtype(const Rung<AttentionArgs>& rung, Dtype dtype) {
   if (rung.limits.takes(dtype)) return dtype;
-  if (!kRaceMode && rung.limits.takes(Dtype::fp32)) return Dtype::fp32;
+  if (!small_shapes() && rung.limits.takes(Dtype::fp32)) return Dtype::fp32;
   return std::nullopt;
 }
 

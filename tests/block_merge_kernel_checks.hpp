@@ -97,7 +97,7 @@ inline const std::vector<Shape> kFastShapes = {{5, 1},    {3, 2},    {7, 31},   
 inline const std::vector<Shape> kFastRaceShapes = {{2, 1}, {3, 33}, {5, 136}, {2, 1040}};
 
 inline const std::vector<Shape>& fast_shapes() {
-  return kRaceMode ? kFastRaceShapes : kFastShapes;
+  return small_shapes() ? kFastRaceShapes : kFastShapes;
 }
 
 // Every fast shape of this binary times every input kind, in each of `dtypes`.

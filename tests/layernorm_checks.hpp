@@ -126,13 +126,13 @@ inline std::vector<LadderProblem> fp32_problems(std::size_t max_shared) {
                                 affine ? make_affine(s.cols, kSeed) : Affine{}),
                    Dtype::fp32, misalign, s.rows, kind});
   };
-  for (const KernelShape& s : test::kRaceMode ? kRaceShapes : kKernelShapes) {
+  for (const KernelShape& s : test::small_shapes() ? kRaceShapes : kKernelShapes) {
     for (Kind kind : kKinds) add(s, kind, false, false);
     add(s, Kind::randn, true, false);
     add(s, Kind::randn, true, true);
   }
-  std::vector<KernelShape> long_shapes = test::kRaceMode ? kRaceLongShapes : kLongShapes;
-  if (!test::kRaceMode) {
+  std::vector<KernelShape> long_shapes = test::small_shapes() ? kRaceLongShapes : kLongShapes;
+  if (!test::small_shapes()) {
     const int max_cached = max_cached_cols(max_shared);
     long_shapes.push_back({1, max_cached});      // the longest cached row: all of shared memory
     long_shapes.push_back({1, max_cached + 1});  // one past: uncached
@@ -153,10 +153,10 @@ inline std::vector<LadderProblem> fp32_problems(std::size_t max_shared) {
 inline std::vector<LadderProblem> problems_16_bit(std::size_t max_shared) {
   std::vector<LadderProblem> out;
   for (Dtype t : {Dtype::fp16, Dtype::bf16}) {
-    std::vector<KernelShape> shapes = test::kRaceMode ? kRaceShapes : kKernelShapes;
+    std::vector<KernelShape> shapes = test::small_shapes() ? kRaceShapes : kKernelShapes;
     for (KernelShape& s : shapes) s.rows = std::max(s.rows, 3);
     shapes.push_back({1, max_cached_cols(kDefaultDynamicSharedBytes, t) + 1});
-    if (!test::kRaceMode) {
+    if (!test::small_shapes()) {
       shapes.push_back({1, max_cached_cols(max_shared, t)});
       shapes.push_back({1, max_cached_cols(max_shared, t) + 1});
     }

@@ -85,7 +85,7 @@ inline const std::vector<RowShape> kSoftmaxRaceShapes = {{1, 1}, {2, 31}, {3, 33
 
 /// The shapes of this binary: the race-mode twin takes the smaller list.
 inline const std::vector<RowShape>& softmax_kernel_shapes() {
-  return kRaceMode ? kSoftmaxRaceShapes : kSoftmaxShapes;
+  return small_shapes() ? kSoftmaxRaceShapes : kSoftmaxShapes;
 }
 
 /// A chapter's CPU step: y = step(x, rows, cols).
@@ -205,7 +205,7 @@ inline std::vector<float> shared_value_rows(int rows, int cols, std::uint64_t se
 /// The shapes of the lanes check: warp lanes with 3 to 32 values each, every thread of a block
 /// of 256 with scalar values, 4-float and 8-half vectors, in this binary's size.
 inline std::vector<RowShape> lane_shapes() {
-  if (kRaceMode) return {{3, 100}, {1, 1000}};
+  if (small_shapes()) return {{3, 100}, {1, 1000}};
   return {{3, 100}, {2, 1000}, {2, 1023}, {2, 2048}};
 }
 

@@ -6,19 +6,17 @@
 #include "common/backend.hpp"
 #include "common/compare.hpp"
 
-#ifndef WB_SIM_RACE_MODE
-#define WB_SIM_RACE_MODE 0
-#endif
-#ifndef WB_SIM_INSTRUMENTED
-#define WB_SIM_INSTRUMENTED 0
-#endif
+#include "common/sim/access.hpp"
 
 namespace wb::test {
-/// True in the race-mode twin of a test binary (built with ThreadSanitizer over the
+/// True in the race-mode twin of a test binary (linked with ThreadSanitizer over the
 /// simulator's fibers) and in its instrumented twin (memcheck and initcheck), see the
 /// simulator's page: every memory access is checked and kernels run several times slower, so
-/// kernel tests use their smaller shapes there.
-inline constexpr bool kRaceMode = WB_SIM_RACE_MODE != 0 || WB_SIM_INSTRUMENTED != 0;
+/// kernel tests use their smaller shapes there. Asked at run time: one compile of the tests
+/// serves every twin (common/cmake/WbChapter.cmake), only the kernel libraries differ.
+inline bool small_shapes() {
+  return sim::race_mode() || sim::instrumented();
+}
 }  // namespace wb::test
 
 /// CHECK that `report` is within `bound`, printing the worst element when it is not.

@@ -264,7 +264,7 @@ void fast_kernels_write_only_their_rows() {
 template <Backend B>
 void misaligned_rows_take_the_scalar_path() {
   const std::vector<Shape> shapes =
-      test::kRaceMode ? std::vector<Shape>{{3, 136}, {2, 1040}}
+      test::small_shapes() ? std::vector<Shape>{{3, 136}, {2, 1040}}
                       : std::vector<Shape>{{5, 256}, {3, 1024}, {2, 1032}, {3, 4096}};
   for_each_fast_case<B>(shapes, [](const Rung<RowArgs>& rung, Dtype t, const Shape& s) {
     for (InputKind kind : {InputKind::outliers, InputKind::large_offset, InputKind::neg_inf_rows}) {

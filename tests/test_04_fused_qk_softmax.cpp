@@ -122,7 +122,7 @@ template <Backend B>
 void every_kernel_equals_the_fused_cpu_step() {
   std::vector<test::AttentionCase> cases = test::attention_cases(test::kAttentionKernelShapes);
   for (const test::AttentionCase& c : test::masked_attention_cases(
-           test::kRaceMode ? test::kAttentionMaskedKernelRaceShapes
+           test::small_shapes() ? test::kAttentionMaskedKernelRaceShapes
                            : test::kAttentionMaskedKernelShapes))
     cases.push_back(c);
   test::check_attention_ladder(B, kernel_ladder<B>(), cases, kSeed, fused_rung_error);

@@ -131,7 +131,7 @@ TEST_CASE("sim: every P of the fused kernel reproduces from the (m, d) it wrote"
   // in a bit gives its keys other P than the written (m, d) do. Several K tiles, keys masked
   // by head (tests/attention_checks.hpp: rows of (-inf, 0), whose P is 0), every score kind.
   const std::vector<AttentionShape> shapes =
-      test::kRaceMode ? std::vector<AttentionShape>{{3, 9, 41, 16}}
+      test::small_shapes() ? std::vector<AttentionShape>{{3, 9, 41, 16}}
                       : std::vector<AttentionShape>{{2, 17, 100, 16}, {3, 9, 65, 64}};
   for (const AttentionShape& shape : shapes) {
     for (ScoreKind kind : all_score_kinds()) {

@@ -220,7 +220,7 @@ template <Backend B>
 void kernel_equals_the_tiled_cpu_step() {
   std::vector<test::AttentionCase> cases = test::attention_cases(test::kAttentionKernelShapes);
   for (const test::AttentionCase& c : test::masked_attention_cases(
-           test::kRaceMode ? test::kAttentionMaskedKernelRaceShapes
+           test::small_shapes() ? test::kAttentionMaskedKernelRaceShapes
                            : test::kAttentionMaskedKernelShapes))
     cases.push_back(c);
   test::check_attention_ladder(B, kernel_ladder<B>(), cases, kSeed, rung_error);
@@ -232,7 +232,7 @@ template <Backend B>
 void every_lane_rescales_with_the_same_statistics() {
   test::check_attention_lanes_agree(
       B, kernel_ladder<B>(),
-      test::kRaceMode ? test::kAttentionLaneRaceShapes : test::kAttentionLaneShapes, kSeed,
+      test::small_shapes() ? test::kAttentionLaneRaceShapes : test::kAttentionLaneShapes, kSeed,
       /*causal=*/false);
 }
 

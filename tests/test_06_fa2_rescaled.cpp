@@ -206,7 +206,7 @@ std::vector<test::AttentionCase> ladder_cases() {
   std::vector<test::AttentionCase> cases =
       test::attention_cases(test::kAttentionKernelShapes, {false, true});
   for (const test::AttentionCase& c :
-       test::attention_cases(test::kRaceMode ? kTensorCoreRaceShapes : kTensorCoreShapes,
+       test::attention_cases(test::small_shapes() ? kTensorCoreRaceShapes : kTensorCoreShapes,
                              {false, true}, {Dtype::fp16, Dtype::bf16}))
     cases.push_back(c);
   return cases;
@@ -302,7 +302,7 @@ void every_lane_rescales_with_the_same_statistics() {
   for (bool causal : {false, true})
     test::check_attention_lanes_agree(
         B, kernel_ladder<B>(),
-        test::kRaceMode ? test::kAttentionLaneRaceShapes : test::kAttentionLaneShapes, kSeed,
+        test::small_shapes() ? test::kAttentionLaneRaceShapes : test::kAttentionLaneShapes, kSeed,
         causal);
 }
 

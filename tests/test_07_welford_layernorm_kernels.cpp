@@ -273,7 +273,7 @@ void rungs_refuse_rows_they_cannot_hold() {
 template <Backend B>
 void rows_holding_minus_inf_are_nan_and_leave_the_others_alone() {
   for (Dtype t : kDtypes) {
-    const std::vector<int> widths = test::kRaceMode ? std::vector<int>{3, 33, 1001}
+    const std::vector<int> widths = test::small_shapes() ? std::vector<int>{3, 33, 1001}
                                                     : std::vector<int>{3, 16, 33, 1000, 1001, 2048};
     for (int cols : widths) {
       const int rows = 7;
@@ -358,7 +358,7 @@ std::vector<float> lane_rows(int rows, int cols, Dtype t) {
 template <Backend B>
 void every_lane_normalizes_with_the_written_statistics() {
   for (Dtype t : kDtypes) {
-    for (const KernelShape& s : test::kRaceMode ? kLaneRaceShapes : kLaneShapes) {
+    for (const KernelShape& s : test::small_shapes() ? kLaneRaceShapes : kLaneShapes) {
       const std::vector<float> x = round_elements(lane_rows(s.rows, s.cols, t), t);
       for (const Rung<LayerNormArgs>& rung : kernel_ladder<B>()) {
         const std::string kernel = rung.name;

@@ -344,7 +344,7 @@ std::vector<KernelCase> kernel_cases() {
     // GQA 3 with lq 3: 9 group rows, stream_kv's blocks of 4, 4 and 1; d = 24: 3 vectors of
     // fp16 (6 of fp32) over a key's 2 (4) lanes, one (two) of the 4 (8) vectors empty
     add({2, 6, 2, 3, 77, 24}, {77, 40}, causal, {1, 3});
-    if (test::kRaceMode) {  // race mode: one ragged batch, splits with no key among them
+    if (test::small_shapes()) {  // race mode: one ragged batch, splits with no key among them
       add({3, 8, 2, 2, 100, 32}, {100, 0, 37}, causal, {6});
       continue;
     }
@@ -364,13 +364,13 @@ void every_rung_equals_the_cpu_step() {
     for (Dtype dtype : {Dtype::fp32, Dtype::fp16, Dtype::bf16}) {
       // The long caches and race mode in fp32 only: the 16-bit types differ in the loads and
       // the final rounding, which the short caches cover (the suite's time).
-      if ((test::kRaceMode || c.shape.lk > 1000) && dtype != Dtype::fp32) continue;
+      if ((test::small_shapes() || c.shape.lk > 1000) && dtype != Dtype::fp32) continue;
       // Outlier keys everywhere; on the short caches also scores offset by 1e4 (an exp of an
       // unshifted lse would overflow) and a steep ramp (one split holds nearly all the mass),
       // in the 16-bit types up to 100 keys (those inputs test the merge's arithmetic, which is
       // float whatever the type; the suite's time).
       std::vector<ScoreKind> kinds = {ScoreKind::outliers};
-      if (!test::kRaceMode && c.shape.lk <= (dtype == Dtype::fp32 ? 1000 : 100))
+      if (!test::small_shapes() && c.shape.lk <= (dtype == Dtype::fp32 ? 1000 : 100))
         kinds = {ScoreKind::outliers, ScoreKind::large_offset, ScoreKind::arange};
       for (ScoreKind kind : kinds) {
         // The kernels read Q, K, V rounded to the type: the CPU step and fp64 use those values.

@@ -121,7 +121,11 @@ function(wb_add_chapter)
     endif()
   endif()
 
-  add_executable(${ch} main.cpp)
+  # main.cpp compiled once for the program and its instrumented twin (which differ in the
+  # kernel libraries they link, not in the program: it asks the simulator at run time).
+  add_library(${ch}_program_objects OBJECT main.cpp)
+  target_link_libraries(${ch}_program_objects PRIVATE ${ch}_lib wb_warnings)
+  add_executable(${ch} $<TARGET_OBJECTS:${ch}_program_objects>)
   target_link_libraries(${ch} PRIVATE ${ch}_lib wb_warnings)
   # chNN_instrumented: what `chNN --profile` runs (common/ladder_profile.hpp). The test runs
   # the ordinary program, which hands over to its twin, on a small shape.
@@ -158,12 +162,38 @@ function(wb_add_chapter)
 
   file(GLOB test_sources CONFIGURE_DEPENDS ${PROJECT_SOURCE_DIR}/tests/test_${chapter}*.cpp)
   if(test_sources)
+    _wb_compile_tests_once(${chapter} ${ch} "${test_sources}" test_sources)
     wb_add_chapter_tests(${chapter} ${ch} "${test_sources}")
     _wb_add_chapter_exercise(${chapter} ${ch} "${test_sources}" "${kernels}")
   endif()
 endfunction()
 
-# The chapter's doctest binary, built from the files `test_sources`, one CTest entry per
+# The chapter's test files compiled once for every binary that runs them: the tests, their
+# race-mode and instrumented twins and the exercise's stub and learner binaries differ in the
+# kernel libraries they link, not in the tests (which choose their smaller shapes at run time,
+# tests/support.hpp). `out` receives the sources for add_executable: the shared objects, and
+# as files the tests that define kernels of their own (`__global__`), which every binary
+# compiles anew so that the twins instrument those kernels too.
+function(_wb_compile_tests_once chapter ch test_sources out)
+  set(shared)
+  set(result)
+  foreach(source IN LISTS test_sources)
+    file(STRINGS ${source} own_kernels REGEX "__global__")
+    if(own_kernels)
+      list(APPEND result ${source})
+    else()
+      list(APPEND shared ${source})
+    endif()
+  endforeach()
+  if(shared)
+    add_library(test_${chapter}_objects OBJECT ${shared})
+    target_link_libraries(test_${chapter}_objects PRIVATE ${ch}_lib wb_test_main wb_warnings)
+    list(APPEND result $<TARGET_OBJECTS:test_${chapter}_objects>)
+  endif()
+  set(${out} "${result}" PARENT_SCOPE)
+endfunction()
+
+# The chapter's doctest binary, built from `test_sources` (files or objects), one CTest entry per
 # backend label. The `cuda` entry exits with 77 (reported as skipped by CTest) when no GPU
 # can run it, never as passed.
 function(wb_add_chapter_tests chapter ch test_sources)
@@ -177,7 +207,7 @@ function(wb_add_chapter_tests chapter ch test_sources)
   add_test(NAME ${chapter}/cuda COMMAND ${exe} --test-suite=cuda --wb-require-gpu)
   set_tests_properties(${chapter}/cuda PROPERTIES LABELS cuda SKIP_RETURN_CODE 77)
   # Race mode: the sim tests again, under ThreadSanitizer over the simulator's fibers, on the
-  # tests' smaller shapes (tests/support.hpp, kRaceMode). Any report fails the test.
+  # tests' smaller shapes (tests/support.hpp, small_shapes()). Any report fails the test.
   wb_sim_race_variant(${exe} OUTPUT_VARIABLE race_exe)
   if(race_exe)
     wb_sim_add_race_test(NAME ${chapter}/sim-race COMMAND ${race_exe} --test-suite=sim)

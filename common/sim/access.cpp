@@ -16,6 +16,7 @@
 
 #include "common/sim/access_runtime.hpp"
 #include "common/sim/image.hpp"
+#include "common/sim/sanitizers.hpp"
 
 namespace wb::sim {
 
@@ -571,6 +572,8 @@ void on_mma(int m, int n, int k) {
 // ---- Public API ----------------------------------------------------------------------------
 
 bool instrumented() { return detail::state().instrumented; }
+
+bool race_mode() { return detail::tsan_active(); }
 
 void label_device_buffer(const void* ptr, const char* name) {
   detail::State& s = detail::state();

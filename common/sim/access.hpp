@@ -30,6 +30,10 @@ namespace wb::sim {
 /// True in a binary whose kernels are instrumented (an instrumented twin).
 bool instrumented();
 
+/// True in a race-mode binary: linked with ThreadSanitizer, which watches the simulator's
+/// fibers (the race twins of the test binaries).
+bool race_mode();
+
 /// Names a device buffer in memcheck messages and profiles ("x", "q", ...). No-op for memory
 /// the simulator does not know.
 void label_device_buffer(const void* ptr, const char* name);
