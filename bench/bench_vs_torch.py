@@ -16,6 +16,8 @@ runs, each after a write of twice the L2 cache, timed with CUDA events, median [
     decode     the same, a few query rows against a long KV cache           BH = 32, lq 1, 4,
                (grouped-query: enable_gqa=True)                             lk = 4096..131072,
                                                                             32 or 4 KV heads
+    attention_backward  torch.autograd.grad of the same, flash,             BH = 16,
+               efficient and cuDNN backends                                 L = 1024..4096
 
 The script knows no chapter: each program's `--list --csv -` names its op and the limits of
 every rung (element types, row lengths, head dimensions, causal), and a program runs on the
@@ -62,7 +64,7 @@ def parse_args(argv):
     p.add_argument("--rows", type=int, default=49152)
     p.add_argument("--cols", default="32-32768", help="LO-HI (powers of 2) or a list a,b,c")
     p.add_argument("--dtypes", default="fp32", help="softmax and LayerNorm dtypes (fp32,fp16,bf16)")
-    p.add_argument("--ops", default="softmax,layernorm,attention,decode")
+    p.add_argument("--ops", default="softmax,layernorm,attention,decode,attention_backward")
     p.add_argument("--bh", type=int, default=16)
     p.add_argument("--seqlens", default="1024-16384")
     p.add_argument("--head-dims", default="64,128")
@@ -72,6 +74,10 @@ def parse_args(argv):
     p.add_argument("--decode-lengths", default="4096-131072", help="KV cache lengths")
     p.add_argument("--decode-groups", default="1,8",
                    help="query heads per KV head of the decode shapes (1: multi-head)")
+    p.add_argument("--backward-seqlens", default="1024-4096",
+                   help="sequence lengths of the attention_backward shapes")
+    p.add_argument("--backward-dtypes", default="fp32,fp16,bf16",
+                   help="attention_backward dtypes")
     p.add_argument("--dry-run", action="store_true",
                    help="check the programs and print the plan; needs no torch, no GPU")
     p.add_argument("--plot-only", metavar="CSV", help="redraw the table and plots from a CSV")
@@ -86,9 +92,11 @@ def parse_args(argv):
     a.cols, a.seqlens, a.head_dims = ints(a.cols), ints(a.seqlens), ints(a.head_dims)
     a.decode_lq, a.decode_lengths = ints(a.decode_lq), ints(a.decode_lengths)
     a.decode_groups = ints(a.decode_groups)
+    a.backward_seqlens = ints(a.backward_seqlens)
+    a.backward_dtypes = a.backward_dtypes.split(",")
     a.ops = a.ops.split(",")
     a.dtypes, a.attention_dtypes = a.dtypes.split(","), a.attention_dtypes.split(",")
-    for dt in a.dtypes + a.attention_dtypes:
+    for dt in a.dtypes + a.attention_dtypes + a.backward_dtypes:
         if dt not in ELEM_BYTES:
             p.error(f"unknown dtype '{dt}' (fp32, fp16, bf16)")
     if a.reps <= 0:

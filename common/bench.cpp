@@ -52,6 +52,11 @@ double attention_flops(std::int64_t bh, std::int64_t lq, std::int64_t lk, std::i
   return causal ? full / 2.0 : full;
 }
 
+double attention_backward_flops(std::int64_t bh, std::int64_t lq, std::int64_t lk, std::int64_t d,
+                                bool causal) {
+  return 2.5 * attention_flops(bh, lq, lk, d, causal);
+}
+
 double attention_bytes(std::int64_t bh, std::int64_t lq, std::int64_t lk, std::int64_t d,
                        std::size_t elem_bytes) {
   const double e = static_cast<double>(elem_bytes);

@@ -57,6 +57,10 @@ double layernorm_bytes(std::int64_t rows, std::int64_t cols, std::size_t elem_by
 /// (L + 1) / 2L).
 double attention_flops(std::int64_t bh, std::int64_t lq, std::int64_t lk, std::int64_t d,
                        bool causal);
+/// The backward's FLOPs as FlashAttention counts them: 2.5 times the forward's (five products
+/// of 2 Lq Lk D each, S recomputed, dP, dV, dQ, dK, against the forward's two).
+double attention_backward_flops(std::int64_t bh, std::int64_t lq, std::int64_t lk, std::int64_t d,
+                                bool causal);
 /// Attention's ideal traffic: Q and O of (BH, Lq, D), K and V of (BH, Lk, D), read or written
 /// once, plus the float logsumexp of (BH, Lq).
 double attention_bytes(std::int64_t bh, std::int64_t lq, std::int64_t lk, std::int64_t d,

@@ -7,6 +7,7 @@
 //   LayerNormArgs   LayerNorm rows, gamma, beta, mean, rstd
 //   AttentionArgs   Q, K, V, O, logsumexp, causal, and the chapters' extra outputs
 //   DecodeArgs      Q against a KV cache: heads grouped, lengths per sequence, key splits
+//   AttentionBackwardArgs  Q, K, V, O, dO, logsumexp in; dQ, dK, dV out (chapter 10)
 // A chapter declares its ladder once per kernel backend:
 //
 //   template <Backend B>

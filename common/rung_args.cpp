@@ -105,6 +105,22 @@ std::string refusal(const RungLimits& limits, const DecodeArgs& a) {
   return "";
 }
 
+std::string refusal(const RungLimits& limits, const AttentionBackwardArgs& a) {
+  if (std::string why = dtype_refusal(limits, a.dtype); !why.empty()) return why;
+  const AttentionShape& s = a.shape;
+  if (s.lq < 1 || s.lk < 1) return "lq and lk must be >= 1";
+  if (s.bh < 1 || s.bh > limits.max_bh)
+    return "bh = " + std::to_string(s.bh) + " is outside [1, " + std::to_string(limits.max_bh) +
+           "]";
+  if (std::string why = head_dim_refusal(limits, s.d); !why.empty()) return why;
+  if (a.causal && !limits.causal) return "takes no causal mask";
+  if (a.q == nullptr || a.k == nullptr || a.v == nullptr || a.o == nullptr || a.d_o == nullptr ||
+      a.lse == nullptr || a.dq == nullptr || a.dk == nullptr || a.dv == nullptr ||
+      a.d_row == nullptr || a.dq_accum == nullptr)
+    return "an input, an output or a scratch buffer is null";
+  return "";
+}
+
 std::string describe(const RungLimits& l) {
   std::string s;
   if (l.max_cols > 0) {

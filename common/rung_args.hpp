@@ -112,11 +112,33 @@ struct DecodeArgs {
   Dtype dtype = Dtype::fp32;
 };
 
+/// Attention's backward pass (chapter 10): from Q, K, V, the forward's O and logsumexp, and
+/// dO = dL/dO, the gradients dQ, dK, dV of the same L. `d_row` and `dq_accum` are float
+/// scratch the rungs may use (D_i = rowsum(dO_i O_i); a float dQ that atomics add into).
+struct AttentionBackwardArgs {
+  const void* q;     ///< (bh, lq, d) of dtype
+  const void* k;     ///< (bh, lk, d) of dtype
+  const void* v;     ///< (bh, lk, d) of dtype
+  const void* o;     ///< (bh, lq, d) of dtype: the forward's output
+  const void* d_o;   ///< (bh, lq, d) of dtype: dL/dO
+  const float* lse;  ///< (bh, lq): the forward's logsumexp, -inf for a fully masked row
+  void* dq;          ///< (bh, lq, d) of dtype
+  void* dk;          ///< (bh, lk, d) of dtype
+  void* dv;          ///< (bh, lk, d) of dtype
+  float* d_row;      ///< (bh, lq) scratch: D
+  float* dq_accum;   ///< (bh, lq, d) scratch: dQ in float
+  AttentionShape shape;
+  float scale;
+  bool causal = false;
+  Dtype dtype = Dtype::fp32;
+};
+
 /// Why a rung with `limits` cannot take `a`, or "" when it can.
 std::string refusal(const RungLimits& limits, const RowArgs& a);
 std::string refusal(const RungLimits& limits, const LayerNormArgs& a);
 std::string refusal(const RungLimits& limits, const AttentionArgs& a);
 std::string refusal(const RungLimits& limits, const DecodeArgs& a);
+std::string refusal(const RungLimits& limits, const AttentionBackwardArgs& a);
 
 /// "fp32, fp16, bf16".
 std::string dtypes_string(const std::vector<Dtype>& dtypes, const char* separator = ", ");

@@ -133,6 +133,47 @@ struct DecodeBuffers {
   DecodeOut download() const { return {download_elements(o, args.dtype), lse.download()}; }
 };
 
+/// The forward's results and dO that the backward reads (chapter 10), float on the host.
+struct BackwardInputs {
+  AttentionInputs qkv;
+  std::vector<float> o;    ///< (bh, lq, d): the forward's O
+  std::vector<float> lse;  ///< (bh, lq): the forward's logsumexp
+  std::vector<float> d_o;  ///< (bh, lq, d): dL/dO
+};
+
+/// The gradients, widened to float.
+struct BackwardOut {
+  std::vector<float> dq, dk, dv;
+};
+
+/// Attention's backward (chapter 10): Q, K, V, O, dO uploaded as `dtype`, lse as floats, the
+/// gradients and the float scratch (D, dQ) allocated, `args` over them.
+struct AttentionBackwardBuffers {
+  DeviceBuffer<unsigned char> q, k, v, o, d_o, dq, dk, dv;
+  DeviceBuffer<float> lse, d_row, dq_accum;
+  AttentionBackwardArgs args;
+  AttentionBackwardBuffers(Backend backend, const BackwardInputs& in, AttentionShape shape,
+                           float scale, bool causal, Dtype dtype)
+      : q(upload_elements(backend, in.qkv.q, dtype)),
+        k(upload_elements(backend, in.qkv.k, dtype)),
+        v(upload_elements(backend, in.qkv.v, dtype)),
+        o(upload_elements(backend, in.o, dtype)),
+        d_o(upload_elements(backend, in.d_o, dtype)),
+        dq(backend, shape.q_elems() * dtype_bytes(dtype)),
+        dk(backend, shape.kv_elems() * dtype_bytes(dtype)),
+        dv(backend, shape.kv_elems() * dtype_bytes(dtype)),
+        lse(backend, in.lse),
+        d_row(backend, shape.rows()),
+        dq_accum(backend, shape.q_elems()),
+        args{q.data(),        k.data(),  v.data(),  o.data(),  d_o.data(),
+             lse.data(),      dq.data(), dk.data(), dv.data(), d_row.data(),
+             dq_accum.data(), shape,     scale,     causal,    dtype} {}
+  BackwardOut download() const {
+    return {download_elements(dq, args.dtype), download_elements(dk, args.dtype),
+            download_elements(dv, args.dtype)};
+  }
+};
+
 /// The union of the outputs of a ladder's rungs.
 template <typename Args>
 unsigned ladder_outputs(const Ladder<Args>& ladder) {

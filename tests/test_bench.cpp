@@ -65,6 +65,7 @@ TEST_CASE("attention counts 4 BH Lq Lk D FLOPs and half of that when causal" *
   CHECK(attention_flops(16, 4096, 4096, 64, true) ==
         doctest::Approx(2.0 * 16 * 4096 * 4096 * 64).epsilon(kExact));
   CHECK(attention_flops(1, 3, 5, 7, false) == doctest::Approx(420.0).epsilon(kExact));
+  CHECK(attention_backward_flops(1, 3, 5, 7, false) == doctest::Approx(1050.0).epsilon(kExact));
   // Q and O (BH, Lq, D), K and V (BH, Lk, D) in fp16, logsumexp (BH, Lq) in float:
   // 2 * (2*3*7 + 2*5*7) * 2 + 2 * 3 * 4 = 448 + 24.
   CHECK(attention_bytes(2, 3, 5, 7, 2) == doctest::Approx(472.0).epsilon(kExact));

@@ -25,6 +25,12 @@ def attention_flops(bh, lq, lk, d, causal):
     return full / 2.0 if causal else full
 
 
+def backward_flops(bh, lq, lk, d, causal):
+    """FlashAttention's count for the backward: 2.5 times the forward's (five products of
+    2 Lq Lk D each against the forward's two)."""
+    return 2.5 * attention_flops(bh, lq, lk, d, causal)
+
+
 def attention_bytes(bh, lq, lk, d, elem):
     return bh * (2.0 * lq * d + 2.0 * lk * d) * elem + bh * lq * 4.0  # Q O K V, lse
 
@@ -61,6 +67,7 @@ def self_check():
     assert layernorm_bytes(10, 7, 2) == 388.0
     assert attention_flops(1, 3, 5, 7, False) == 420.0
     assert attention_flops(16, 4096, 4096, 64, True) == 2.0 * 16 * 4096 * 4096 * 64
+    assert backward_flops(1, 3, 5, 7, False) == 1050.0
     assert attention_bytes(2, 3, 5, 7, 2) == 472.0
     assert softmax_bytes(49152, 32768, 4) == 12884901888.0
     assert gb_per_s(1e9, 1000.0) == 1.0 and tflop_per_s(5e11, 1.0) == 500.0

@@ -9,6 +9,7 @@ import os
 import subprocess
 
 from .counting import (ELEM_BYTES, attention_bytes, attention_flops, attention_shape_string,
+                       backward_flops,
                        decode_bytes, decode_shape_string, layernorm_bytes, softmax_bytes,
                        shape_string)
 
@@ -162,6 +163,35 @@ def attention_jobs(args, loaded, common, notes):
     return jobs
 
 
+def backward_jobs(args, loaded, common, notes):
+    """Attention's backward (chapter 10): dQ, dK, dV of BH heads at every --backward-seqlens,
+    against torch.autograd.grad of scaled_dot_product_attention's output (flash backend, which
+    takes fp16 and bf16 only; efficient, which also takes fp32; cuDNN)."""
+    if "attention_backward" not in args.ops:
+        return []
+    progs, jobs = bench_programs(loaded, "attention_backward", notes), []
+    for dtype in args.backward_dtypes:
+        for d in args.head_dims:
+            for causal in (False, True):
+                for seqlen in args.backward_seqlens:
+                    shape_args = ["--bh", str(args.bh), "--lq", str(seqlen), "--lk", str(seqlen),
+                                  "--d", str(d)] + (["--causal"] if causal else [])
+                    commands = [command(p, common, shape_args, dtype) for p in progs
+                                if p.rungs_taking(dtype, d=d, causal=causal)]
+                    calls = [(f"sdpa {b} backward",
+                              f"torch.autograd.grad(F.scaled_dot_product_attention(q, k, v, "
+                              f"is_causal={causal}), (q, k, v), dO) under "
+                              f"sdpa_kernel(SDPBackend.{b.upper()}_ATTENTION), "
+                              f"q k v (1, {args.bh}, {seqlen}, {d}) {dtype}")
+                             for b in ("flash", "efficient", "cudnn")]
+                    jobs.append(Job("attention_backward", dtype,
+                                    attention_shape_string(args.bh, seqlen, seqlen, d, causal),
+                                    0.0, backward_flops(args.bh, seqlen, seqlen, d, causal),
+                                    commands, calls,
+                                    {"bh": args.bh, "seqlen": seqlen, "d": d, "causal": causal}))
+    return jobs
+
+
 def decode_jobs(args, loaded, common, notes):
     """One query row (or a few) per head against a KV cache of every length: --decode-bh query
     heads of batch 1 over bh / g KV heads for each group size g of --decode-groups (g = 1:
@@ -198,4 +228,4 @@ def decode_jobs(args, loaded, common, notes):
 def plan(args, loaded, notes):
     common = ["--bench", "--reps", str(args.reps), "--csv", "{csv}"]
     return (row_jobs(args, loaded, common, notes) + attention_jobs(args, loaded, common, notes) +
-            decode_jobs(args, loaded, common, notes))
+            decode_jobs(args, loaded, common, notes) + backward_jobs(args, loaded, common, notes))

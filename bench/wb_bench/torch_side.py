@@ -55,6 +55,8 @@ def run_torch_job(torch, timer, job):
             b = torch.randn(cols, device="cuda", dtype=dt) * 0.5
             out.append(("F.layer_norm", timer.time(lambda: F.layer_norm(x, (cols,), g, b, 1e-5)), ""))
         del x
+    elif job.op == "attention_backward":
+        out += run_torch_backward(torch, timer, job, dt)
     else:
         p = job.params
         extra = {}
@@ -85,6 +87,36 @@ def run_torch_job(torch, timer, job):
 
                 out.append((name, None, str(e).splitlines()[0][:120]))
     torch.cuda.empty_cache()
+    return out
+
+
+def run_torch_backward(torch, timer, job, dt):
+    """dQ, dK, dV of sdpa's output for a fixed dO: the forward once per backend, then only
+    torch.autograd.grad timed (retain_graph keeps the saved tensors for every run)."""
+    F = torch.nn.functional
+    p = job.params
+    try:
+        from torch.nn.attention import SDPBackend, sdpa_kernel
+    except ImportError:
+        return [("sdpa backward", None, "torch.nn.attention.sdpa_kernel missing (torch < 2.3)")]
+    q, k, v = (torch.randn(1, p["bh"], p["seqlen"], p["d"], device="cuda", dtype=dt,
+                           requires_grad=True) for _ in range(3))
+    d_o = torch.randn(1, p["bh"], p["seqlen"], p["d"], device="cuda", dtype=dt)
+    out = []
+    for name, backend in (("sdpa flash backward", "FLASH_ATTENTION"),
+                          ("sdpa efficient backward", "EFFICIENT_ATTENTION"),
+                          ("sdpa cudnn backward", "CUDNN_ATTENTION")):
+        if not hasattr(SDPBackend, backend):
+            out.append((name, None, f"SDPBackend.{backend} not in this torch"))
+            continue
+        try:
+            with sdpa_kernel(getattr(SDPBackend, backend)):
+                o = F.scaled_dot_product_attention(q, k, v, is_causal=p["causal"])
+                fn = lambda: torch.autograd.grad(o, (q, k, v), d_o, retain_graph=True)  # noqa: E731
+                out.append((name, timer.time(fn), ""))
+            del o
+        except (RuntimeError, TypeError) as e:  # this backend, dtype, shape or torch cannot
+            out.append((name, None, str(e).splitlines()[0][:120]))
     return out
 
 

@@ -327,6 +327,6 @@ int main(int argc, char** argv) {
                          n_splits, c, t, options.seed);
         print_sim_time_note(std::cout, options.backend);
       },
-      "This is the workbook's last chapter so far. The chapter map on the docs main page (and\n"
-      "README.md) leads back to every step, from chapter 01's safe softmax on.\n");
+      "Next: chapter 10, the FlashAttention-2 backward pass (chapters/10_fa2_backward, docs page\n"
+      "\"Chapter 10\"): the logsumexp this chapter merged lets it recompute P tile by tile.\n");
 }

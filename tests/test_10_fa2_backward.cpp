@@ -1,0 +1,308 @@
+// Chapter 10: the FA2 backward. The fp64 reference against central finite differences of an
+// independent fp64 forward (so it is not merely consistent with itself); the standard
+// backward (P stored) and the tiled backward (P recomputed from logsumexp) against fp64 on
+// their stated floors, the tiled one also under the 2x policy against the standard one; the
+// causal tile skip; then every kernel rung against fp64, against the CPU step, fully masked
+// rows exactly zero, and dQ's atomics bounded between two runs.
+#include <cmath>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "chapters/06_fa2_rescaled/fa2.hpp"
+#include "chapters/10_fa2_backward/fa2_backward.hpp"
+#include "common/attention_inputs.hpp"
+#include "common/compare.hpp"
+#include "common/inputs.hpp"
+#include "common/reference_attention.hpp"
+#include "common/reference_attention_backward.hpp"
+#include "common/rung_buffers.hpp"
+#include "tests/support.hpp"
+
+using namespace wb;
+using namespace wb::ch10;
+
+namespace {
+
+constexpr std::uint64_t kSeed = 1010;
+
+struct Case {
+  AttentionShape shape;
+  ScoreKind kind;
+  bool causal;
+};
+
+/// One key; d = 59 over tiles of 16 keys and rows with lq != lk; lq > lk causal (the first
+/// lq - lk rows fully masked); a long row of 1000 keys; lq = 97 (six Q tiles and a short one);
+/// every input kind on a shape that crosses tiles both ways.
+std::vector<Case> cases() {
+  std::vector<Case> c = {{{1, 1, 1, 8}, ScoreKind::randn, false},
+                         {{2, 17, 33, 59}, ScoreKind::randn, true},
+                         {{2, 17, 33, 59}, ScoreKind::outliers, false},
+                         {{1, 40, 19, 16}, ScoreKind::randn, true},
+                         {{1, 2, 1000, 32}, ScoreKind::randn, true}};
+  if (test::small_shapes()) return c;
+  c.push_back({{1, 97, 64, 64}, ScoreKind::randn, true});
+  c.push_back({{1, 31, 203, 128}, ScoreKind::randn, false});
+  for (ScoreKind kind : all_score_kinds()) c.push_back({{2, 33, 47, 24}, kind, true});
+  return c;
+}
+
+std::string describe(const Case& c) {
+  const AttentionShape& s = c.shape;
+  return "bh " + std::to_string(s.bh) + ", lq " + std::to_string(s.lq) + ", lk " +
+         std::to_string(s.lk) + ", d " + std::to_string(s.d) + ", " + to_string(c.kind) +
+         (c.causal ? ", causal" : "");
+}
+
+/// The case's inputs: Q, K, V of its kind, dO randn, and the forward's O and logsumexp from
+/// chapter 06's CPU FA2 (float): what a training step hands the backward.
+BackwardInputs backward_inputs(const Case& c) {
+  const float scale = default_scale(c.shape.d);
+  BackwardInputs in;
+  in.qkv = make_attention_inputs(c.kind, c.shape, scale, kSeed);
+  in.d_o = randn(c.shape.q_elems(), kSeed + 1);
+  const ch06::Fa2Result fwd = ch06::attention_fa2(in.qkv, c.shape, {scale, c.causal, 16, 32});
+  in.o = fwd.o;
+  in.lse = fwd.lse;
+  return in;
+}
+
+struct Errors {
+  ErrorReport dq, dk, dv;
+};
+
+Errors errors(const std::vector<float>& dq, const std::vector<float>& dk,
+              const std::vector<float>& dv, const ref::AttentionGrads& r) {
+  return {ref::compare_weighted(dq, r.dq, r.dq_weight),
+          ref::compare_weighted(dk, r.dk, r.dk_weight),
+          ref::compare_weighted(dv, r.dv, r.dv_weight)};
+}
+
+void check_within(const Errors& e, const ref::BackwardFloors& f) {
+  WB_CHECK_WITHIN(e.dq, f.dq);
+  WB_CHECK_WITHIN(e.dk, f.dk);
+  WB_CHECK_WITHIN(e.dv, f.dv);
+}
+
+/// The floors of a backward that reads `in`'s O and logsumexp (chapter 06's float forward,
+/// within output_floor x o_weight and lse_floor of exact) and recomputes P from the lse.
+ref::BackwardFloors recompute_floors(const ref::AttentionGrads& r, AttentionShape s) {
+  const double lse_error = ref::lse_floor(r.score_error, s.lk, r.max_abs_lse);
+  return ref::backward_floors(ref::recomputed_p_error(r.score_error, lse_error),
+                              ref::d_from_o_error(ref::output_floor(r.score_error, s.lk), s.d),
+                              s.lq, s.lk, s.d);
+}
+
+/// The standard backward's floors: P from a safe softmax (softmax_floor), D as an lk-term sum
+/// of P dP, whose terms sum to B_i (sum_j P_ij A_ij = sum_c |dO_ic| o_weight_ic).
+ref::BackwardFloors standard_floors(const ref::AttentionGrads& r, AttentionShape s) {
+  const double p_error = ref::softmax_floor(r.score_error, s.lk);
+  return ref::backward_floors(p_error, p_error + kFloatEps * (s.lk + 1.0), s.lq, s.lk, s.d);
+}
+
+// ---- an independent fp64 forward for the finite differences --------------------------------
+
+/// L = sum_ic dO_ic O_ic of attention on double inputs, written out again on purpose (plain
+/// softmax over the visible keys, the mask restated): the gradient of L is what the reference
+/// claims to compute.
+double loss(const std::vector<double>& q, const std::vector<double>& k,
+            const std::vector<double>& v, const std::vector<float>& d_o, AttentionShape s,
+            double scale, bool causal) {
+  double total = 0.0;
+  for (int b = 0; b < s.bh; ++b)
+    for (int i = 0; i < s.lq; ++i) {
+      std::vector<double> w(s.lk, 0.0);
+      double m = -INFINITY;
+      for (int j = 0; j < s.lk; ++j) {
+        if (causal && j > i + (s.lk - s.lq)) continue;
+        double dot = 0.0;
+        for (int t = 0; t < s.d; ++t)
+          dot +=
+              q[(std::size_t(b) * s.lq + i) * s.d + t] * k[(std::size_t(b) * s.lk + j) * s.d + t];
+        w[j] = scale * dot;
+        m = std::max(m, w[j]);
+      }
+      if (m == -INFINITY) continue;  // no visible key: O_i = 0
+      double z = 0.0;
+      for (int j = 0; j < s.lk; ++j)
+        if (!(causal && j > i + (s.lk - s.lq))) z += std::exp(w[j] - m);
+      for (int j = 0; j < s.lk; ++j) {
+        if (causal && j > i + (s.lk - s.lq)) continue;
+        const double p = std::exp(w[j] - m) / z;
+        for (int t = 0; t < s.d; ++t)
+          total += double(d_o[(std::size_t(b) * s.lq + i) * s.d + t]) * p *
+                   v[(std::size_t(b) * s.lk + j) * s.d + t];
+      }
+    }
+  return total;
+}
+
+}  // namespace
+
+TEST_CASE("the fp64 backward reference equals finite differences of an fp64 forward" *
+          doctest::test_suite("cpu")) {
+  // lq < lk, lq > lk with the mask (a fully masked row), and one row.
+  for (const Case& c :
+       {Case{{2, 3, 4, 5}, ScoreKind::randn, false}, Case{{1, 5, 3, 4}, ScoreKind::randn, true},
+        Case{{1, 1, 6, 3}, ScoreKind::outliers, false}}) {
+    CAPTURE(describe(c));
+    const AttentionShape s = c.shape;
+    const float scale = default_scale(s.d);
+    const AttentionInputs in = make_attention_inputs(c.kind, s, scale, kSeed);
+    const std::vector<float> d_o = randn(s.q_elems(), kSeed + 1);
+    const ref::AttentionGrads r = ref::attention_backward(in, d_o, s, scale, c.causal);
+    std::vector<double> q(in.q.begin(), in.q.end()), k(in.k.begin(), in.k.end()),
+        v(in.v.begin(), in.v.end());
+    // Central differences at steps h and h/2, combined by Richardson extrapolation: the h^2
+    // terms cancel, leaving O(h^4) ~ 1e-12 and the rounding of L (~1e-16 / h): 1e-8 relative
+    // to the gradient's size is far below any mistake (a wrong term is O(1) of it).
+    const auto derivative = [&](std::vector<double>& x, std::size_t e) {
+      const auto central = [&](double h) {
+        const double x0 = x[e];
+        x[e] = x0 + h;
+        const double up = loss(q, k, v, d_o, s, scale, c.causal);
+        x[e] = x0 - h;
+        const double down = loss(q, k, v, d_o, s, scale, c.causal);
+        x[e] = x0;
+        return (up - down) / (2.0 * h);
+      };
+      constexpr double kStep = 1e-3;
+      return (4.0 * central(kStep / 2) - central(kStep)) / 3.0;
+    };
+    const auto check = [&](std::vector<double>& x, const std::vector<double>& grad,
+                           const std::vector<double>& weight, const char* name) {
+      for (std::size_t e = 0; e < x.size(); ++e) {
+        CAPTURE(name);
+        CAPTURE(e);
+        const double fd = derivative(x, e);
+        CHECK(std::fabs(fd - grad[e]) <= 1e-8 * (1.0 + weight[e]));
+      }
+    };
+    check(q, r.dq, r.dq_weight, "dQ");
+    check(k, r.dk, r.dk_weight, "dK");
+    check(v, r.dv, r.dv_weight, "dV");
+  }
+}
+
+TEST_CASE("D = rowsum(dO * O) equals rowsum(P * dP), eq. (3), in fp64" *
+          doctest::test_suite("cpu")) {
+  const AttentionShape s{2, 7, 9, 6};
+  const float scale = default_scale(s.d);
+  const AttentionInputs in = make_attention_inputs(ScoreKind::outliers, s, scale, kSeed);
+  const std::vector<float> d_o = randn(s.q_elems(), kSeed + 1);
+  const ref::AttentionGrads r = ref::attention_backward(in, d_o, s, scale, true);
+  const ref::Attention fwd = ref::attention(in, s, scale, true);
+  for (std::size_t row = 0; row < s.rows(); ++row) {
+    const std::size_t b = row / s.lq;
+    double sum = 0.0, size = 0.0;
+    for (int j = 0; j < s.lk; ++j) {
+      double dp = 0.0;
+      for (int t = 0; t < s.d; ++t)
+        dp += double(d_o[row * s.d + t]) * double(in.v[(b * s.lk + j) * s.d + t]);
+      sum += fwd.p[row * s.lk + j] * dp;
+      size += fwd.p[row * s.lk + j] * std::fabs(dp);
+    }
+    CAPTURE(row);
+    CHECK(std::fabs(sum - r.d_row[row]) <= 1e-12 * (1.0 + size));  // two fp64 orders of a sum
+  }
+}
+
+TEST_CASE("the standard and the tiled backward equal fp64, the tiled within 2x the standard" *
+          doctest::test_suite("cpu")) {
+  for (const Case& c : cases()) {
+    CAPTURE(describe(c));
+    const AttentionShape s = c.shape;
+    const float scale = default_scale(s.d);
+    const BackwardInputs in = backward_inputs(c);
+    const ref::AttentionGrads r = ref::attention_backward(in.qkv, in.d_o, s, scale, c.causal);
+    const Grads standard = attention_backward_standard(in.qkv, in.d_o, s, scale, c.causal);
+    const Errors e_std = errors(standard.dq, standard.dk, standard.dv, r);
+    check_within(e_std, standard_floors(r, s));
+    for (int br : {1, 16, 64})
+      for (int bc : {1, 16, 37}) {
+        CAPTURE(br);
+        CAPTURE(bc);
+        const BackwardResult t =
+            attention_backward_fa2(in.qkv, in.o, in.lse, in.d_o, s, {scale, c.causal, br, bc});
+        const Errors e = errors(t.grads.dq, t.grads.dk, t.grads.dv, r);
+        const ref::BackwardFloors f = recompute_floors(r, s);
+        check_within(e, f);
+        // The 2x policy against the previous step (DESIGN.md), its floor the step's own.
+        WB_CHECK_WITHIN(e.dq, 2 * e_std.dq.max_abs + f.dq);
+        WB_CHECK_WITHIN(e.dk, 2 * e_std.dk.max_abs + f.dk);
+        WB_CHECK_WITHIN(e.dv, 2 * e_std.dv.max_abs + f.dv);
+      }
+  }
+}
+
+TEST_CASE("the causal tiled backward visits exactly the tile pairs that hold a visible key" *
+          doctest::test_suite("cpu")) {
+  for (AttentionShape s : {AttentionShape{2, 50, 50, 8}, AttentionShape{1, 20, 70, 8},
+                           AttentionShape{1, 70, 20, 8}, AttentionShape{1, 1, 33, 8}}) {
+    CAPTURE(s.lq);
+    CAPTURE(s.lk);
+    for (int br : {1, 16, 7})
+      for (int bc : {16, 5}) {
+        long expected = 0;  // brute force over every pair, the mask restated
+        for (int j0 = 0; j0 < s.lk; j0 += bc)
+          for (int i0 = 0; i0 < s.lq; i0 += br) {
+            bool any = false;
+            for (int i = i0; i < std::min(i0 + br, s.lq); ++i) any = any || j0 <= i + (s.lk - s.lq);
+            expected += any;
+          }
+        const BackwardInputs in = backward_inputs({s, ScoreKind::randn, true});
+        const BackwardResult t =
+            attention_backward_fa2(in.qkv, in.o, in.lse, in.d_o, s, {1.f, true, br, bc});
+        CHECK(t.tiles_visited == expected * s.bh);
+      }
+  }
+}
+
+namespace {
+
+/// Every rung on every case: against fp64 on its floor, against the CPU tiled step under the
+/// 2x policy, fully masked rows' dQ exactly 0 (compare_weighted's zero weight), and two runs:
+/// dK and dV bit for bit (each written once by one block), dQ within the reordering of its
+/// atomic sum over the K/V tiles (2 gamma_tiles of its weight; equal on the simulator, which
+/// runs blocks in one order).
+template <Backend B>
+void rungs_equal_fp64_and_the_cpu_step() {
+  const Ladder<AttentionBackwardArgs> ladder = kernel_ladder<B>();
+  for (const Case& c : cases()) {
+    CAPTURE(describe(c));
+    const AttentionShape s = c.shape;
+    const float scale = default_scale(s.d);
+    const BackwardInputs in = backward_inputs(c);
+    const ref::AttentionGrads r = ref::attention_backward(in.qkv, in.d_o, s, scale, c.causal);
+    const ref::BackwardFloors f = recompute_floors(r, s);
+    const BackwardResult cpu = attention_backward_fa2(in.qkv, in.o, in.lse, in.d_o, s,
+                                                      {scale, c.causal, kKernelRows, kKernelKeys});
+    const Errors e_cpu = errors(cpu.grads.dq, cpu.grads.dk, cpu.grads.dv, r);
+    AttentionBackwardBuffers buffers(B, in, s, scale, c.causal, Dtype::fp32);
+    for (const Rung<AttentionBackwardArgs>& rung : ladder) {
+      CAPTURE(rung.name);
+      run_rung(rung, buffers.args);
+      const BackwardOut first = buffers.download();
+      const Errors e = errors(first.dq, first.dk, first.dv, r);
+      check_within(e, f);
+      WB_CHECK_WITHIN(e.dq, 2 * e_cpu.dq.max_abs + f.dq);
+      WB_CHECK_WITHIN(e.dk, 2 * e_cpu.dk.max_abs + f.dk);
+      WB_CHECK_WITHIN(e.dv, 2 * e_cpu.dv.max_abs + f.dv);
+      run_rung(rung, buffers.args);
+      const BackwardOut second = buffers.download();
+      CHECK(second.dk == first.dk);
+      CHECK(second.dv == first.dv);
+      const int tiles = (s.lk + kKernelKeys - 1) / kKernelKeys;
+      const double reorder = 2.0 * tiles * kFloatEps / (1.0 - tiles * kFloatEps);
+      std::vector<double> first_dq(first.dq.begin(), first.dq.end());
+      WB_CHECK_WITHIN(ref::compare_weighted(second.dq, first_dq, r.dq_weight),
+                      reorder * (1.0 + f.dq));
+    }
+  }
+}
+
+}  // namespace
+
+WB_KERNEL_TEST_CASE("every backward rung equals fp64 and the CPU step, odd shapes, masked rows",
+                    rungs_equal_fp64_and_the_cpu_step)
