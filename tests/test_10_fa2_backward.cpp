@@ -48,6 +48,18 @@ std::vector<Case> cases() {
   return c;
 }
 
+/// The tensor-core rung's cases (d = 64 or 128): tiles of 64 rows and keys, short last tiles,
+/// lq > lk causal (fully masked rows), outliers.
+std::vector<Case> tensor_core_cases() {
+  std::vector<Case> c = {{{1, 20, 70, 64}, ScoreKind::randn, true},
+                         {{1, 70, 20, 128}, ScoreKind::randn, true}};
+  if (test::small_shapes()) return c;
+  c.push_back({{2, 33, 130, 64}, ScoreKind::outliers, false});
+  c.push_back({{1, 97, 150, 128}, ScoreKind::randn, true});
+  c.push_back({{1, 130, 129, 64}, ScoreKind::randn, false});
+  return c;
+}
+
 std::string describe(const Case& c) {
   const AttentionShape& s = c.shape;
   return "bh " + std::to_string(s.bh) + ", lq " + std::to_string(s.lq) + ", lk " +
@@ -56,16 +68,48 @@ std::string describe(const Case& c) {
 }
 
 /// The case's inputs: Q, K, V of its kind, dO randn, and the forward's O and logsumexp from
-/// chapter 06's CPU FA2 (float): what a training step hands the backward.
-BackwardInputs backward_inputs(const Case& c) {
+/// chapter 06's CPU FA2 (float): what a training step hands the backward. For a 16-bit type,
+/// Q, K, V, dO and O rounded to it: the values its kernels read, on which the CPU step and the
+/// fp64 reference run too.
+BackwardInputs backward_inputs(const Case& c, Dtype type = Dtype::fp32) {
   const float scale = default_scale(c.shape.d);
   BackwardInputs in;
-  in.qkv = make_attention_inputs(c.kind, c.shape, scale, kSeed);
-  in.d_o = randn(c.shape.q_elems(), kSeed + 1);
+  in.qkv = ch06::round_inputs(make_attention_inputs(c.kind, c.shape, scale, kSeed), type);
+  in.d_o = round_elements(randn(c.shape.q_elems(), kSeed + 1), type);
   const ch06::Fa2Result fwd = ch06::attention_fa2(in.qkv, c.shape, {scale, c.causal, 16, 32});
-  in.o = fwd.o;
+  in.o = round_elements(fwd.o, type);
   in.lse = fwd.lse;
   return in;
+}
+
+/// The 16-bit rung's roundings in the weights (nothing for fp32): below the type's smallest
+/// normal N, rounding is absolute, u N. P^T rounded for dV: u N sum_i |dO_ic|; dS^T rounded
+/// for dK and dQ: u N scale sum_i |Q_ic|, u N scale sum_j |K_jc|; each output: u N.
+void add_subnormal_terms(ref::AttentionGrads& r, const BackwardInputs& in, AttentionShape s,
+                         float scale, Dtype type) {
+  if (type == Dtype::fp32) return;
+  const double n = ch06::smallest_normal(type), sc = std::fabs(double(scale));
+  for (int b = 0; b < s.bh; ++b) {
+    std::vector<double> sum_do(s.d, 0.0), sum_q(s.d, 0.0), sum_k(s.d, 0.0);
+    for (int i = 0; i < s.lq; ++i)
+      for (int c = 0; c < s.d; ++c) {
+        const std::size_t e = (std::size_t(b) * s.lq + i) * s.d + c;
+        sum_do[c] += std::fabs(in.d_o[e]);
+        sum_q[c] += std::fabs(in.qkv.q[e]);
+      }
+    for (int j = 0; j < s.lk; ++j)
+      for (int c = 0; c < s.d; ++c)
+        sum_k[c] += std::fabs(in.qkv.k[(std::size_t(b) * s.lk + j) * s.d + c]);
+    for (int i = 0; i < s.lq; ++i)
+      for (int c = 0; c < s.d; ++c)
+        r.dq_weight[(std::size_t(b) * s.lq + i) * s.d + c] += n * (sc * sum_k[c] + 1.0);
+    for (int j = 0; j < s.lk; ++j)
+      for (int c = 0; c < s.d; ++c) {
+        const std::size_t e = (std::size_t(b) * s.lk + j) * s.d + c;
+        r.dv_weight[e] += n * (sum_do[c] + 1.0);
+        r.dk_weight[e] += n * (sc * sum_q[c] + 1.0);
+      }
+  }
 }
 
 struct Errors {
@@ -83,15 +127,6 @@ void check_within(const Errors& e, const ref::BackwardFloors& f) {
   WB_CHECK_WITHIN(e.dq, f.dq);
   WB_CHECK_WITHIN(e.dk, f.dk);
   WB_CHECK_WITHIN(e.dv, f.dv);
-}
-
-/// The floors of a backward that reads `in`'s O and logsumexp (chapter 06's float forward,
-/// within output_floor x o_weight and lse_floor of exact) and recomputes P from the lse.
-ref::BackwardFloors recompute_floors(const ref::AttentionGrads& r, AttentionShape s) {
-  const double lse_error = ref::lse_floor(r.score_error, s.lk, r.max_abs_lse);
-  return ref::backward_floors(ref::recomputed_p_error(r.score_error, lse_error),
-                              ref::d_from_o_error(ref::output_floor(r.score_error, s.lk), s.d),
-                              s.lq, s.lk, s.d);
 }
 
 /// The standard backward's floors: P from a safe softmax (softmax_floor), D as an lk-term sum
@@ -226,7 +261,7 @@ TEST_CASE("the standard and the tiled backward equal fp64, the tiled within 2x t
         const BackwardResult t =
             attention_backward_fa2(in.qkv, in.o, in.lse, in.d_o, s, {scale, c.causal, br, bc});
         const Errors e = errors(t.grads.dq, t.grads.dk, t.grads.dv, r);
-        const ref::BackwardFloors f = recompute_floors(r, s);
+        const ref::BackwardFloors f = stated_floors(r, s, Dtype::fp32);
         check_within(e, f);
         // The 2x policy against the previous step (DESIGN.md), its floor the step's own.
         WB_CHECK_WITHIN(e.dq, 2 * e_std.dq.max_abs + f.dq);
@@ -261,45 +296,54 @@ TEST_CASE("the causal tiled backward visits exactly the tile pairs that hold a v
 
 namespace {
 
-/// Every rung on every case: against fp64 on its floor, against the CPU tiled step under the
-/// 2x policy, fully masked rows' dQ exactly 0 (compare_weighted's zero weight), and two runs:
-/// dK and dV bit for bit (each written once by one block), dQ within the reordering of its
-/// atomic sum over the K/V tiles (2 gamma_tiles of its weight; equal on the simulator, which
-/// runs blocks in one order).
+/// Every rung on every case of its types: against fp64 on its floor, against the CPU tiled
+/// step (same rounded inputs) under the 2x policy, fully masked rows' dQ exactly 0, and two
+/// runs: dK and dV bit for bit (each written once by one block), dQ within the reordering of
+/// its atomic sum over the K/V tiles (2 gamma_tiles of its weight, and for a 16-bit dQ one
+/// rounding either way; equal on the simulator, which runs blocks in one order).
 template <Backend B>
 void rungs_equal_fp64_and_the_cpu_step() {
   const Ladder<AttentionBackwardArgs> ladder = kernel_ladder<B>();
-  for (const Case& c : cases()) {
-    CAPTURE(describe(c));
-    const AttentionShape s = c.shape;
-    const float scale = default_scale(s.d);
-    const BackwardInputs in = backward_inputs(c);
-    const ref::AttentionGrads r = ref::attention_backward(in.qkv, in.d_o, s, scale, c.causal);
-    const ref::BackwardFloors f = recompute_floors(r, s);
-    const BackwardResult cpu = attention_backward_fa2(in.qkv, in.o, in.lse, in.d_o, s,
-                                                      {scale, c.causal, kKernelRows, kKernelKeys});
-    const Errors e_cpu = errors(cpu.grads.dq, cpu.grads.dk, cpu.grads.dv, r);
-    AttentionBackwardBuffers buffers(B, in, s, scale, c.causal, Dtype::fp32);
-    for (const Rung<AttentionBackwardArgs>& rung : ladder) {
-      CAPTURE(rung.name);
-      run_rung(rung, buffers.args);
-      const BackwardOut first = buffers.download();
-      const Errors e = errors(first.dq, first.dk, first.dv, r);
-      check_within(e, f);
-      WB_CHECK_WITHIN(e.dq, 2 * e_cpu.dq.max_abs + f.dq);
-      WB_CHECK_WITHIN(e.dk, 2 * e_cpu.dk.max_abs + f.dk);
-      WB_CHECK_WITHIN(e.dv, 2 * e_cpu.dv.max_abs + f.dv);
-      run_rung(rung, buffers.args);
-      const BackwardOut second = buffers.download();
-      CHECK(second.dk == first.dk);
-      CHECK(second.dv == first.dv);
-      const int tiles = (s.lk + kKernelKeys - 1) / kKernelKeys;
-      const double reorder = 2.0 * tiles * kFloatEps / (1.0 - tiles * kFloatEps);
-      std::vector<double> first_dq(first.dq.begin(), first.dq.end());
-      WB_CHECK_WITHIN(ref::compare_weighted(second.dq, first_dq, r.dq_weight),
-                      reorder * (1.0 + f.dq));
+  for (Dtype type : {Dtype::fp32, Dtype::fp16, Dtype::bf16})
+    for (const Case& c : type == Dtype::fp32 ? cases() : tensor_core_cases()) {
+      CAPTURE(describe(c));
+      const std::string type_name = to_string(type);
+      CAPTURE(type_name);
+      const AttentionShape s = c.shape;
+      const float scale = default_scale(s.d);
+      const BackwardInputs in = backward_inputs(c, type);
+      ref::AttentionGrads r = ref::attention_backward(in.qkv, in.d_o, s, scale, c.causal);
+      add_subnormal_terms(r, in, s, scale, type);
+      const ref::BackwardFloors f = stated_floors(r, s, type);
+      const BackwardResult cpu = attention_backward_fa2(
+          in.qkv, in.o, in.lse, in.d_o, s, {scale, c.causal, kKernelRows, kKernelKeys});
+      const Errors e_cpu = errors(cpu.grads.dq, cpu.grads.dk, cpu.grads.dv, r);
+      AttentionBackwardBuffers buffers(B, in, s, scale, c.causal, type);
+      for (const Rung<AttentionBackwardArgs>& rung : rungs_taking(ladder, type)) {
+        if (!why_refused(rung, buffers.args).empty()) continue;  // d not one it takes
+        const std::string rung_name = rung.name;
+        CAPTURE(rung_name);
+        run_rung(rung, buffers.args);
+        const BackwardOut first = buffers.download();
+        const Errors e = errors(first.dq, first.dk, first.dv, r);
+        check_within(e, f);
+        WB_CHECK_WITHIN(e.dq, 2 * e_cpu.dq.max_abs + f.dq);
+        WB_CHECK_WITHIN(e.dk, 2 * e_cpu.dk.max_abs + f.dk);
+        WB_CHECK_WITHIN(e.dv, 2 * e_cpu.dv.max_abs + f.dv);
+        for (std::size_t row = 0; row < s.rows(); ++row)
+          if (r.lse[row] == -INFINITY)
+            for (int col = 0; col < s.d; ++col) CHECK(first.dq[row * s.d + col] == 0.f);
+        run_rung(rung, buffers.args);
+        const BackwardOut second = buffers.download();
+        CHECK(second.dk == first.dk);
+        CHECK(second.dv == first.dv);
+        const int tiles = (s.lk + kKernelKeys - 1) / kKernelKeys;
+        const double reorder = 2.0 * tiles * kFloatEps / (1.0 - tiles * kFloatEps);
+        std::vector<double> first_dq(first.dq.begin(), first.dq.end());
+        WB_CHECK_WITHIN(ref::compare_weighted(second.dq, first_dq, r.dq_weight),
+                        reorder * (1.0 + f.dq) + 2 * ch06::unit_roundoff(type) * (1.0 + f.dq));
+      }
     }
-  }
 }
 
 }  // namespace

@@ -30,6 +30,28 @@ __device__ inline void load_rows(const T* __restrict__ src, int first, int count
   }
 }
 
+/// Elements of a 16-bit type in one 16-byte load (a uint4).
+inline constexpr int kHalvesPer16Bytes = 8;
+
+/// Copies rows [first, first + count) of src (rows of D elements of a 16-bit type) into dst
+/// with a row stride of `ld`, 16 bytes per thread and step, the whole block taking a share;
+/// rows at or past `limit` become 0 (a short last tile computes on zeros and writes nothing;
+/// a zero V row also keeps a NaN from a row past lk out of 0 x NaN).
+template <int D, typename T>
+__device__ inline void load_rows_16bit(const T* __restrict__ src, int first, int count, int limit,
+                                       int ld, T* __restrict__ dst) {
+  constexpr int kChunksPerRow = D / kHalvesPer16Bytes;
+  const int threads = blockDim.x * blockDim.y;
+  const int tid = threadIdx.y * blockDim.x + threadIdx.x;
+  for (int e = tid; e < count * kChunksPerRow; e += threads) {
+    const int r = e / kChunksPerRow, c = e % kChunksPerRow * kHalvesPer16Bytes;
+    uint4 chunk = make_uint4(0u, 0u, 0u, 0u);
+    if (first + r < limit)
+      chunk = *reinterpret_cast<const uint4*>(src + std::size_t(first + r) * D + c);
+    *reinterpret_cast<uint4*>(dst + r * ld + c) = chunk;
+  }
+}
+
 /// s = scale (q . k) for one query row and one key row of the shared tiles: eq. (1) of
 /// chapter 04.
 __device__ inline float score(const float* __restrict__ q_row, const float* __restrict__ k_row,

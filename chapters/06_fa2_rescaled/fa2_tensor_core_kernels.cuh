@@ -47,7 +47,7 @@ constexpr int kMma = 16;     // m = n = k of the wmma shape m16n16k16
 constexpr int kTcWarps = 4;  // warps per block, each owning kMma query rows
 constexpr int kTcLanes = ch04::kWarpLanes;
 constexpr int kTcThreads = kTcWarps * kTcLanes;
-constexpr int kHalvesPer16Bytes = 8;  // one uint4 of a 16-bit type; also the row pads
+constexpr int kHalvesPer16Bytes = ch04::kHalvesPer16Bytes;  // also the row pads
 constexpr int kFloatsPer16Bytes = 4;
 constexpr int kWmmaAlign = 32;  // bytes: every wmma pointer is 256-bit aligned
 static_assert(kTcWarps * kMma == kTensorCoreRows, "Br = warps x 16 rows");
@@ -96,25 +96,6 @@ struct Convert<__nv_bfloat16> {
   __device__ static __nv_bfloat16 from_float(float x) { return __float2bfloat16_rn(x); }
 };
 
-/// Copies rows [first, first + count) of src (rows of D elements of a 16-bit type) into dst
-/// with a row stride of `ld`, 16 bytes per thread and step, the whole block taking a share;
-/// rows at or past `limit` become 0 (a short last tile computes on zeros and writes nothing;
-/// a zero V row also keeps a NaN from a row past lk out of 0 x NaN).
-template <int D, typename T>
-__device__ inline void load_rows_16bit(const T* __restrict__ src, int first, int count, int limit,
-                                       int ld, T* __restrict__ dst) {
-  constexpr int kChunksPerRow = D / kHalvesPer16Bytes;
-  const int threads = blockDim.x * blockDim.y;
-  const int tid = threadIdx.y * blockDim.x + threadIdx.x;
-  for (int e = tid; e < count * kChunksPerRow; e += threads) {
-    const int r = e / kChunksPerRow, c = e % kChunksPerRow * kHalvesPer16Bytes;
-    uint4 chunk = make_uint4(0u, 0u, 0u, 0u);
-    if (first + r < limit)
-      chunk = *reinterpret_cast<const uint4*>(src + std::size_t(first + r) * D + c);
-    *reinterpret_cast<uint4*>(dst + r * ld + c) = chunk;
-  }
-}
-
 // q: (bh, lq, D); k, v: (bh, lk, D); o: (bh, lq, D), all of type T; lse: (bh, lq) float;
 // scale: the softmax scale; causal: apply eq. (6); tiles_visited: nullptr or (bh, gridDim.x),
 // the K/V tiles each block loaded. Block (blockIdx.x, blockIdx.y) owns query rows
@@ -160,7 +141,7 @@ __global__ void __launch_bounds__(kTcThreads)
 
   // The warp's 16 rows of Q, as A fragments (16 x 16 each, D / 16 of them), kept in
   // registers for the whole loop.
-  load_rows_16bit<D>(q + std::size_t(b) * lq * D, i0, Tiles::kRows, lq, kLdKv, q_tile);
+  ch04::load_rows_16bit<D>(q + std::size_t(b) * lq * D, i0, Tiles::kRows, lq, kLdKv, q_tile);
   __syncthreads();  // the Q tile is complete
   wmma::fragment<wmma::matrix_a, kMma, kMma, kMma, T, wmma::row_major> q_frag[kDTiles];
   for (int t = 0; t < kDTiles; ++t)
@@ -179,8 +160,8 @@ __global__ void __launch_bounds__(kTcThreads)
   for (int jt = 0; jt < tiles; ++jt) {
     const int j0 = jt * kBc;
     __syncthreads();  // the previous K/V tile (or the Q tile) is no longer read
-    load_rows_16bit<D>(k + std::size_t(b) * lk * D, j0, kBc, lk, kLdKv, k_tile);
-    load_rows_16bit<D>(v + std::size_t(b) * lk * D, j0, kBc, lk, kLdKv, v_tile);
+    ch04::load_rows_16bit<D>(k + std::size_t(b) * lk * D, j0, kBc, lk, kLdKv, k_tile);
+    ch04::load_rows_16bit<D>(v + std::size_t(b) * lk * D, j0, kBc, lk, kLdKv, v_tile);
     __syncthreads();  // the K/V tile is complete
     // A warp with no row below lq, or whose rows all mask this tile, would add exactly 0:
     // it skips the products (the condition is the same in all its lanes).

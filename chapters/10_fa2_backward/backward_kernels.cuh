@@ -22,6 +22,7 @@
 #include "common/kernel.cuh"
 
 #include "chapters/04_fused_qk_softmax/attention_tiles.cuh"
+#include "chapters/10_fa2_backward/backward_prep.cuh"
 #include "chapters/10_fa2_backward/fa2_backward.hpp"
 
 namespace wb::ch10 {
@@ -36,24 +37,6 @@ constexpr int kWarps = 4;
 constexpr int kThreads = kWarps * kWarpLanes;
 constexpr int kKeysPerWarp = kKeys / kWarps;  // dK, dV rows of a thread
 constexpr int kRowsPerWarp = kRows / kWarps;  // dQ rows of a thread
-constexpr int kPrepRows = 8;                  // rows of the D kernel's block, a warp each
-
-// D_i = rowsum(dO_i * O_i), eq. (3), and dQ_i = 0 (the main kernel adds into it).
-// o, d_o, dq: (rows, d); d_row: (rows).
-__global__ void __launch_bounds__(kPrepRows* kWarpLanes)
-    backward_prep_kernel(const float* __restrict__ o, const float* __restrict__ d_o,
-                         float* __restrict__ d_row, float* __restrict__ dq, int rows, int d) {
-  const int row = blockIdx.x * kPrepRows + threadIdx.y;
-  if (row >= rows) return;  // whole warps leave together
-  const std::size_t base = std::size_t(row) * d;
-  float sum = 0.f;
-  for (int c = threadIdx.x; c < d; c += kWarpLanes) {
-    sum = fmaf(d_o[base + c], o[base + c], sum);
-    dq[base + c] = 0.f;
-  }
-  sum = ch04::warp_sum(sum);
-  if (threadIdx.x == 0) d_row[row] = sum;
-}
 
 /// The main kernel's shared tiles, padded by one float per row (conflict-free column walks).
 struct BackwardTiles {
@@ -174,9 +157,8 @@ template <>
 void Kernels<kThisBackend>::fa2_backward(const AttentionBackwardArgs& a) {
   const AttentionShape& s = a.shape;
   const int rows = s.bh * s.lq;
-  launch<backward_prep_kernel>(dim3(ceil_div(rows, kPrepRows)), dim3(kWarpLanes, kPrepRows), 0,
-                               static_cast<const float*>(a.o), static_cast<const float*>(a.d_o),
-                               a.d_row, static_cast<float*>(a.dq), rows, s.d);
+  launch_backward_prep(static_cast<const float*>(a.o), static_cast<const float*>(a.d_o), a.d_row,
+                       static_cast<float*>(a.dq), rows, s.d);
   launch<backward_kernel>(dim3(ceil_div(s.lk, kKeys), s.bh), dim3(kWarpLanes, kWarps),
                           BackwardTiles::bytes(s.d), static_cast<const float*>(a.q),
                           static_cast<const float*>(a.k), static_cast<const float*>(a.v),

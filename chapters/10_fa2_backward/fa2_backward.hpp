@@ -23,10 +23,13 @@
 
 #include "chapters/01_safe_softmax/softmax.hpp"
 #include "chapters/04_fused_qk_softmax/fused_softmax.hpp"
+#include "chapters/06_fa2_rescaled/fa2.hpp"
 #include "common/attention_inputs.hpp"
 #include "common/backend.hpp"
 #include "common/dtype.hpp"
 #include "common/hd.hpp"
+#include "common/reference_attention.hpp"
+#include "common/reference_attention_backward.hpp"
 #include "common/rung.hpp"
 #include "common/rung_args.hpp"
 
@@ -35,6 +38,9 @@ namespace wb::ch10 {
 /// The fp32 kernel's tiles: Bc keys per block (its dK, dV rows), Br query rows per Q tile.
 inline constexpr int kKernelKeys = 16;
 inline constexpr int kKernelRows = 16;
+/// The tensor-core kernel's tiles: Bc = 64 keys per block (16 per warp), Q tiles of Br = 64.
+inline constexpr int kTensorCoreKeys = 64;
+inline constexpr int kTensorCoreRows = 64;
 
 // [first_q_tile]
 /// The first Q tile of br rows that sees any key of the K/V tile starting at key j0, eq. (7):
@@ -52,6 +58,24 @@ __host__ __device__ inline int first_q_tile(int j0, int lq, int lk, int br, bool
 /// key, never e^{-inf - (-inf)} (a fully masked row has every key masked).
 __host__ __device__ inline float recomputed_p(float s, float lse, bool masked) {
   return masked ? 0.f : expf(s - lse);
+}
+
+/// Eq. (8)'s floors for a backward that recomputes P from chapter 06's float forward (its O
+/// within output_floor x o_weight of exact, its lse within lse_floor), with `type`'s roundings
+/// (none for fp32), u its unit roundoff: P^T and dS^T rounded for the products (u more in P's
+/// error and in dS's), O read rounded (u more in D's, |O| <= o_weight), and each gradient
+/// rounded once when written.
+inline ref::BackwardFloors stated_floors(const ref::AttentionGrads& r, AttentionShape s,
+                                         Dtype type) {
+  const double u = ch06::unit_roundoff(type);
+  const double lse_error = ref::lse_floor(r.score_error, s.lk, r.max_abs_lse);
+  ref::BackwardFloors f = ref::backward_floors(
+      ref::recomputed_p_error(r.score_error, lse_error) + u,
+      ref::d_from_o_error(ref::output_floor(r.score_error, s.lk), s.d) + u, s.lq, s.lk, s.d);
+  f.dq += 2 * u;
+  f.dk += 2 * u;
+  f.dv += u;
+  return f;
 }
 
 /// The gradients, float.
@@ -233,6 +257,10 @@ struct Kernels {
   /// fp32: the D kernel (which also zeroes dQ), then one block per (K/V tile of kKernelKeys,
   /// head) over the Q tiles of kKernelRows, dQ added with float atomics.
   static void fa2_backward(const AttentionBackwardArgs& a);
+  /// fp16 or bf16, d = 64 or 128 (16-byte aligned q, k, v, d_o): the D kernel into the float
+  /// scratch, one block per (K/V tile of kTensorCoreKeys, head) on tensor cores over the Q tiles
+  /// of kTensorCoreRows, dQ added into dq_accum, then rounded into dq.
+  static void fa2_backward_tensor_core(const AttentionBackwardArgs& a);
 };
 
 /// The bytes of `rows` rows of the head dimension in the args' element type.
@@ -240,37 +268,55 @@ inline std::uint64_t grad_rows_bytes(const AttentionBackwardArgs& a, std::uint64
   return rows * std::uint64_t(a.shape.d) * dtype_bytes(a.dtype);
 }
 
-/// fa2_backward's traffic. The D kernel: O and dO read once, D written (a float per row) and
-/// dQ zeroed (written once). The main kernel, per (K/V tile, head): its K and V rows read
-/// once and its dK, dV rows written once; per Q tile it visits (eq. 7): the tile's Q and dO
-/// rows and their lse and D read, and every dQ element of the tile added into by one float
-/// atomic, which the simulator runs as a load and a compare-and-swap (8 bytes read, 4
-/// written; the GPU's RED.ADD is one read-modify-write at L2).
-inline Traffic fa2_backward_traffic(const AttentionBackwardArgs& a) {
+/// The traffic of a backward whose main kernel gives a block to each (K/V tile of bc keys,
+/// head) and walks the Q tiles of br rows it sees (eq. 7). The D kernel: O and dO read once, D
+/// written (a float per row) and the float dQ zeroed (written once). Per block: its K and V
+/// rows read once and its dK, dV rows written once; per Q tile: the tile's Q and dO rows and
+/// their lse and D read, and every dQ element of the tile added into by one float atomic,
+/// which the simulator runs as a load and a compare-and-swap (8 bytes read, 4 written; the
+/// GPU's RED.ADD is one read-modify-write at L2). With `convert`, the float dQ read once more
+/// and written in the element type.
+inline Traffic backward_tiles_traffic(const AttentionBackwardArgs& a, int br, int bc,
+                                      bool convert) {
   const AttentionShape& s = a.shape;
   const std::uint64_t bh = std::uint64_t(s.bh), f = sizeof(float);
+  const std::uint64_t q_floats = std::uint64_t(s.lq) * s.d * f;
   Traffic t{0, 0,
-            "D kernel: O, dO read once, D and dQ (zeroed) written once; per K/V tile of " +
-                std::to_string(kKernelKeys) +
-                " keys and head: K, V read and dK, dV written "
-                "once; per Q tile of " +
-                std::to_string(kKernelRows) +
-                " rows it visits: Q, dO, lse, D read once, dQ added into by float atomics"};
+            "D kernel: O, dO read once, D and dQ (zeroed, float) written once; per K/V tile of " +
+                std::to_string(bc) +
+                " keys and head: K, V read and dK, dV written once; per Q "
+                "tile of " +
+                std::to_string(br) +
+                " rows it visits: Q, dO, lse, D read once, dQ added into by float atomics" +
+                (convert ? "; dQ read once and written in the element type" : "")};
   t.loaded += bh * 2 * grad_rows_bytes(a, std::uint64_t(s.lq));
-  t.stored += bh * (std::uint64_t(s.lq) * f + std::uint64_t(s.lq) * s.d * f);
-  for (int j0 = 0; j0 < s.lk; j0 += kKernelKeys) {
-    const std::uint64_t keys = std::uint64_t(std::min(kKernelKeys, s.lk - j0));
+  t.stored += bh * (std::uint64_t(s.lq) * f + q_floats);
+  for (int j0 = 0; j0 < s.lk; j0 += bc) {
+    const std::uint64_t keys = std::uint64_t(std::min(bc, s.lk - j0));
     std::uint64_t loaded = 2 * grad_rows_bytes(a, keys), stored = 2 * grad_rows_bytes(a, keys);
-    for (int it = first_q_tile(j0, s.lq, s.lk, kKernelRows, a.causal); it * kKernelRows < s.lq;
-         ++it) {
-      const std::uint64_t rows = std::uint64_t(std::min(kKernelRows, s.lq - it * kKernelRows));
+    for (int it = first_q_tile(j0, s.lq, s.lk, br, a.causal); it * br < s.lq; ++it) {
+      const std::uint64_t rows = std::uint64_t(std::min(br, s.lq - it * br));
       loaded += 2 * grad_rows_bytes(a, rows) + 2 * rows * f + 2 * rows * s.d * f;
       stored += rows * s.d * f;
     }
     t.loaded += bh * loaded;
     t.stored += bh * stored;
   }
+  if (convert) {
+    t.loaded += bh * q_floats;
+    t.stored += bh * grad_rows_bytes(a, std::uint64_t(s.lq));
+  }
   return t;
+}
+
+/// fa2_backward: Bc = kKernelKeys, Br = kKernelRows, fp32, dQ added into in place.
+inline Traffic fa2_backward_traffic(const AttentionBackwardArgs& a) {
+  return backward_tiles_traffic(a, kKernelRows, kKernelKeys, /*convert=*/false);
+}
+
+/// fa2_backward_tensor_core: Bc = Br = 64, 16-bit elements, dQ converted at the end.
+inline Traffic fa2_backward_tensor_core_traffic(const AttentionBackwardArgs& a) {
+  return backward_tiles_traffic(a, kTensorCoreRows, kTensorCoreKeys, /*convert=*/true);
 }
 
 /// The ladder in order.
@@ -281,7 +327,13 @@ Ladder<AttentionBackwardArgs> kernel_ladder() {
            "registers of one block; dQ added into with float atomics",
            attention_limits({Dtype::fp32}, ch04::kMaxHeadDim, {}, ch04::kMaxBatchHeads,
                             /*causal=*/true, 0),
-           &Kernels<B>::fa2_backward, &fa2_backward_traffic}};
+           &Kernels<B>::fa2_backward, &fa2_backward_traffic},
+          {"fa2_backward_tensor_core",
+           "the five products on tensor cores (wmma 16x16x16): fp16 or bf16 inputs, float "
+           "accumulation; a warp owns 16 keys; dQ added into float, then rounded",
+           attention_limits({Dtype::fp16, Dtype::bf16}, 0, {64, 128}, ch04::kMaxBatchHeads,
+                            /*causal=*/true, 0),
+           &Kernels<B>::fa2_backward_tensor_core, &fa2_backward_tensor_core_traffic}};
 }
 
 }  // namespace wb::ch10

@@ -40,11 +40,15 @@ void print_intro() {
          "  tiles; dQ, which every K/V tile adds to, is accumulated with atomics.\n\n";
 }
 
-/// The forward's O and logsumexp (chapter 06's CPU FA2) and a seeded dO for `qkv`.
-BackwardInputs forward_for(const AttentionInputs& qkv, AttentionShape shape, float scale,
-                           bool causal, std::uint64_t seed) {
+/// The forward's O and logsumexp (chapter 06's CPU FA2) and a seeded dO for `qkv`; for a
+/// 16-bit type Q, K, V, dO and O rounded to it (what its kernels read, and what the CPU steps
+/// and the fp64 reference then run on).
+BackwardInputs forward_for(const AttentionInputs& qkv_in, AttentionShape shape, float scale,
+                           bool causal, std::uint64_t seed, Dtype type = Dtype::fp32) {
+  const AttentionInputs qkv = ch06::round_inputs(qkv_in, type);
   const ch06::Fa2Result fwd = ch06::attention_fa2(qkv, shape, {scale, causal, 16, 32});
-  return {qkv, fwd.o, fwd.lse, randn(shape.q_elems(), seed + 1)};
+  return {qkv, round_elements(fwd.o, type), fwd.lse,
+          round_elements(randn(shape.q_elems(), seed + 1), type)};
 }
 
 // One query row sees three keys; d = 2. P recomputed from lse, dP, the two ways to D, dS.
@@ -133,7 +137,8 @@ std::string error_text(const ErrorReport& e) {
 
 // The previous step (the standard backward), the tiled step and every rung, against fp64.
 void report_table(Backend backend, const Ladder<AttentionBackwardArgs>& ladder,
-                  const BackwardInputs& in, AttentionShape s, bool causal, std::uint64_t seed) {
+                  const BackwardInputs& in, AttentionShape s, bool causal, Dtype type,
+                  std::uint64_t seed) {
   const float scale = default_scale(s.d);
   std::vector<Row> rows;
   {
@@ -150,9 +155,9 @@ void report_table(Backend backend, const Ladder<AttentionBackwardArgs>& ladder,
   }
   std::vector<std::string> skipped;
   if (backend != Backend::cpu) {
-    AttentionBackwardBuffers buffers(backend, in, s, scale, causal, Dtype::fp32);
+    AttentionBackwardBuffers buffers(backend, in, s, scale, causal, type);
     for (auto& run : run_ladder(
-             backend, rungs_taking(ladder, Dtype::fp32), buffers.args,
+             backend, rungs_taking(ladder, type), buffers.args,
              [&](const Rung<AttentionBackwardArgs>&) {
                const BackwardOut o = buffers.download();
                return Grads{o.dq, o.dk, o.dv};
@@ -162,8 +167,8 @@ void report_table(Backend backend, const Ladder<AttentionBackwardArgs>& ladder,
   }
   const ref::AttentionGrads r = ref::attention_backward(in.qkv, in.d_o, s, scale, causal);
   std::cout << (causal ? "Causal: " : "") << "gradients against fp64 (bh " << s.bh << ", lq "
-            << s.lq << ", lk " << s.lk << ", d " << s.d << ", randn, dO randn, seed " << seed
-            << "), errors in units of each gradient's weight:\n";
+            << s.lq << ", lk " << s.lk << ", d " << s.d << ", randn, dO randn, " << to_string(type)
+            << ", seed " << seed << "), errors in units of each gradient's weight:\n";
   Table t({"implementation", "dQ err", "dK err", "dV err", "dQ vs previous", "ms"});
   for (const Row& row : rows)
     t.add_row({row.name, error_text(ref::compare_weighted(row.g.dq, r.dq, r.dq_weight)),
@@ -172,16 +177,13 @@ void report_table(Backend backend, const Ladder<AttentionBackwardArgs>& ladder,
                sci(compare(row.g.dq, rows.front().g.dq).max_abs), fixed(row.ms, 2)});
   t.print(std::cout);
   print_skipped(skipped);
-  const double lse_error = ref::lse_floor(r.score_error, s.lk, r.max_abs_lse);
-  const ref::BackwardFloors f = ref::backward_floors(
-      ref::recomputed_p_error(r.score_error, lse_error),
-      ref::d_from_o_error(ref::output_floor(r.score_error, s.lk), s.d), s.lq, s.lk, s.d);
+  const ref::BackwardFloors f = stated_floors(r, s, type);
   std::cout << "  stated floors with P recomputed: dQ " << sci(f.dq) << ", dK " << sci(f.dk)
             << ", dV " << sci(f.dv) << " (fa2_backward.md, section \"Errors\")\n\n";
 }
 
 int run_bench(const Ladder<AttentionBackwardArgs>& ladder, const BenchOptions& options,
-              AttentionShape s, bool causal, std::uint64_t seed) {
+              AttentionShape s, bool causal, Dtype type, std::uint64_t seed) {
   Bench bench("10_fa2_backward", "attention_backward", options);
   const float scale = default_scale(s.d);
   const AttentionInputs qkv = {bench_input(std::int64_t(s.bh) * s.lq, s.d, seed),
@@ -191,10 +193,10 @@ int run_bench(const Ladder<AttentionBackwardArgs>& ladder, const BenchOptions& o
   const BackwardInputs in{qkv, bench_input(std::int64_t(s.bh) * s.lq, s.d, seed + 3),
                           std::vector<float>(s.rows(), 0.f),
                           bench_input(std::int64_t(s.bh) * s.lq, s.d, seed + 4)};
-  AttentionBackwardBuffers buffers(Backend::cuda, in, s, scale, causal, Dtype::fp32);
+  AttentionBackwardBuffers buffers(Backend::cuda, in, s, scale, causal, type);
   // FlashAttention counts the backward as 2.5x the forward's 4 bh lq lk d (half with the mask).
   const double flops = attention_backward_flops(s.bh, s.lq, s.lk, s.d, causal);
-  bench_ladder(bench, rungs_taking(ladder, Dtype::fp32), buffers.args,
+  bench_ladder(bench, rungs_taking(ladder, type), buffers.args,
                attention_shape_string(s.bh, s.lq, s.lk, s.d, causal), Work::computing(flops, 0.0));
   return bench.finish();
 }
@@ -203,17 +205,21 @@ int run_bench(const Ladder<AttentionBackwardArgs>& ladder, const BenchOptions& o
 
 int main(int argc, char** argv) {
   Cli cli("ch10",
-          "Chapter 10: the FlashAttention-2 backward pass on the CPU and as CUDA kernels (fp32).");
+          "Chapter 10: the FlashAttention-2 backward pass on the CPU and as CUDA kernels (fp32, "
+          "and fp16 and bf16 on tensor cores).");
   int bh = 0, lq = 0, lk = 0, d = 0, memory_length = 4096;
   bool causal = false;
+  std::string dtype = "fp32";
   cli.option("--bh", &bh, "batch x heads (default 2; 16 on cuda)", ch04::kMaxBatchHeads)
       .option("--lq", &lq, "query rows (default 300; 4096 on cuda)")
       .option("--lk", &lk, "keys (default 257; 4096 on cuda)")
       .option("--d", &d, "head dimension (default 64)", ch04::kMaxHeadDim)
       .option("--memory-length", &memory_length,
-              "lq = lk of the CPU memory comparison (default 4096; 0 skips it)", 8192)
+              "lq = lk of the CPU memory comparison (default 4096)", 8192)
       .flag("--causal", &causal,
-            "with --bench or --profile: the causal mask (the report runs both)");
+            "with --bench or --profile: the causal mask (the report runs both)")
+      .option("--dtype", &dtype, {"fp32", "fp16", "bf16"},
+              "with --bench or --profile: the element type (default fp32)");
   ProgramOptions options;
   if (const int code = parse_program(cli, argc, argv, &options); code >= 0) return code;
   const auto make_ladder = [](auto b) { return kernel_ladder<decltype(b)::value>(); };
@@ -224,19 +230,21 @@ int main(int argc, char** argv) {
                              lk > 0 ? lk : (gpu ? 4096 : 257), d > 0 ? d : 64};
   if (shape.q_elems() > kMaxBenchElements || shape.kv_elems() > kMaxBenchElements)
     return cli.error("--bh x --lq x --d or --bh x --lk x --d exceeds 2^31");
-  if (!options.bench.enabled && !options.profile && causal)
-    return cli.error("--causal only applies with --bench or --profile (the report runs both)");
+  if (!options.bench.enabled && !options.profile && (causal || dtype != "fp32"))
+    return cli.error(
+        "--causal and --dtype only apply with --bench or --profile (the report runs both)");
+  const Dtype type = dtypes_of_option(dtype).front();
   const Ladder<AttentionBackwardArgs> ladder = select_kernel_backend(options.backend, make_ladder);
   if (options.bench.enabled)
     return run_guarded(
-        cli, [&] { return run_bench(ladder, options.bench, shape, causal, options.seed); });
+        cli, [&] { return run_bench(ladder, options.bench, shape, causal, type, options.seed); });
   const float scale = default_scale(shape.d);
   if (options.profile)
     return run_guarded(cli, [&] {
       const BackwardInputs in =
           forward_for(make_attention_inputs(ScoreKind::randn, shape, scale, options.seed), shape,
-                      scale, causal, options.seed);
-      AttentionBackwardBuffers buffers(Backend::sim, in, shape, scale, causal, Dtype::fp32);
+                      scale, causal, options.seed, type);
+      AttentionBackwardBuffers buffers(Backend::sim, in, shape, scale, causal, type);
       for (auto [buffer, name] : {std::pair<const void*, const char*>{buffers.q.data(), "q"},
                                   {buffers.k.data(), "k"},
                                   {buffers.v.data(), "v"},
@@ -261,9 +269,11 @@ int main(int argc, char** argv) {
         if (memory_length > 0) print_memory(memory_length, options.seed);
         const AttentionInputs qkv =
             make_attention_inputs(ScoreKind::randn, shape, scale, options.seed);
-        for (bool c : {false, true})
-          report_table(options.backend, ladder, forward_for(qkv, shape, scale, c, options.seed),
-                       shape, c, options.seed);
+        for (Dtype t : dtypes_of_option(options.backend == Backend::cpu ? "fp32" : "all"))
+          for (bool c : {false, true})
+            report_table(options.backend, ladder,
+                         forward_for(qkv, shape, scale, c, options.seed, t), shape, c, t,
+                         options.seed);
         print_sim_time_note(std::cout, options.backend);
       },
       "This is the workbook's last chapter so far. The chapter map on the docs main page (and\n"
