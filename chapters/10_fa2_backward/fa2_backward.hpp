@@ -78,6 +78,37 @@ inline ref::BackwardFloors stated_floors(const ref::AttentionGrads& r, Attention
   return f;
 }
 
+/// The 16-bit rung's roundings in the weights of `r` (nothing for fp32): below the type's smallest
+/// normal N, rounding is absolute, u N. P^T rounded for dV: u N sum_i |dO_ic|; dS^T rounded
+/// for dK and dQ: u N scale sum_i |Q_ic|, u N scale sum_j |K_jc|; each output: u N.
+inline void add_subnormal_terms(ref::AttentionGrads& r, const AttentionInputs& qkv,
+                                const std::vector<float>& d_o, AttentionShape s, float scale,
+                                Dtype type) {
+  if (type == Dtype::fp32) return;
+  const double n = ch06::smallest_normal(type), sc = std::fabs(double(scale));
+  for (int b = 0; b < s.bh; ++b) {
+    std::vector<double> sum_do(s.d, 0.0), sum_q(s.d, 0.0), sum_k(s.d, 0.0);
+    for (int i = 0; i < s.lq; ++i)
+      for (int c = 0; c < s.d; ++c) {
+        const std::size_t e = (std::size_t(b) * s.lq + i) * s.d + c;
+        sum_do[c] += std::fabs(d_o[e]);
+        sum_q[c] += std::fabs(qkv.q[e]);
+      }
+    for (int j = 0; j < s.lk; ++j)
+      for (int c = 0; c < s.d; ++c)
+        sum_k[c] += std::fabs(qkv.k[(std::size_t(b) * s.lk + j) * s.d + c]);
+    for (int i = 0; i < s.lq; ++i)
+      for (int c = 0; c < s.d; ++c)
+        r.dq_weight[(std::size_t(b) * s.lq + i) * s.d + c] += n * (sc * sum_k[c] + 1.0);
+    for (int j = 0; j < s.lk; ++j)
+      for (int c = 0; c < s.d; ++c) {
+        const std::size_t e = (std::size_t(b) * s.lk + j) * s.d + c;
+        r.dv_weight[e] += n * (sum_do[c] + 1.0);
+        r.dk_weight[e] += n * (sc * sum_q[c] + 1.0);
+      }
+  }
+}
+
 /// The gradients, float.
 struct Grads {
   std::vector<float> dq;  ///< (bh, lq, d)

@@ -165,7 +165,8 @@ void report_table(Backend backend, const Ladder<AttentionBackwardArgs>& ladder,
              &skipped))
       rows.push_back({run.name, std::move(run.out), run.ms});
   }
-  const ref::AttentionGrads r = ref::attention_backward(in.qkv, in.d_o, s, scale, causal);
+  ref::AttentionGrads r = ref::attention_backward(in.qkv, in.d_o, s, scale, causal);
+  add_subnormal_terms(r, in.qkv, in.d_o, s, scale, type);
   std::cout << (causal ? "Causal: " : "") << "gradients against fp64 (bh " << s.bh << ", lq "
             << s.lq << ", lk " << s.lk << ", d " << s.d << ", randn, dO randn, " << to_string(type)
             << ", seed " << seed << "), errors in units of each gradient's weight:\n";
