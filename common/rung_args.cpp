@@ -31,6 +31,19 @@ std::string head_dim_refusal(const RungLimits& limits, int d) {
   return "d = " + std::to_string(d) + " is not one it takes: d in " + takes;
 }
 
+/// The checks attention's forward and backward share: element type, shape, mask.
+std::string attention_shape_refusal(const RungLimits& limits, Dtype t, const AttentionShape& s,
+                                    bool causal) {
+  if (std::string why = dtype_refusal(limits, t); !why.empty()) return why;
+  if (s.lq < 1 || s.lk < 1) return "lq and lk must be >= 1";
+  if (s.bh < 1 || s.bh > limits.max_bh)
+    return "bh = " + std::to_string(s.bh) + " is outside [1, " + std::to_string(limits.max_bh) +
+           "]";
+  if (std::string why = head_dim_refusal(limits, s.d); !why.empty()) return why;
+  if (causal && !limits.causal) return "takes no causal mask";
+  return "";
+}
+
 }  // namespace
 
 std::string to_string(const DecodeShape& s) {
@@ -61,14 +74,8 @@ std::string refusal(const RungLimits& limits, const LayerNormArgs& a) {
 }
 
 std::string refusal(const RungLimits& limits, const AttentionArgs& a) {
-  if (std::string why = dtype_refusal(limits, a.dtype); !why.empty()) return why;
-  const AttentionShape& s = a.shape;
-  if (s.lq < 1 || s.lk < 1) return "lq and lk must be >= 1";
-  if (s.bh < 1 || s.bh > limits.max_bh)
-    return "bh = " + std::to_string(s.bh) + " is outside [1, " + std::to_string(limits.max_bh) +
-           "]";
-  if (std::string why = head_dim_refusal(limits, s.d); !why.empty()) return why;
-  if (a.causal && !limits.causal) return "takes no causal mask";
+  if (std::string why = attention_shape_refusal(limits, a.dtype, a.shape, a.causal); !why.empty())
+    return why;
   const unsigned need = limits.outputs;
   if (a.q == nullptr || a.k == nullptr || a.v == nullptr || ((need & kWritesO) && !a.o) ||
       ((need & kWritesLse) && !a.lse) || ((need & kWritesMd) && !a.md) ||
@@ -106,14 +113,8 @@ std::string refusal(const RungLimits& limits, const DecodeArgs& a) {
 }
 
 std::string refusal(const RungLimits& limits, const AttentionBackwardArgs& a) {
-  if (std::string why = dtype_refusal(limits, a.dtype); !why.empty()) return why;
-  const AttentionShape& s = a.shape;
-  if (s.lq < 1 || s.lk < 1) return "lq and lk must be >= 1";
-  if (s.bh < 1 || s.bh > limits.max_bh)
-    return "bh = " + std::to_string(s.bh) + " is outside [1, " + std::to_string(limits.max_bh) +
-           "]";
-  if (std::string why = head_dim_refusal(limits, s.d); !why.empty()) return why;
-  if (a.causal && !limits.causal) return "takes no causal mask";
+  if (std::string why = attention_shape_refusal(limits, a.dtype, a.shape, a.causal); !why.empty())
+    return why;
   if (a.q == nullptr || a.k == nullptr || a.v == nullptr || a.o == nullptr || a.d_o == nullptr ||
       a.lse == nullptr || a.dq == nullptr || a.dk == nullptr || a.dv == nullptr ||
       a.d_row == nullptr || a.dq_accum == nullptr)

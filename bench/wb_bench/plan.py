@@ -138,6 +138,12 @@ def row_jobs(args, loaded, common, notes):
     return jobs
 
 
+def square_attention_args(bh, seqlen, d, causal):
+    """A program's options for bh heads of lq = lk = seqlen (chapters 04-06 and 10)."""
+    return (["--bh", str(bh), "--lq", str(seqlen), "--lk", str(seqlen), "--d", str(d)] +
+            (["--causal"] if causal else []))
+
+
 def attention_jobs(args, loaded, common, notes):
     if "attention" not in args.ops:
         return []
@@ -146,8 +152,7 @@ def attention_jobs(args, loaded, common, notes):
         for d in args.head_dims:
             for causal in (False, True):
                 for seqlen in args.seqlens:
-                    shape_args = ["--bh", str(args.bh), "--lq", str(seqlen), "--lk", str(seqlen),
-                                  "--d", str(d)] + (["--causal"] if causal else [])
+                    shape_args = square_attention_args(args.bh, seqlen, d, causal)
                     commands = [command(p, common, shape_args, dtype) for p in progs
                                 if p.rungs_taking(dtype, d=d, causal=causal)]
                     calls = [(f"sdpa {b}", f"F.scaled_dot_product_attention(q, k, v, is_causal={causal}) "
@@ -174,8 +179,7 @@ def backward_jobs(args, loaded, common, notes):
         for d in args.head_dims:
             for causal in (False, True):
                 for seqlen in args.backward_seqlens:
-                    shape_args = ["--bh", str(args.bh), "--lq", str(seqlen), "--lk", str(seqlen),
-                                  "--d", str(d)] + (["--causal"] if causal else [])
+                    shape_args = square_attention_args(args.bh, seqlen, d, causal)
                     commands = [command(p, common, shape_args, dtype) for p in progs
                                 if p.rungs_taking(dtype, d=d, causal=causal)]
                     calls = [(f"sdpa {b} backward",
