@@ -4,6 +4,8 @@
 #include <cmath>
 #include <cstdio>
 
+#include "common/table.hpp"
+
 namespace wb {
 
 namespace {
@@ -67,6 +69,13 @@ std::string ErrorReport::describe() const {
                 max_abs, max_rel, nonfinite_mismatches ? "first non-finite mismatch" : "worst",
                 worst, worst_actual, worst_reference, nonfinite_mismatches);
   return buf;
+}
+
+std::string ErrorReport::cell() const {
+  std::string s = sci(max_abs);
+  if (nonfinite_mismatches > 0 || size_mismatch)
+    s += " (" + std::to_string(nonfinite_mismatches) + " mismatches!)";
+  return s;
 }
 
 ErrorReport compare(const std::vector<float>& actual, const std::vector<double>& reference) {

@@ -30,6 +30,10 @@ struct ErrorReport {
   bool within_rel(double rel_tol) const;
   /// One line: "max abs 1.2e-07 rel 3.4e-06 at [17] = 0.1 vs 0.1000001 (0 non-finite)".
   std::string describe() const;
+  /// A table cell: max_abs, and the mismatches when there are any ("3.1e-07",
+  /// "3.1e-07 (2 mismatches!)": NaN or inf where the reference differs, or a miss of an exact
+  /// reference in compare_weighted).
+  std::string cell() const;
 };
 
 /// Compares element-wise. Non-finite references (NaN, +-inf) must be matched exactly in kind.

@@ -50,6 +50,13 @@ struct LayerNormOut {
   std::vector<float> rstd;  ///< (rows)
 };
 
+/// Attention's gradients (chapter 10), as float whatever the element type: what the CPU steps
+/// return and what AttentionBackwardBuffers downloads (widened from dtype, exactly).
+struct BackwardOut {
+  std::vector<float> dq;  ///< (bh, lq, d)
+  std::vector<float> dk;  ///< (bh, lk, d)
+  std::vector<float> dv;  ///< (bh, lk, d)
+};
 /// Attention (chapters 04-06): O = softmax(scale Q K^T) V per (batch x head), with the
 /// bottom-right causal mask when `causal`. A rung writes the outputs its limits name
 /// (RungLimits::outputs); the others may be nullptr.
@@ -177,7 +184,9 @@ struct TileTraffic {
 };
 
 /// The bytes of `rows` rows of the head dimension (rows of Q, K, V or O) of args.dtype.
-inline std::uint64_t head_rows_bytes(const AttentionArgs& args, std::uint64_t rows) {
+/// `Args`: AttentionArgs or AttentionBackwardArgs.
+template <typename Args>
+std::uint64_t head_rows_bytes(const Args& args, std::uint64_t rows) {
   return rows * static_cast<std::uint64_t>(args.shape.d) * dtype_bytes(args.dtype);
 }
 

@@ -141,11 +141,6 @@ struct BackwardInputs {
   std::vector<float> d_o;  ///< (bh, lq, d): dL/dO
 };
 
-/// The gradients, widened to float.
-struct BackwardOut {
-  std::vector<float> dq, dk, dv;
-};
-
 /// Attention's backward (chapter 10): Q, K, V, O, dO uploaded as `dtype`, lse as floats, the
 /// gradients and the float scratch (D, dQ) allocated, `args` over them.
 struct AttentionBackwardBuffers {

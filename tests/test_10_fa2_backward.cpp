@@ -224,7 +224,7 @@ TEST_CASE("the standard and the tiled backward equal fp64, the tiled within 2x t
     const float scale = default_scale(s.d);
     const BackwardInputs in = backward_inputs(c);
     const ref::AttentionGrads r = ref::attention_backward(in.qkv, in.d_o, s, scale, c.causal);
-    const Grads standard = attention_backward_standard(in.qkv, in.d_o, s, scale, c.causal);
+    const BackwardOut standard = attention_backward_standard(in.qkv, in.d_o, s, scale, c.causal);
     const Errors e_std = errors(standard.dq, standard.dk, standard.dv, r);
     check_within(e_std, standard_floors(r, s));
     for (int br : {1, 16, 64})

@@ -138,62 +138,57 @@ def row_jobs(args, loaded, common, notes):
     return jobs
 
 
-def square_attention_args(bh, seqlen, d, causal):
-    """A program's options for bh heads of lq = lk = seqlen (chapters 04-06 and 10)."""
-    return (["--bh", str(bh), "--lq", str(seqlen), "--lk", str(seqlen), "--d", str(d)] +
-            (["--causal"] if causal else []))
+def square_attention_jobs(op, dtypes, seqlens, args, loaded, common, notes, nbytes, flops, calls):
+    """`op` on BH heads of lq = lk = seqlen, every dtype, head dimension, mask and length, the
+    same shapes for the programs and for torch: nbytes(seqlen, d, elem) and
+    flops(seqlen, d, causal) count the work, calls(seqlen, d, causal, dtype) the torch calls."""
+    if op not in args.ops:
+        return []
+    progs, jobs = bench_programs(loaded, op, notes), []
+    for dtype in dtypes:
+        for d in args.head_dims:
+            for causal in (False, True):
+                for seqlen in seqlens:
+                    shape_args = (["--bh", str(args.bh), "--lq", str(seqlen), "--lk", str(seqlen),
+                                   "--d", str(d)] + (["--causal"] if causal else []))
+                    commands = [command(p, common, shape_args, dtype) for p in progs
+                                if p.rungs_taking(dtype, d=d, causal=causal)]
+                    jobs.append(Job(op, dtype,
+                                    attention_shape_string(args.bh, seqlen, seqlen, d, causal),
+                                    nbytes(seqlen, d, ELEM_BYTES[dtype]),
+                                    flops(seqlen, d, causal), commands,
+                                    calls(seqlen, d, causal, dtype),
+                                    {"bh": args.bh, "seqlen": seqlen, "d": d, "causal": causal}))
+    return jobs
 
 
 def attention_jobs(args, loaded, common, notes):
-    if "attention" not in args.ops:
-        return []
-    progs, jobs = bench_programs(loaded, "attention", notes), []
-    for dtype in args.attention_dtypes:
-        for d in args.head_dims:
-            for causal in (False, True):
-                for seqlen in args.seqlens:
-                    shape_args = square_attention_args(args.bh, seqlen, d, causal)
-                    commands = [command(p, common, shape_args, dtype) for p in progs
-                                if p.rungs_taking(dtype, d=d, causal=causal)]
-                    calls = [(f"sdpa {b}", f"F.scaled_dot_product_attention(q, k, v, is_causal={causal}) "
-                              f"under sdpa_kernel(SDPBackend.{b.upper()}_ATTENTION), "
-                              f"q k v (1, {args.bh}, {seqlen}, {d}) {dtype}")
-                             for b in ("flash", "cudnn")]
-                    jobs.append(Job("attention", dtype,
-                                    attention_shape_string(args.bh, seqlen, seqlen, d, causal),
-                                    attention_bytes(args.bh, seqlen, seqlen, d, ELEM_BYTES[dtype]),
-                                    attention_flops(args.bh, seqlen, seqlen, d, causal),
-                                    commands, calls,
-                                    {"bh": args.bh, "seqlen": seqlen, "d": d, "causal": causal}))
-    return jobs
+    bh = args.bh
+    return square_attention_jobs(
+        "attention", args.attention_dtypes, args.seqlens, args, loaded, common, notes,
+        lambda n, d, elem: attention_bytes(bh, n, n, d, elem),
+        lambda n, d, causal: attention_flops(bh, n, n, d, causal),
+        lambda n, d, causal, dtype: [
+            (f"sdpa {b}", f"F.scaled_dot_product_attention(q, k, v, is_causal={causal}) "
+             f"under sdpa_kernel(SDPBackend.{b.upper()}_ATTENTION), q k v (1, {bh}, {n}, {d}) {dtype}")
+            for b in ("flash", "cudnn")])
 
 
 def backward_jobs(args, loaded, common, notes):
     """Attention's backward (chapter 10): dQ, dK, dV of BH heads at every --backward-seqlens,
     against torch.autograd.grad of scaled_dot_product_attention's output (flash backend, which
-    takes fp16 and bf16 only; efficient, which also takes fp32; cuDNN)."""
-    if "attention_backward" not in args.ops:
-        return []
-    progs, jobs = bench_programs(loaded, "attention_backward", notes), []
-    for dtype in args.backward_dtypes:
-        for d in args.head_dims:
-            for causal in (False, True):
-                for seqlen in args.backward_seqlens:
-                    shape_args = square_attention_args(args.bh, seqlen, d, causal)
-                    commands = [command(p, common, shape_args, dtype) for p in progs
-                                if p.rungs_taking(dtype, d=d, causal=causal)]
-                    calls = [(f"sdpa {b} backward",
-                              f"torch.autograd.grad(F.scaled_dot_product_attention(q, k, v, "
-                              f"is_causal={causal}), (q, k, v), dO) under "
-                              f"sdpa_kernel(SDPBackend.{b.upper()}_ATTENTION), "
-                              f"q k v (1, {args.bh}, {seqlen}, {d}) {dtype}")
-                             for b in ("flash", "efficient", "cudnn")]
-                    jobs.append(Job("attention_backward", dtype,
-                                    attention_shape_string(args.bh, seqlen, seqlen, d, causal),
-                                    0.0, backward_flops(args.bh, seqlen, seqlen, d, causal),
-                                    commands, calls,
-                                    {"bh": args.bh, "seqlen": seqlen, "d": d, "causal": causal}))
-    return jobs
+    takes fp16 and bf16 only; efficient, which also takes fp32; cuDNN). Counted in FLOPs only."""
+    bh = args.bh
+    return square_attention_jobs(
+        "attention_backward", args.backward_dtypes, args.backward_seqlens, args, loaded, common,
+        notes, lambda n, d, elem: 0.0,
+        lambda n, d, causal: backward_flops(bh, n, n, d, causal),
+        lambda n, d, causal, dtype: [
+            (f"sdpa {b} backward",
+             f"torch.autograd.grad(F.scaled_dot_product_attention(q, k, v, is_causal={causal}), "
+             f"(q, k, v), dO) under sdpa_kernel(SDPBackend.{b.upper()}_ATTENTION), "
+             f"q k v (1, {bh}, {n}, {d}) {dtype}")
+            for b in ("flash", "efficient", "cudnn")])
 
 
 def decode_jobs(args, loaded, common, notes):

@@ -138,14 +138,6 @@ std::vector<int> ragged_lengths(int batch, int lk, std::uint64_t seed) {
   return lengths;
 }
 
-/// The largest error, and the non-finite mismatches when there are any.
-std::string error_text(const ErrorReport& e) {
-  std::string s = sci(e.max_abs);
-  if (e.nonfinite_mismatches > 0 || e.size_mismatch)
-    s += " (" + std::to_string(e.nonfinite_mismatches) + " non-finite!)";
-  return s;
-}
-
 struct Row {
   std::string name;
   DecodeResult out;
@@ -198,7 +190,7 @@ void report_table(Backend backend, const Ladder<DecodeArgs>& ladder, const Atten
     const ErrorReport o = ref::compare_weighted(row.out.o, r.o, w);
     const ErrorReport lse = compare(row.out.lse, r.lse);
     const ErrorReport prev = compare(row.out.o, rows.front().out.o);
-    t.add_row({row.name, error_text(o), error_text(prev), error_text(lse), fixed(row.ms, 2)});
+    t.add_row({row.name, o.cell(), prev.cell(), lse.cell(), fixed(row.ms, 2)});
   }
   t.print(std::cout);
   print_skipped(skipped);

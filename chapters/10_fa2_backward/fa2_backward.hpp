@@ -109,13 +109,6 @@ inline void add_subnormal_terms(ref::AttentionGrads& r, const AttentionInputs& q
   }
 }
 
-/// The gradients, float.
-struct Grads {
-  std::vector<float> dq;  ///< (bh, lq, d)
-  std::vector<float> dk;  ///< (bh, lk, d)
-  std::vector<float> dv;  ///< (bh, lk, d)
-};
-
 // ------------------------------------------------------------------------------------------
 // CPU step 1: the standard backward, P stored
 // ------------------------------------------------------------------------------------------
@@ -125,12 +118,13 @@ struct Grads {
 /// forward leaves them, then dP (lq x lk), D = rowsum(P * dP) by its definition, dS in place
 /// of dP, and the three products. `stored_bytes`, when given, receives the bytes of the two
 /// lq x lk matrices one head holds (P and dP / dS).
-inline Grads attention_backward_standard(const AttentionInputs& in, const std::vector<float>& d_o,
-                                         AttentionShape shape, float scale, bool causal,
-                                         std::size_t* stored_bytes = nullptr) {
+inline BackwardOut attention_backward_standard(const AttentionInputs& in,
+                                               const std::vector<float>& d_o, AttentionShape shape,
+                                               float scale, bool causal,
+                                               std::size_t* stored_bytes = nullptr) {
   const int lq = shape.lq, lk = shape.lk, d = shape.d;
-  Grads g{std::vector<float>(shape.q_elems(), 0.f), std::vector<float>(shape.kv_elems(), 0.f),
-          std::vector<float>(shape.kv_elems(), 0.f)};
+  BackwardOut g{std::vector<float>(shape.q_elems(), 0.f), std::vector<float>(shape.kv_elems(), 0.f),
+                std::vector<float>(shape.kv_elems(), 0.f)};
   std::vector<float> p(std::size_t(lq) * lk), dp(std::size_t(lq) * lk);
   if (stored_bytes != nullptr) *stored_bytes = 2 * p.size() * sizeof(float);
   for (int b = 0; b < shape.bh; ++b) {
@@ -262,7 +256,7 @@ inline long attention_backward_fa2(const AttentionInputs& in, const float* o, co
 // [tiled_backward]
 
 struct BackwardResult {
-  Grads grads;
+  BackwardOut grads;
   long tiles_visited;  ///< (K/V tile, Q tile) pairs
 };
 
@@ -294,11 +288,6 @@ struct Kernels {
   static void fa2_backward_tensor_core(const AttentionBackwardArgs& a);
 };
 
-/// The bytes of `rows` rows of the head dimension in the args' element type.
-inline std::uint64_t grad_rows_bytes(const AttentionBackwardArgs& a, std::uint64_t rows) {
-  return rows * std::uint64_t(a.shape.d) * dtype_bytes(a.dtype);
-}
-
 /// The traffic of a backward whose main kernel gives a block to each (K/V tile of bc keys,
 /// head) and walks the Q tiles of br rows it sees (eq. 7). The D kernel: O and dO read once, D
 /// written (a float per row) and the float dQ zeroed (written once). Per block: its K and V
@@ -320,14 +309,14 @@ inline Traffic backward_tiles_traffic(const AttentionBackwardArgs& a, int br, in
                 std::to_string(br) +
                 " rows it visits: Q, dO, lse, D read once, dQ added into by float atomics" +
                 (convert ? "; dQ read once and written in the element type" : "")};
-  t.loaded += bh * 2 * grad_rows_bytes(a, std::uint64_t(s.lq));
+  t.loaded += bh * 2 * head_rows_bytes(a, std::uint64_t(s.lq));
   t.stored += bh * (std::uint64_t(s.lq) * f + q_floats);
   for (int j0 = 0; j0 < s.lk; j0 += bc) {
     const std::uint64_t keys = std::uint64_t(std::min(bc, s.lk - j0));
-    std::uint64_t loaded = 2 * grad_rows_bytes(a, keys), stored = 2 * grad_rows_bytes(a, keys);
+    std::uint64_t loaded = 2 * head_rows_bytes(a, keys), stored = 2 * head_rows_bytes(a, keys);
     for (int it = first_q_tile(j0, s.lq, s.lk, br, a.causal); it * br < s.lq; ++it) {
       const std::uint64_t rows = std::uint64_t(std::min(br, s.lq - it * br));
-      loaded += 2 * grad_rows_bytes(a, rows) + 2 * rows * f + 2 * rows * s.d * f;
+      loaded += 2 * head_rows_bytes(a, rows) + 2 * rows * f + 2 * rows * s.d * f;
       stored += rows * s.d * f;
     }
     t.loaded += bh * loaded;
@@ -335,7 +324,7 @@ inline Traffic backward_tiles_traffic(const AttentionBackwardArgs& a, int br, in
   }
   if (convert) {
     t.loaded += bh * q_floats;
-    t.stored += bh * grad_rows_bytes(a, std::uint64_t(s.lq));
+    t.stored += bh * head_rows_bytes(a, std::uint64_t(s.lq));
   }
   return t;
 }

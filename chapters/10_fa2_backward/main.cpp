@@ -83,7 +83,8 @@ void print_trace() {
   }
   t.print(std::cout);
   rows.print(std::cout);
-  const Grads g = attention_backward_fa2(in.qkv, in.o, in.lse, in.d_o, s, {1.f, false, 1, 2}).grads;
+  const BackwardOut g =
+      attention_backward_fa2(in.qkv, in.o, in.lse, in.d_o, s, {1.f, false, 1, 2}).grads;
   const ref::AttentionGrads r = ref::attention_backward(qkv, in.d_o, s, 1.f, false);
   std::cout << "  dV_0 = sum_i P_i0 dO_i = (" << fixed(g.dv[0]) << ", " << fixed(g.dv[1])
             << "), dQ_0 = sum_j dS_0j k_j = (" << fixed(g.dq[0]) << ", " << fixed(g.dq[1])
@@ -99,11 +100,12 @@ void print_memory(int length, std::uint64_t seed) {
       forward_for(make_attention_inputs(ScoreKind::randn, s, scale, seed), s, scale, false, seed);
   std::size_t stored = 0;
   CpuTimer t_std;
-  const Grads standard = attention_backward_standard(in.qkv, in.d_o, s, scale, false, &stored);
+  const BackwardOut standard =
+      attention_backward_standard(in.qkv, in.d_o, s, scale, false, &stored);
   const double ms_std = t_std.elapsed_ms();
   constexpr int kTile = 64;
   CpuTimer t_fa2;
-  const Grads tiled =
+  const BackwardOut tiled =
       attention_backward_fa2(in.qkv, in.o, in.lse, in.d_o, s, {scale, false, kTile, kTile}).grads;
   const double ms_fa2 = t_fa2.elapsed_ms();
   // D (lq floats), one tile of P and dS, one K/V tile's dK and dV; lse is the forward's.
@@ -124,16 +126,9 @@ void print_memory(int length, std::uint64_t seed) {
 
 struct Row {
   std::string name;
-  Grads g;
+  BackwardOut g;
   double ms;
 };
-
-std::string error_text(const ErrorReport& e) {
-  std::string s = sci(e.max_abs);
-  if (e.nonfinite_mismatches > 0 || e.size_mismatch)
-    s += " (" + std::to_string(e.nonfinite_mismatches) + " mismatches!)";
-  return s;
-}
 
 // The previous step (the standard backward), the tiled step and every rung, against fp64.
 void report_table(Backend backend, const Ladder<AttentionBackwardArgs>& ladder,
@@ -143,14 +138,14 @@ void report_table(Backend backend, const Ladder<AttentionBackwardArgs>& ladder,
   std::vector<Row> rows;
   {
     CpuTimer timer;
-    Grads g = attention_backward_standard(in.qkv, in.d_o, s, scale, causal);
+    BackwardOut g = attention_backward_standard(in.qkv, in.d_o, s, scale, causal);
     rows.push_back({"cpu standard, P stored (previous)", std::move(g), timer.elapsed_ms()});
   }
   {
     CpuTimer timer;
-    Grads g = attention_backward_fa2(in.qkv, in.o, in.lse, in.d_o, s,
-                                     {scale, causal, kKernelRows, kKernelKeys})
-                  .grads;
+    BackwardOut g = attention_backward_fa2(in.qkv, in.o, in.lse, in.d_o, s,
+                                           {scale, causal, kKernelRows, kKernelKeys})
+                        .grads;
     rows.push_back({"cpu FA2, P recomputed", std::move(g), timer.elapsed_ms()});
   }
   std::vector<std::string> skipped;
@@ -158,11 +153,7 @@ void report_table(Backend backend, const Ladder<AttentionBackwardArgs>& ladder,
     AttentionBackwardBuffers buffers(backend, in, s, scale, causal, type);
     for (auto& run : run_ladder(
              backend, rungs_taking(ladder, type), buffers.args,
-             [&](const Rung<AttentionBackwardArgs>&) {
-               const BackwardOut o = buffers.download();
-               return Grads{o.dq, o.dk, o.dv};
-             },
-             &skipped))
+             [&](const Rung<AttentionBackwardArgs>&) { return buffers.download(); }, &skipped))
       rows.push_back({run.name, std::move(run.out), run.ms});
   }
   ref::AttentionGrads r = ref::attention_backward(in.qkv, in.d_o, s, scale, causal);
@@ -172,9 +163,9 @@ void report_table(Backend backend, const Ladder<AttentionBackwardArgs>& ladder,
             << ", seed " << seed << "), errors in units of each gradient's weight:\n";
   Table t({"implementation", "dQ err", "dK err", "dV err", "dQ vs previous", "ms"});
   for (const Row& row : rows)
-    t.add_row({row.name, error_text(ref::compare_weighted(row.g.dq, r.dq, r.dq_weight)),
-               error_text(ref::compare_weighted(row.g.dk, r.dk, r.dk_weight)),
-               error_text(ref::compare_weighted(row.g.dv, r.dv, r.dv_weight)),
+    t.add_row({row.name, ref::compare_weighted(row.g.dq, r.dq, r.dq_weight).cell(),
+               ref::compare_weighted(row.g.dk, r.dk, r.dk_weight).cell(),
+               ref::compare_weighted(row.g.dv, r.dv, r.dv_weight).cell(),
                sci(compare(row.g.dq, rows.front().g.dq).max_abs), fixed(row.ms, 2)});
   t.print(std::cout);
   print_skipped(skipped);
@@ -208,15 +199,14 @@ int main(int argc, char** argv) {
   Cli cli("ch10",
           "Chapter 10: the FlashAttention-2 backward pass on the CPU and as CUDA kernels (fp32, "
           "and fp16 and bf16 on tensor cores).");
-  int bh = 0, lq = 0, lk = 0, d = 0, memory_length = 4096;
+  int memory_length = 4096;
   bool causal = false;
   std::string dtype = "fp32";
-  cli.option("--bh", &bh, "batch x heads (default 2; 16 on cuda)", ch04::kMaxBatchHeads)
-      .option("--lq", &lq, "query rows (default 300; 4096 on cuda)")
-      .option("--lk", &lk, "keys (default 257; 4096 on cuda)")
-      .option("--d", &d, "head dimension (default 64)", ch04::kMaxHeadDim)
-      .option("--memory-length", &memory_length,
-              "lq = lk of the CPU memory comparison (default 4096)", 8192)
+  AttentionShapeOptions shape_options{{16, 4096, 4096, 64}, {2, 300, 257, 64}};
+  shape_options.add_to(cli, ch04::kMaxBatchHeads, ch04::kMaxHeadDim,
+                       "; the tensor-core rung takes 64 or 128");
+  cli.option("--memory-length", &memory_length,
+             "lq = lk of the CPU memory comparison (default 4096)", 8192)
       .flag("--causal", &causal,
             "with --bench or --profile: the causal mask (the report runs both)")
       .option("--dtype", &dtype, {"fp32", "fp16", "bf16"},
@@ -226,9 +216,7 @@ int main(int argc, char** argv) {
   const auto make_ladder = [](auto b) { return kernel_ladder<decltype(b)::value>(); };
   if (options.list)
     return list_ladder(options, "10_fa2_backward", "attention_backward", make_ladder);
-  const bool gpu = options.backend == Backend::cuda;
-  const AttentionShape shape{bh > 0 ? bh : (gpu ? 16 : 2), lq > 0 ? lq : (gpu ? 4096 : 300),
-                             lk > 0 ? lk : (gpu ? 4096 : 257), d > 0 ? d : 64};
+  const AttentionShape shape = shape_options.resolve(options.backend);
   if (shape.q_elems() > kMaxBenchElements || shape.kv_elems() > kMaxBenchElements)
     return cli.error("--bh x --lq x --d or --bh x --lk x --d exceeds 2^31");
   if (!options.bench.enabled && !options.profile && (causal || dtype != "fp32"))
@@ -261,9 +249,8 @@ int main(int argc, char** argv) {
                             attention_shape_string(shape.bh, shape.lq, shape.lk, shape.d, causal),
                             options.bench.csv_path);
     });
-  if (shape.p_elems() > (std::size_t{1} << 28))
-    return cli.error(
-        "--bh x --lq x --lk exceeds this program's limit of 2^28 (the fp64 reference)");
+  if (const int code = check_probabilities(cli, shape, 28, "the fp64 reference holds P"); code >= 0)
+    return code;
   return run_chapter(
       cli, options, print_intro, print_trace,
       [&] {
