@@ -136,4 +136,21 @@ int run_chapter(const Cli& cli, const ProgramOptions& options, void (*intro)(), 
   });
 }
 
+int bench_attention(const std::string& chapter, const Ladder<AttentionArgs>& ladder,
+                    const BenchOptions& options, AttentionShape shape, bool causal, Dtype dtype,
+                    std::uint64_t seed) {
+  Bench bench(chapter, "attention", options);
+  const AttentionInputs in = {bench_input(std::int64_t(shape.bh) * shape.lq, shape.d, seed),
+                              bench_input(std::int64_t(shape.bh) * shape.lk, shape.d, seed + 1),
+                              bench_input(std::int64_t(shape.bh) * shape.lk, shape.d, seed + 2)};
+  AttentionBuffers buffers(Backend::cuda, in, shape, default_scale(shape.d), causal, dtype,
+                           ladder_outputs(ladder));
+  const Work work =
+      Work::computing(attention_flops(shape.bh, shape.lq, shape.lk, shape.d, causal),
+                      attention_bytes(shape.bh, shape.lq, shape.lk, shape.d, dtype_bytes(dtype)));
+  bench_ladder(bench, rungs_taking(ladder, dtype), buffers.args,
+               attention_shape_string(shape.bh, shape.lq, shape.lk, shape.d, causal), work);
+  return bench.finish();
+}
+
 }  // namespace wb

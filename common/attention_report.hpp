@@ -13,6 +13,7 @@
 
 #include "common/attention_inputs.hpp"
 #include "common/backend.hpp"
+#include "common/bench.hpp"
 #include "common/cli.hpp"
 #include "common/dtype.hpp"
 #include "common/program.hpp"
@@ -92,6 +93,13 @@ void report_attention(Backend backend, const Ladder<AttentionArgs>& ladder,
                       const std::vector<AttentionStep>& steps, const std::vector<ScoreKind>& kinds,
                       AttentionShape shape, std::uint64_t seed, bool p,
                       const std::string& previous);
+
+/// `--bench` of an attention chapter (06, 08): every rung of `ladder` (cuda kernels) that takes
+/// `dtype` elements, on (bh, lq, lk, d) of randn, with or without the mask, in TFLOP/s
+/// (attention_flops). Returns the exit code.
+int bench_attention(const std::string& chapter, const Ladder<AttentionArgs>& ladder,
+                    const BenchOptions& options, AttentionShape shape, bool causal, Dtype dtype,
+                    std::uint64_t seed);
 
 /// The rest of an attention chapter's program once its options are parsed: `intro()` (what
 /// the step changes) and `trace()` (a worked example: all it prints with --trace), then

@@ -224,25 +224,6 @@ void report_errors(Backend backend, const Ladder<AttentionArgs>& ladder, Attenti
   print_sim_time_note(std::cout, backend);
 }
 
-// --bench: on the GPU, every rung of `ladder` (cuda kernels) that takes `dtype` elements, on
-// (bh, lq, lk, d) of randn, with or without the mask.
-int run_bench(const Ladder<AttentionArgs>& ladder, const BenchOptions& options,
-              AttentionShape shape, bool causal, Dtype dtype, std::uint64_t seed) {
-  Bench bench("06_fa2_rescaled", "attention", options);
-  const AttentionInputs in = {bench_input(std::int64_t(shape.bh) * shape.lq, shape.d, seed),
-                              bench_input(std::int64_t(shape.bh) * shape.lk, shape.d, seed + 1),
-                              bench_input(std::int64_t(shape.bh) * shape.lk, shape.d, seed + 2)};
-  AttentionBuffers buffers(Backend::cuda, in, shape, default_scale(shape.d), causal, dtype,
-                           ladder_outputs(ladder));
-  const Work work =
-      Work::computing(attention_flops(shape.bh, shape.lq, shape.lk, shape.d, causal),
-                      attention_bytes(shape.bh, shape.lq, shape.lk, shape.d, dtype_bytes(dtype)));
-  bench_ladder(bench, rungs_taking(ladder, dtype), buffers.args,
-               attention_shape_string(shape.bh, shape.lq, shape.lk, shape.d, causal), work);
-  return bench.finish();
-}
-
-
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -285,8 +266,8 @@ int main(int argc, char** argv) {
     if (shape.q_elems() > kMaxBenchElements || shape.kv_elems() > kMaxBenchElements)
       return cli.error("--bh x --lq x --d or --bh x --lk x --d exceeds 2^31 elements");
     return run_guarded(cli, [&] {
-      return run_bench(ladder, options.bench, shape, causal, dtypes_of_option(dtype).front(),
-                       options.seed);
+      return bench_attention("06_fa2_rescaled", ladder, options.bench, shape, causal,
+                             dtypes_of_option(dtype).front(), options.seed);
     });
   }
   if (const int code = check_probabilities(cli, shape, 28, "the naive baseline stores P, 1 GiB");

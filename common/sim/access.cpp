@@ -562,6 +562,24 @@ void on_tile_access(const TileAccess& tile) {
               buffer_slot(rec, r.buffer), phases);
 }
 
+void on_ldmatrix(const void* const (&rows)[32], Site site) {
+  State& s = state();
+  if (!s.in_launch || !s.profiling || wb_sim_current.active == 0) return;
+  const RuntimeScope own;
+  const auto first = reinterpret_cast<std::uintptr_t>(rows[0]);
+  Region r;
+  if (!classify(first, kTileChunkBytes, false, nullptr, r)) return;
+  LaunchRecord& rec = s.records.back();
+  // One phase per matrix: the 8 lanes that give its rows, 16 bytes each.
+  std::vector<std::vector<std::pair<std::uintptr_t, std::size_t>>> phases(32 / kTileChunksPerPhase);
+  for (unsigned lane = 0; lane < 32; ++lane) {
+    phases[lane / kTileChunksPerPhase].emplace_back(reinterpret_cast<std::uintptr_t>(rows[lane]),
+                                                    kTileChunkBytes);
+  }
+  add_request(rec, rec.by_site[site_string(site)], r.space, false, buffer_slot(rec, r.buffer),
+              phases);
+}
+
 void on_mma(int m, int n, int k) {
   State& s = state();
   if (s.in_launch && s.profiling) s.records.back().profile.mma_flops += 2ull * m * n * k;

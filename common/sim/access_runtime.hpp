@@ -78,6 +78,9 @@ void on_tile_access(const TileAccess& tile);
 /// counted again).
 void begin_tile_elements();
 void end_tile_elements();
+/// A warp-wide ldmatrix .x4 made for the warp by one lane: 32 rows of 16 bytes, lane l's row
+/// address in rows[l]; counted as the hardware serves it, one phase per 8x8 matrix.
+void on_ldmatrix(const void* const (&rows)[32], Site site);
 /// A warp-wide mma_sync of m n k (counted in profiles).
 void on_mma(int m, int n, int k);
 

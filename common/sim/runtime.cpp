@@ -26,6 +26,7 @@
 #include <vector>
 
 #include "common/sim/access_runtime.hpp"
+#include "common/sim/ptx_runtime.hpp"
 #include "common/sim/fiber.hpp"
 #include "common/sim/runtime.hpp"
 #include "common/sim/sanitizers.hpp"
@@ -702,6 +703,7 @@ void launch(const char* name, KernelKey key, dim3 grid, dim3 block, std::size_t 
         // unwritten bytes visible (NaN as float) instead of a convenient zero.
         if (shared_bytes > 0) std::memset(L.shared, 0xff, shared_bytes);
         access_block_begin();
+        cp_async_block_begin();
         run_block(fibers);
       }
     }

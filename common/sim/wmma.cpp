@@ -123,6 +123,10 @@ void wmma_check_memory(const char* name, const void* ptr, unsigned ldm, std::siz
   }
 }
 
+std::uint32_t* warp_lane_slot(unsigned lane, int slot) {
+  return lane_slot(wb_sim_current.warp, lane, slot);
+}
+
 // volatile keeps the compiler from turning these loops into memcpy calls.
 void wmma_put(int slot, const std::uint32_t* bits, int n) {
   const RuntimeScope runtime;

@@ -40,6 +40,10 @@ inline constexpr int kWmmaMaxElements = 16;
 void wmma_check_memory(const char* name, const void* ptr, unsigned ldm, std::size_t element_bytes,
                        Site site);
 
+/// Lane `lane`'s slot in the running warp's register file (for the lane that performs a warp's
+/// operation; kWmmaMaxElements words).
+std::uint32_t* warp_lane_slot(unsigned lane, int slot);
+
 /// Copies the calling lane's fragment bits into / out of its slot.
 void wmma_put(int slot, const std::uint32_t* bits, int n);
 void wmma_get(int slot, std::uint32_t* bits, int n);

@@ -1,0 +1,127 @@
+// Chapter 08's building blocks, one per idea of the ladder: where an element of a shared tile
+// lives (padded rows or the XOR swizzle, eq. 3), how a tile gets there (through registers, or by
+// cp.async, eq. 4), and how a warp reads its mma.m16n8k16 fragments out of it (32-bit loads, or
+// ldmatrix, eq. 2). fa2_fast_kernels.cuh assembles them by the rung's recipe (fa2_at_speed.hpp).
+// Test: ctest --test-dir build -R 08_fa2_at_speed --output-on-failure
+#pragma once
+
+#include "common/kernel.cuh"
+
+#include <cstddef>
+#include <cstdint>
+
+#include "chapters/08_fa2_at_speed/fa2_at_speed.hpp"
+#include "common/ptx.cuh"
+
+namespace wb::ch08 {
+
+// ------------------------------------------------------------------------------------------
+// Tile loads: rows [first, first + rows) of a (.., D) matrix, zeros past `limit`
+// ------------------------------------------------------------------------------------------
+
+/// Through registers: each thread reads 16-byte chunks (consecutive threads, consecutive chunks
+/// of a row: coalesced) and stores them; the caller's __syncthreads makes the tile visible.
+/// Rows at or past `limit` are zeros, so that masked keys multiply as 0, never as NaN.
+template <int D, bool Swizzle, typename T>
+__device__ void load_tile(const T* __restrict__ src, int first, int rows, int limit, T* tile) {
+  using Layout = TileLayout<D, Swizzle>;
+  constexpr int kChunksPerRow = D / kChunkElements;
+  const int threads = blockDim.x * blockDim.y, tid = threadIdx.y * blockDim.x + threadIdx.x;
+  for (int c = tid; c < rows * kChunksPerRow; c += threads) {
+    const int r = c / kChunksPerRow, col = c % kChunksPerRow * kChunkElements;
+    uint4 chunk = make_uint4(0u, 0u, 0u, 0u);
+    if (first + r < limit)
+      chunk = *reinterpret_cast<const uint4*>(src + std::size_t(first + r) * D + col);
+    *reinterpret_cast<uint4*>(tile + Layout::offset(r, col)) = chunk;
+  }
+}
+
+/// By cp.async, eq. (4): the same chunks, copied without passing through registers; they land
+/// at the caller's cp_async_wait (then __syncthreads makes them visible to the block).
+template <int D, bool Swizzle, typename T>
+__device__ void load_tile_async(const T* __restrict__ src, int first, int rows, int limit,
+                                T* tile) {
+  using Layout = TileLayout<D, Swizzle>;
+  constexpr int kChunksPerRow = D / kChunkElements;
+  const int threads = blockDim.x * blockDim.y, tid = threadIdx.y * blockDim.x + threadIdx.x;
+  for (int c = tid; c < rows * kChunksPerRow; c += threads) {
+    const int r = c / kChunksPerRow, col = c % kChunksPerRow * kChunkElements;
+    const bool inside = first + r < limit;
+    // A row past the matrix reads nothing (src is any valid address then) and lands as zeros.
+    const T* from = inside ? src + std::size_t(first + r) * D + col : src;
+    ptx::cp_async_16(tile + Layout::offset(r, col), from, inside);
+  }
+}
+
+// ------------------------------------------------------------------------------------------
+// Fragments of mma.m16n8k16 from a tile (layouts: common/ptx.cuh), g = lane / 4, t = lane % 4
+// ------------------------------------------------------------------------------------------
+
+/// A fragment (16 x 16) of rows [row0, row0 + 16), columns [col0, col0 + 16) of a row-major tile:
+/// Q's, for S = Q K^T.
+template <int D, bool Swizzle, bool Ldmatrix, typename T>
+__device__ __forceinline__ void load_a(std::uint32_t (&a)[4], const T* tile, int row0, int col0,
+                                       int lane) {
+  using Layout = TileLayout<D, Swizzle>;
+  if constexpr (Ldmatrix) {
+    // eq. (2): matrices (rows 0-7, cols 0-7), (8-15, 0-7), (0-7, 8-15), (8-15, 8-15) = a[0..3].
+    const int row = row0 + lane % 8 + 8 * (lane / 8 % 2), col = col0 + 8 * (lane / 16);
+    ptx::ldmatrix_x4(a, tile + Layout::offset(row, col));
+  } else {
+    const int g = lane / 4, t = lane % 4;
+    a[0] = ptx::load_pair(tile + Layout::offset(row0 + g, col0 + 2 * t));
+    a[1] = ptx::load_pair(tile + Layout::offset(row0 + g + 8, col0 + 2 * t));
+    a[2] = ptx::load_pair(tile + Layout::offset(row0 + g, col0 + 2 * t + 8));
+    a[3] = ptx::load_pair(tile + Layout::offset(row0 + g + 8, col0 + 2 * t + 8));
+  }
+}
+
+/// B fragments (16 x 8) of K^T for S = Q K^T, two key groups at once: keys [key0, key0 + 8) and
+/// [key0 + 8, key0 + 16) over head columns [col0, col0 + 16). K is stored row-major (keys, D),
+/// which is K^T column-major: B's column n is K's row n, its k pairs adjacent in memory.
+template <int D, bool Swizzle, bool Ldmatrix, typename T>
+__device__ __forceinline__ void load_b_of_k(std::uint32_t (&b0)[2], std::uint32_t (&b1)[2],
+                                            const T* tile, int key0, int col0, int lane) {
+  using Layout = TileLayout<D, Swizzle>;
+  if constexpr (Ldmatrix) {
+    // Matrices (keys 0-7, cols 0-7), (0-7, 8-15), (8-15, 0-7), (8-15, 8-15) = b0, b1.
+    const int key = key0 + lane % 8 + 8 * (lane / 16), col = col0 + 8 * (lane / 8 % 2);
+    std::uint32_t r[4];
+    ptx::ldmatrix_x4(r, tile + Layout::offset(key, col));
+    b0[0] = r[0], b0[1] = r[1], b1[0] = r[2], b1[1] = r[3];
+  } else {
+    const int g = lane / 4, t = lane % 4;
+    b0[0] = ptx::load_pair(tile + Layout::offset(key0 + g, col0 + 2 * t));
+    b0[1] = ptx::load_pair(tile + Layout::offset(key0 + g, col0 + 2 * t + 8));
+    b1[0] = ptx::load_pair(tile + Layout::offset(key0 + 8 + g, col0 + 2 * t));
+    b1[1] = ptx::load_pair(tile + Layout::offset(key0 + 8 + g, col0 + 2 * t + 8));
+  }
+}
+
+/// B fragments (16 x 8) of V for O += P~ V, two column groups at once: keys [key0, key0 + 16)
+/// over head columns [col0, col0 + 8) and [col0 + 8, col0 + 16). V is row-major (keys, D): B's
+/// k pairs are a column pair, 2 rows apart in memory, which ldmatrix .trans gathers.
+template <int D, bool Swizzle, bool Ldmatrix, typename T>
+__device__ __forceinline__ void load_b_of_v(std::uint32_t (&b0)[2], std::uint32_t (&b1)[2],
+                                            const T* tile, int key0, int col0, int lane) {
+  using Layout = TileLayout<D, Swizzle>;
+  if constexpr (Ldmatrix) {
+    // Matrices (keys 0-7, cols 0-7), (8-15, 0-7), (0-7, 8-15), (8-15, 8-15), each transposed.
+    const int key = key0 + lane % 8 + 8 * (lane / 8 % 2), col = col0 + 8 * (lane / 16);
+    std::uint32_t r[4];
+    ptx::ldmatrix_x4_trans(r, tile + Layout::offset(key, col));
+    b0[0] = r[0], b0[1] = r[1], b1[0] = r[2], b1[1] = r[3];
+  } else {
+    const int g = lane / 4, t = lane % 4;
+    for (int group = 0; group < 2; ++group) {
+      std::uint32_t(&b)[2] = group == 0 ? b0 : b1;
+      const int col = col0 + 8 * group + g;
+      for (int half = 0; half < 2; ++half) {
+        const int key = key0 + 2 * t + 8 * half;
+        b[half] = ptx::load_pair(tile + Layout::offset(key, col), tile + Layout::offset(key + 1, col));
+      }
+    }
+  }
+}
+
+}  // namespace wb::ch08

@@ -1,0 +1,197 @@
+// Chapter 08 program: FlashAttention-2 at speed, one optimization per rung. `--help` lists the
+// options.
+#include <iostream>
+#include <string>
+#include <vector>
+
+#include "chapters/06_fa2_rescaled/fa2.hpp"
+#include "chapters/08_fa2_at_speed/fa2_at_speed.hpp"
+#include "common/attention_inputs.hpp"
+#include "common/attention_profile.hpp"
+#include "common/attention_report.hpp"
+#include "common/bench.hpp"
+#include "common/cli.hpp"
+#include "common/ladder_run.hpp"
+#include "common/program.hpp"
+#include "common/reference_attention.hpp"
+#include "common/table.hpp"
+
+namespace {
+
+using namespace wb;
+using namespace wb::ch08;
+
+constexpr int kBankBytes = 4, kBanks = 32;
+
+void print_intro() {
+  std::cout
+      << "Chapter 08: FlashAttention-2 at speed\n"
+         "  Chapter 06's tensor-core kernel computes the right thing slowly: every K/V tile, its\n"
+         "  S~ and P~ make a round trip through shared memory. This chapter keeps the algorithm\n"
+         "  and changes how it runs, one idea per rung, each rung proven equal to the one before:\n"
+         "  mma.sync.m16n8k16 with S~ in registers (its accumulator layout IS P~'s operand\n"
+         "  layout), ldmatrix, a swizzled shared-memory layout, cp.async double buffering, and\n"
+         "  FA2's own schedule (128 rows per block, exp2 with the scale folded in, the causal\n"
+         "  mask only where the diagonal crosses a tile).\n\n";
+}
+
+// Eq. (1): lane (g, t)'s S~ registers after S = Q K^T, and the P~ A-fragment registers they
+// become, as matrix coordinates: the two columns agree element for element.
+void print_fragment_trace() {
+  std::cout << "Eq. (1): S~'s accumulators are P~'s A fragment. Keys 0-15 of a tile, for a few "
+               "lanes (g = lane / 4, t = lane % 4);\n  s[n][e] holds S(g + 8 (e / 2), 8 n + 2t + "
+               "e % 2), A register r holds A(g + 8 (r % 2), 2t + 8 (r / 2)) and the next column:\n";
+  Table table({"lane", "g, t", "A register", "= pack(s[n][e], s[n][e + 1])", "S~ elements (row, key)",
+               "A elements (row, col)"});
+  for (int lane : {0, 1, 5, 31}) {
+    const int g = lane / 4, t = lane % 4;
+    for (int r = 0; r < 4; ++r) {
+      const int n = r / 2, e = 2 * (r % 2);  // the accumulator the register is packed from
+      const int s_row = g + 8 * (e / 2), s_key = 8 * n + 2 * t + e % 2;
+      const int a_row = g + 8 * (r % 2), a_col = 2 * t + 8 * (r / 2);
+      table.add_row({std::to_string(lane), std::to_string(g) + ", " + std::to_string(t),
+                     "a[" + std::to_string(r) + "]",
+                     "s[" + std::to_string(n) + "][" + std::to_string(e) + "], s[" +
+                         std::to_string(n) + "][" + std::to_string(e + 1) + "]",
+                     "(" + std::to_string(s_row) + ", " + std::to_string(s_key) + "), (" +
+                         std::to_string(s_row) + ", " + std::to_string(s_key + 1) + ")",
+                     "(" + std::to_string(a_row) + ", " + std::to_string(a_col) + "), (" +
+                         std::to_string(a_row) + ", " + std::to_string(a_col + 1) + ")"});
+    }
+  }
+  table.print(std::cout);
+  std::cout << '\n';
+}
+
+/// The first bank of the 16 bytes at element (row, col) of a d = 64 tile with `Layout`.
+template <typename Layout>
+int bank_of(int row, int col) {
+  constexpr int kElementBytes = 2;
+  return Layout::offset(row, col) * kElementBytes / kBankBytes % kBanks;
+}
+
+// Eq. (3): the 8 row addresses of one ldmatrix matrix (column chunk 0 of rows 0-7, d = 64),
+// the banks they start in, unpadded, padded and swizzled.
+void print_bank_map() {
+  struct Unpadded {  // what neither padding nor the swizzle does: rows 128 bytes apart
+    static int offset(int row, int col) { return row * 64 + col; }
+  };
+  using Padded = TileLayout<64, false>;
+  using Swizzled = TileLayout<64, true>;
+  std::cout << "Eq. (3): one ldmatrix matrix, column chunk 0 of rows 0-7 of a d = 64 tile: the "
+               "bank each 16-byte row starts in\n  (it spans that bank and the next 3):\n";
+  Table table({"row", "unpadded (128 B rows)", "padded (144 B rows)", "swizzled chunk",
+               "swizzled (128 B rows)"});
+  for (int row = 0; row < kSwizzleRows; ++row) {
+    table.add_row({std::to_string(row), std::to_string(bank_of<Unpadded>(row, 0)),
+                   std::to_string(bank_of<Padded>(row, 0)),
+                   std::to_string(Swizzled::offset(row, 0) % 64 / kChunkElements),
+                   std::to_string(bank_of<Swizzled>(row, 0))});
+  }
+  table.print(std::cout);
+  std::cout << "  Unpadded, all 8 rows start in bank 0: the banks serve them one after another,\n"
+               "  8 wavefronts (an 8-way conflict). Padded or swizzled: 8 groups of 4 banks, 1 "
+               "wavefront.\n  `ch08 --profile` counts them per rung (the \"conflict\" column).\n\n";
+}
+
+// Eq. (4): the cp.async pipeline over 4 K/V tiles.
+void print_pipeline() {
+  std::cout << "Eq. (4): K/V tiles by cp.async into two buffers, 4 tiles:\n"
+               "  copy     | tile 0 -> buf 0 | tile 1 -> buf 1 | tile 2 -> buf 0 | tile 3 -> buf 1 |\n"
+               "  compute  |  (wait)         | tile 0 (buf 0)  | tile 1 (buf 1)  | tile 2 (buf 0)  "
+               "| tile 3 (buf 1)\n"
+               "  Each step: issue tile j + 1, commit, wait_group 1 (tile j landed), "
+               "__syncthreads, compute j,\n  __syncthreads (buffer j % 2 free for tile j + 2).\n\n";
+}
+
+void print_trace() {
+  print_fragment_trace();
+  print_bank_map();
+  print_pipeline();
+}
+
+// One table: the CPU step (chapter 06's tiled FA2, this chapter's algorithm) and every rung of
+// `ladder` on Q, K, V of `in` (rounded to `dtype`) against the fp64 attention of those values.
+void report_table(Backend backend, const Ladder<AttentionArgs>& ladder, const AttentionInputs& in,
+                  AttentionShape shape, bool causal, Dtype dtype, std::uint64_t seed) {
+  const float scale = default_scale(shape.d);
+  const RungTiles tiles = rung_tiles(MmaRecipe::kName, shape.d);
+  const std::vector<AttentionStep> steps = {
+      {"cpu ch06 FA2, 64 x 64 tiles (previous)", [&](const AttentionInputs& x) {
+         ch06::Fa2Result fa2 = ch06::attention_fa2(x, shape, {scale, causal, tiles.br, tiles.bc});
+         return o_output(std::move(fa2.o), std::move(fa2.lse));
+       }}};
+  std::vector<std::string> skipped;
+  const std::vector<AttentionRun> runs = run_attention_table(
+      backend, steps, rungs_taking(ladder, dtype), in, shape, scale, causal, dtype, &skipped);
+  std::cout << (causal ? "Causal: " : "") << "O and logsumexp against fp64 on (" << to_string(shape)
+            << ") randn, " << to_string(dtype) << ", seed " << seed << ":\n";
+  const ref::Attention r = ref::attention(in, shape, scale, causal, false);
+  // O in units of chapter 06's w (eq. 8 there); its floor adds 2u for rounding P~ and O.
+  const AttentionMeasure measure{false, ch06::tensor_core_weight(r.o_weight, in, shape, dtype),
+                                 "previous", 2.0 * ch06::unit_roundoff(dtype)};
+  print_attention_table(std::cout, runs, skipped, r, measure, shape, causal);
+}
+
+void report_errors(Backend backend, const Ladder<AttentionArgs>& ladder, AttentionShape shape,
+                   std::uint64_t seed) {
+  std::cout << "Q, K, V rounded to the 16-bit type; the CPU step and fp64 run on the same "
+               "rounded values.\n  O's error in units of chapter 06's w, eq. (8) there; its floor "
+               "adds 2u (u = 2^-11 in fp16, 2^-8 in bf16).\n";
+  const AttentionInputs randn =
+      make_attention_inputs(ScoreKind::randn, shape, default_scale(shape.d), seed);
+  for (Dtype dtype : {Dtype::fp16, Dtype::bf16}) {
+    const AttentionInputs in = ch06::round_inputs(randn, dtype);
+    for (bool causal : {false, true}) report_table(backend, ladder, in, shape, causal, dtype, seed);
+  }
+  print_sim_time_note(std::cout, backend);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  bool causal = false;
+  std::string dtype = "fp16";
+  Cli cli("ch08",
+          "Chapter 08: FlashAttention-2 at speed: mma.sync, ldmatrix, swizzle, cp.async and "
+          "FA2's schedule, one rung each (fp16 and bf16).");
+  AttentionShapeOptions shape_options{{16, 4096, 4096, 64}, {1, 200, 333, 64}};
+  shape_options.add_to(cli, ch04::kMaxBatchHeads, 128, "; the rungs take 64 or 128");
+  cli.flag("--causal", &causal, "with --bench or --profile: the causal attention (the report runs both)")
+      .option("--dtype", &dtype, {"fp16", "bf16"},
+              "with --bench or --profile: the element type (default fp16)");
+  ProgramOptions options;
+  if (const int code = parse_program(cli, argc, argv, &options); code >= 0) return code;
+  const auto make_ladder = [](auto b) { return kernel_ladder<decltype(b)::value>(); };
+  if (options.list) return list_ladder(options, "08_fa2_at_speed", "attention", make_ladder);
+  const AttentionShape shape = shape_options.resolve(options.backend);
+  if (!options.bench.enabled && !options.profile && (causal || dtype != "fp16"))
+    return cli.error("--causal and --dtype only apply with --bench or --profile (the report runs both)");
+  if (shape.d != 64 && shape.d != 128)
+    return cli.error("--d " + std::to_string(shape.d) + ": the rungs take d = 64 or 128");
+  const Ladder<AttentionArgs> ladder = select_kernel_backend(options.backend, make_ladder);
+  const Dtype type = dtypes_of_option(dtype).front();
+  if (options.profile) {
+    return run_guarded(cli, [&] {
+      return profile_attention(ladder, shape, options.seed, causal, type, options.bench.csv_path);
+    });
+  }
+  if (options.bench.enabled) {
+    if (shape.q_elems() > kMaxBenchElements || shape.kv_elems() > kMaxBenchElements)
+      return cli.error("--bh x --lq x --d or --bh x --lk x --d exceeds 2^31 elements");
+    return run_guarded(cli, [&] {
+      return bench_attention("08_fa2_at_speed", ladder, options.bench, shape, causal, type,
+                             options.seed);
+    });
+  }
+  if (const int code = check_probabilities(cli, shape, 28, "the fp64 reference stores P, 2 GiB");
+      code >= 0)
+    return code;
+
+  return run_chapter(
+      cli, options, print_intro, print_trace,
+      [&] { report_errors(options.backend, ladder, shape, options.seed); },
+      "Next: chapter 09, Flash-Decoding (chapters/09_flash_decoding, docs page\n\"Chapter 09: "
+      "Flash-Decoding\"): a handful of query rows against a long KV cache, split\nacross blocks "
+      "and merged by chapter 03's monoid.\n");
+}

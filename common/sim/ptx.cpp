@@ -1,0 +1,171 @@
+// The PTX wrappers' warp side (mma.m16n8k16, ldmatrix) and the cp.async queues.
+#include <cstdio>
+#include <deque>
+#include <vector>
+
+#include "common/half.hpp"
+#include "common/sim/access_runtime.hpp"
+#include "common/sim/ptx_runtime.hpp"
+
+namespace wb::sim {
+
+WmmaCoord mma_coord(MmaOperand operand, unsigned lane, int reg, int half) {
+  const int g = static_cast<int>(lane / 4), t = static_cast<int>(lane % 4);
+  switch (operand) {
+    case MmaOperand::a:
+      return WmmaCoord{g + 8 * (reg % 2), 2 * t + half + 8 * (reg / 2)};
+    case MmaOperand::b:
+      return WmmaCoord{2 * t + half + 8 * reg, g};
+    case MmaOperand::c:
+      break;
+  }
+  return WmmaCoord{g + 8 * (reg / 2), 2 * t + reg % 2};
+}
+
+namespace detail {
+namespace {
+
+constexpr int kM = 16, kN = 8, kK = 16;
+
+float element_value(WmmaType type, std::uint32_t bits) {
+  if (type == WmmaType::f16) return wb::half_bits_to_float(static_cast<std::uint16_t>(bits));
+  return wb::bf16_bits_to_float(static_cast<std::uint16_t>(bits));
+}
+
+float as_float(std::uint32_t bits) {
+  float f;
+  __builtin_memcpy(&f, &bits, sizeof f);
+  return f;
+}
+
+std::uint32_t float_bits(float f) {
+  std::uint32_t bits;
+  __builtin_memcpy(&bits, &f, sizeof f);
+  return bits;
+}
+
+/// One thread's cp.async queue: copies in issue order, each with its group's number.
+struct CpAsyncQueue {
+  struct Entry {
+    CpAsyncCopy copy;
+    unsigned group;
+  };
+  std::deque<Entry> copies;
+  unsigned committed = 0;  ///< groups closed so far; the open group is number `committed`
+};
+
+std::vector<CpAsyncQueue>& queues() {
+  static std::vector<CpAsyncQueue> q(kMaxThreadsPerBlock);
+  return q;
+}
+
+[[noreturn]] void alignment_fault(const char* what, const void* p, Site site) {
+  char buf[384];
+  std::snprintf(buf, sizeof buf, "%s at %s: address %p is not 16-byte aligned, as it requires",
+                what, site_string(site).c_str(), p);
+  warp_fault(wb_sim_current.lane, Fault::Kind::invalid_argument, buf);
+}
+
+}  // namespace
+
+void ptx_mma(WmmaType ab, Site site) {
+  const RuntimeScope runtime;
+  (void)site;
+  float a[kM][kK], b[kK][kN], c[kM][kN];
+  for (unsigned lane = 0; lane < kWarpSize; ++lane) {
+    const std::uint32_t* ra = warp_lane_slot(lane, kWmmaSlotA);
+    const std::uint32_t* rb = warp_lane_slot(lane, kWmmaSlotB);
+    const std::uint32_t* rc = warp_lane_slot(lane, kWmmaSlotC);
+    for (int reg = 0; reg < 4; ++reg) {
+      for (int half = 0; half < 2; ++half) {
+        const WmmaCoord e = mma_coord(MmaOperand::a, lane, reg, half);
+        a[e.row][e.col] = element_value(ab, ra[reg] >> (16 * half) & 0xffffu);
+      }
+      const WmmaCoord e = mma_coord(MmaOperand::c, lane, reg, 0);
+      c[e.row][e.col] = as_float(rc[reg]);
+    }
+    for (int reg = 0; reg < 2; ++reg) {
+      for (int half = 0; half < 2; ++half) {
+        const WmmaCoord e = mma_coord(MmaOperand::b, lane, reg, half);
+        b[e.row][e.col] = element_value(ab, rb[reg] >> (16 * half) & 0xffffu);
+      }
+    }
+  }
+  on_mma(kM, kN, kK);
+  for (unsigned lane = 0; lane < kWarpSize; ++lane) {
+    std::uint32_t* rd = warp_lane_slot(lane, kWmmaSlotOut);
+    for (int reg = 0; reg < 4; ++reg) {
+      const WmmaCoord e = mma_coord(MmaOperand::c, lane, reg, 0);
+      float acc = c[e.row][e.col];
+      // a * b is exact in float (11 + 11 or 8 + 8 significand bits): only the additions round.
+      for (int k = 0; k < kK; ++k) acc += a[e.row][k] * b[k][e.col];
+      rd[reg] = float_bits(acc);
+    }
+  }
+}
+
+void ldmatrix_check_row(const void* row, Site site) {
+  if (reinterpret_cast<std::uintptr_t>(row) % 16 != 0) {
+    const RuntimeScope runtime;
+    alignment_fault("ldmatrix", row, site);
+  }
+}
+
+void ldmatrix_row_addresses(const void* (&rows)[kLdmatrixRows]) {
+  const RuntimeScope runtime;
+  for (unsigned lane = 0; lane < kWarpSize; ++lane) {
+    const std::uint32_t* x = warp_lane_slot(lane, kWmmaSlotA);
+    rows[lane] = reinterpret_cast<const void*>(static_cast<std::uintptr_t>(x[0]) |
+                                               static_cast<std::uintptr_t>(x[1]) << 32);
+  }
+}
+
+void ldmatrix_deal(const std::uint16_t (&rows)[kLdmatrixRows][kLdmatrixRowElements], bool trans) {
+  const RuntimeScope runtime;
+  constexpr int kRowsPerMatrix = 8;
+  for (unsigned lane = 0; lane < kWarpSize; ++lane) {
+    const int g = static_cast<int>(lane / 4), t = static_cast<int>(lane % 4);
+    std::uint32_t* r = warp_lane_slot(lane, kWmmaSlotOut);
+    for (int j = 0; j < 4; ++j) {
+      const auto& m = rows + j * kRowsPerMatrix;  // matrix j: its 8 rows
+      const std::uint32_t lo = trans ? m[2 * t][g] : m[g][2 * t];
+      const std::uint32_t hi = trans ? m[2 * t + 1][g] : m[g][2 * t + 1];
+      r[j] = lo | hi << 16;
+    }
+  }
+}
+
+void cp_async_issue(void* dst, const void* src, bool full, Site site) {
+  const RuntimeScope runtime;
+  if (reinterpret_cast<std::uintptr_t>(dst) % 16 != 0) alignment_fault("cp.async", dst, site);
+  if (full && reinterpret_cast<std::uintptr_t>(src) % 16 != 0) alignment_fault("cp.async", src, site);
+  CpAsyncQueue& q = queues()[wb_sim_current.linear];
+  q.copies.push_back({CpAsyncCopy{dst, src, full}, q.committed});
+}
+
+void cp_async_commit() {
+  const RuntimeScope runtime;
+  ++queues()[wb_sim_current.linear].committed;
+}
+
+bool cp_async_next_landing(int keep, CpAsyncCopy& copy) {
+  const RuntimeScope runtime;
+  CpAsyncQueue& q = queues()[wb_sim_current.linear];
+  if (q.copies.empty()) return false;
+  // Groups numbered below committed - keep have landed; the open group never has.
+  const unsigned landed = q.committed > static_cast<unsigned>(keep) ? q.committed - keep : 0;
+  if (q.copies.front().group >= landed) return false;
+  copy = q.copies.front().copy;
+  q.copies.pop_front();
+  return true;
+}
+
+void cp_async_block_begin() {
+  for (CpAsyncQueue& q : queues()) {
+    q.copies.clear();
+    q.committed = 0;
+  }
+}
+
+}  // namespace detail
+}  // namespace wb::sim
