@@ -570,8 +570,10 @@ void on_ldmatrix(const void* const (&rows)[32], Site site) {
   Region r;
   if (!classify(first, kTileChunkBytes, false, nullptr, r)) return;
   LaunchRecord& rec = s.records.back();
-  // One phase per matrix: the 8 lanes that give its rows, 16 bytes each.
-  std::vector<std::vector<std::pair<std::uintptr_t, std::size_t>>> phases(32 / kTileChunksPerPhase);
+  // One phase per matrix: the 8 lanes that give its rows, 16 bytes each. (Reused, as a kernel
+  // issues one ldmatrix per fragment: no allocation per request.)
+  static std::vector<Parts> phases(32 / kTileChunksPerPhase);
+  for (Parts& p : phases) p.clear();
   for (unsigned lane = 0; lane < 32; ++lane) {
     phases[lane / kTileChunksPerPhase].emplace_back(reinterpret_cast<std::uintptr_t>(rows[lane]),
                                                     kTileChunkBytes);

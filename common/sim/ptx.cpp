@@ -59,10 +59,11 @@ std::vector<CpAsyncQueue>& queues() {
   return q;
 }
 
-[[noreturn]] void alignment_fault(const char* what, const void* p, Site site) {
+/// `role`: which address of the instruction `what` ("row", "destination", "source").
+[[noreturn]] void alignment_fault(const char* what, const char* role, const void* p, Site site) {
   char buf[384];
-  std::snprintf(buf, sizeof buf, "%s at %s: address %p is not 16-byte aligned, as it requires",
-                what, site_string(site).c_str(), p);
+  std::snprintf(buf, sizeof buf, "%s at %s: %s address %p is not 16-byte aligned, as it requires",
+                what, site_string(site).c_str(), role, p);
   warp_fault(wb_sim_current.lane, Fault::Kind::invalid_argument, buf);
 }
 
@@ -107,7 +108,7 @@ void ptx_mma(WmmaType ab, Site site) {
 void ldmatrix_check_row(const void* row, Site site) {
   if (reinterpret_cast<std::uintptr_t>(row) % 16 != 0) {
     const RuntimeScope runtime;
-    alignment_fault("ldmatrix", row, site);
+    alignment_fault("ldmatrix", "row", row, site);
   }
 }
 
@@ -120,27 +121,40 @@ void ldmatrix_row_addresses(const void* (&rows)[kLdmatrixRows]) {
   }
 }
 
-void ldmatrix_deal(const std::uint16_t (&rows)[kLdmatrixRows][kLdmatrixRowElements], bool trans) {
+void ldmatrix_deal(bool trans) {
   const RuntimeScope runtime;
   constexpr int kRowsPerMatrix = 8;
+  // Row l (from lane l's slot A, after its address): 8 elements, two per word, low half first.
+  const auto element = [](unsigned l, int e) {
+    return warp_lane_slot(l, kWmmaSlotA)[2 + e / 2] >> (16 * (e % 2)) & 0xffffu;
+  };
   for (unsigned lane = 0; lane < kWarpSize; ++lane) {
     const int g = static_cast<int>(lane / 4), t = static_cast<int>(lane % 4);
     std::uint32_t* r = warp_lane_slot(lane, kWmmaSlotOut);
     for (int j = 0; j < 4; ++j) {
-      const auto& m = rows + j * kRowsPerMatrix;  // matrix j: its 8 rows
-      const std::uint32_t lo = trans ? m[2 * t][g] : m[g][2 * t];
-      const std::uint32_t hi = trans ? m[2 * t + 1][g] : m[g][2 * t + 1];
+      const unsigned m = static_cast<unsigned>(j * kRowsPerMatrix);  // matrix j's first row
+      const std::uint32_t lo = trans ? element(m + 2 * t, g) : element(m + g, 2 * t);
+      const std::uint32_t hi = trans ? element(m + 2 * t + 1, g) : element(m + g, 2 * t + 1);
       r[j] = lo | hi << 16;
     }
   }
 }
 
-void cp_async_issue(void* dst, const void* src, bool full, Site site) {
+void cp_async_check(const void* dst, const void* src, bool full, Site site) {
   const RuntimeScope runtime;
-  if (reinterpret_cast<std::uintptr_t>(dst) % 16 != 0) alignment_fault("cp.async", dst, site);
-  if (full && reinterpret_cast<std::uintptr_t>(src) % 16 != 0) alignment_fault("cp.async", src, site);
+  if (reinterpret_cast<std::uintptr_t>(dst) % 16 != 0)
+    alignment_fault("cp.async", "destination", dst, site);
+  if (full && reinterpret_cast<std::uintptr_t>(src) % 16 != 0)
+    alignment_fault("cp.async", "source", src, site);
+}
+
+void cp_async_issue(void* dst, const std::uint32_t (&data)[4]) {
+  const RuntimeScope runtime;
   CpAsyncQueue& q = queues()[wb_sim_current.linear];
-  q.copies.push_back({CpAsyncCopy{dst, src, full}, q.committed});
+  CpAsyncCopy copy;
+  copy.dst = dst;
+  for (int i = 0; i < 4; ++i) copy.data[i] = data[i];
+  q.copies.push_back({copy, q.committed});
 }
 
 void cp_async_commit() {

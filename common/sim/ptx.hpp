@@ -3,17 +3,23 @@
 // site (default arguments) for fault messages.
 //
 // mma and ldmatrix are warp-wide like WMMA (wmma.hpp): all 32 lanes must execute the same call
-// (same line, same variant), or the launch faults; each lane hands its registers (or, for
-// ldmatrix, its row address) to the warp's register file in wb_sim, and the last lane to arrive
-// does the warp's work. The register layouts are the PTX ISA's (common/ptx.cuh's header;
-// ptx_runtime.hpp has them as functions).
+// (same line, same variant), or the launch faults; each lane hands its registers (for ldmatrix,
+// its row address and the row's 16 bytes) to the warp's register file in wb_sim, and the last
+// lane to arrive does the warp's work. The register layouts are the PTX ISA's (common/ptx.cuh's
+// header; ptx_runtime.hpp has them as functions). Like WMMA, ldmatrix synchronizes registers,
+// not memory: rows other lanes wrote need a __syncwarp or __syncthreads first.
 //
-// cp.async: a copy is queued for its thread when issued and performed by that thread when a
-// cp_async_wait<N>() covers its group (all but the N newest committed groups), not before:
-// shared memory keeps its old bytes until then, so a kernel that reads without waiting reads
-// stale data (or unwritten bytes, which an instrumented run reports), and a kernel that waits
-// but does not __syncthreads before other threads read is a race in race mode, as on a GPU.
-// Copies still queued when the block ends are dropped (a GPU would complete them, but no
+// Memory is read where a GPU's sanitizers would blame it: each lane reads its own ldmatrix row,
+// and a cp.async reads its source when it is issued, in the issuing thread, inlined into the
+// kernel's call. So memcheck, initcheck and race mode name the lane and the kernel's line that
+// handed over the address, and profiles count a cp.async's global bytes at its own line.
+//
+// cp.async: a copy is queued for its thread when issued and written to shared memory by that
+// thread when a cp_async_wait<N>() covers its group (all but the N newest committed groups), not
+// before: shared memory keeps its old bytes until then, so a kernel that reads without waiting
+// reads stale data (or unwritten bytes, which an instrumented run reports), and a kernel that
+// waits but does not __syncthreads before other threads read is a race in race mode, as on a
+// GPU. Copies still queued when the block ends are dropped (a GPU would complete them, but no
 // thread could read them without a wait).
 #pragma once
 
@@ -54,28 +60,37 @@ void mma_m16n8k16(float (&d)[4], const std::uint32_t (&a)[4], const std::uint32_
 
 namespace wb::sim::detail {
 
-/// ldmatrix's body: every lane hands in its row address; the last lane reads the 32 rows of
-/// 16 bytes (here, in the kernel's translation unit, so memcheck, initcheck and race mode see
-/// the reads) and the runtime deals them out as fragments.
-inline void ldmatrix(std::uint32_t (&r)[4], const void* row, bool trans, Site site) {
-  const auto address = reinterpret_cast<std::uintptr_t>(row);
-  const std::uint32_t mine[2] = {static_cast<std::uint32_t>(address),
-                                 static_cast<std::uint32_t>(address >> 32)};
+/// 16 bytes: an ldmatrix row, a cp.async chunk.
+struct alignas(16) Chunk16 {
+  std::uint32_t w[4];
+};
+
+/// This lane's ldmatrix row into words[0..3], read by this lane (its own access: memcheck and
+/// initcheck name it); checked, not counted: on_ldmatrix counts the warp's request.
+[[gnu::always_inline]] inline void ldmatrix_row(const void* row, std::uint32_t* words) {
+  begin_tile_elements();
+  const Chunk16 chunk = *static_cast<const Chunk16*>(row);
+  end_tile_elements();
+  for (int i = 0; i < 4; ++i) words[i] = chunk.w[i];
+}
+
+/// ldmatrix's body: every lane hands in its row address and the row it read; the last lane
+/// counts the warp's request and the runtime deals the rows out as fragments.
+[[gnu::always_inline]] inline void ldmatrix(std::uint32_t (&r)[4], const void* row, bool trans,
+                                            Site site) {
   ldmatrix_check_row(row, site);
-  wmma_put(kWmmaSlotA, mine, 2);
+  const auto address = reinterpret_cast<std::uintptr_t>(row);
+  std::uint32_t mine[kLdmatrixSlotWords];  // the row's address, then its 16 bytes
+  mine[0] = static_cast<std::uint32_t>(address);
+  mine[1] = static_cast<std::uint32_t>(address >> 32);
+  ldmatrix_row(row, mine + 2);
+  wmma_put(kWmmaSlotA, mine, kLdmatrixSlotWords);
   const AlignedCall call{trans ? "ldmatrix.x4.trans" : "ldmatrix.x4", nullptr, 0, trans ? 1 : 0};
   if (warp_aligned(call, site)) {
     const void* rows[kLdmatrixRows];
     ldmatrix_row_addresses(rows);
-    std::uint16_t elements[kLdmatrixRows][kLdmatrixRowElements];
-    begin_tile_elements();  // checked one by one, counted as the warp's request below
-    for (int l = 0; l < kLdmatrixRows; ++l) {
-      const auto* p = static_cast<const std::uint16_t*>(rows[l]);
-      for (int e = 0; e < kLdmatrixRowElements; ++e) elements[l][e] = p[e];
-    }
-    end_tile_elements();
     on_ldmatrix(rows, site);
-    ldmatrix_deal(elements, trans);
+    ldmatrix_deal(trans);
   }
   wmma_get(kWmmaSlotOut, r, 4);
 }
@@ -85,38 +100,46 @@ inline void ldmatrix(std::uint32_t (&r)[4], const void* row, bool trans, Site si
 namespace wb::ptx {
 
 /// Four 8x8 matrices of 16-bit elements from shared memory (common/ptx.cuh).
-inline void ldmatrix_x4(std::uint32_t (&r)[4], const void* row, const char* file = __builtin_FILE(),
-                        int line = __builtin_LINE()) {
+[[gnu::always_inline]] inline void ldmatrix_x4(std::uint32_t (&r)[4], const void* row,
+                                               const char* file = __builtin_FILE(),
+                                               int line = __builtin_LINE()) {
   wb::sim::detail::ldmatrix(r, row, false, wb::sim::detail::Site{file, line});
 }
 
 /// ldmatrix_x4 with each matrix transposed.
-inline void ldmatrix_x4_trans(std::uint32_t (&r)[4], const void* row,
-                              const char* file = __builtin_FILE(), int line = __builtin_LINE()) {
+[[gnu::always_inline]] inline void ldmatrix_x4_trans(std::uint32_t (&r)[4], const void* row,
+                                                     const char* file = __builtin_FILE(),
+                                                     int line = __builtin_LINE()) {
   wb::sim::detail::ldmatrix(r, row, true, wb::sim::detail::Site{file, line});
 }
 
-/// Queues a 16-byte copy from `src` (global) to `dst` (shared); zeros when !full.
-inline void cp_async_16(void* dst, const void* src, bool full, const char* file = __builtin_FILE(),
-                        int line = __builtin_LINE()) {
-  wb::sim::detail::cp_async_issue(dst, src, full, wb::sim::detail::Site{file, line});
+/// Queues a 16-byte copy from `src` (global) to `dst` (shared); zeros when !full. The source is
+/// read now, by this thread at this line (a GPU reads it at some point before the wait; a kernel
+/// may not change it in between).
+[[gnu::always_inline]] inline void cp_async_16(void* dst, const void* src, bool full,
+                                               const char* file = __builtin_FILE(),
+                                               int line = __builtin_LINE()) {
+  using namespace wb::sim::detail;
+  cp_async_check(dst, src, full, Site{file, line});
+  const Chunk16 chunk = full ? *static_cast<const Chunk16*>(src) : Chunk16{};
+  cp_async_issue(dst, chunk.w);
 }
 
 /// Closes this thread's group of the copies queued since the last commit.
-inline void cp_async_commit() { wb::sim::detail::cp_async_commit(); }
+inline void cp_async_commit() {
+  wb::sim::detail::cp_async_commit();
+}
 
-/// Performs this thread's queued copies of every committed group but the N newest.
+/// Writes this thread's queued copies of every committed group but the N newest.
 template <int N>
-void cp_async_wait() {
+[[gnu::always_inline]] inline void cp_async_wait() {
   static_assert(N >= 0 && N <= 7, "cp.async.wait_group takes 0 to 7");
-  using wb::sim::detail::CpAsyncCopy;
-  struct alignas(16) Chunk {
-    std::uint32_t w[4];
-  };
+  using namespace wb::sim::detail;
   CpAsyncCopy copy;
-  while (wb::sim::detail::cp_async_next_landing(N, copy)) {
-    auto* dst = static_cast<Chunk*>(copy.dst);
-    *dst = copy.full ? *static_cast<const Chunk*>(copy.src) : Chunk{};
+  while (cp_async_next_landing(N, copy)) {
+    Chunk16 chunk;
+    for (int i = 0; i < 4; ++i) chunk.w[i] = copy.data[i];
+    *static_cast<Chunk16*>(copy.dst) = chunk;
   }
 }
 

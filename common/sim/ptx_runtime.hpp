@@ -31,26 +31,28 @@ namespace detail {
 /// addition (as wmma_mma).
 void ptx_mma(WmmaType ab, Site site);
 
-/// ldmatrix .x4: 32 row addresses (lane l: row l % 8 of matrix l / 8), 8 elements each.
+/// ldmatrix .x4: 32 row addresses (lane l: row l % 8 of matrix l / 8), 8 elements each. Each
+/// lane's slot A holds its row's address (2 words) and the row it read (4 words).
 inline constexpr int kLdmatrixRows = 32;
-inline constexpr int kLdmatrixRowElements = 8;
+inline constexpr int kLdmatrixSlotWords = 6;
 /// Faults unless `row` is 16-byte aligned, as ldmatrix requires.
 void ldmatrix_check_row(const void* row, Site site);
 /// The row addresses the warp's lanes handed in (slot A of each).
 void ldmatrix_row_addresses(const void* (&rows)[kLdmatrixRows]);
-/// Deals the 32 rows out: register j of lane l is matrix j's (row l / 4, columns 2 (l % 4) and
-/// + 1), or with `trans` its (rows 2 (l % 4) and + 1, column l / 4); into every lane's out slot.
-void ldmatrix_deal(const std::uint16_t (&rows)[kLdmatrixRows][kLdmatrixRowElements], bool trans);
+/// Deals the 32 rows the lanes read out: register j of lane l is matrix j's (row l / 4, columns
+/// 2 (l % 4) and + 1), or with `trans` its (rows 2 (l % 4) and + 1, column l / 4); into every
+/// lane's out slot.
+void ldmatrix_deal(bool trans);
 
-/// One queued cp.async of 16 bytes.
+/// One queued cp.async of 16 bytes: its destination and the bytes it will write there.
 struct CpAsyncCopy {
   void* dst = nullptr;
-  const void* src = nullptr;
-  bool full = true;  ///< false: write zeros, read nothing
+  std::uint32_t data[4] = {};
 };
-/// Queues a copy for the running thread, in its open (uncommitted) group. Faults unless dst and
-/// src are 16-byte aligned.
-void cp_async_issue(void* dst, const void* src, bool full, Site site);
+/// Faults unless dst and, when `full`, src are 16-byte aligned, as cp.async requires.
+void cp_async_check(const void* dst, const void* src, bool full, Site site);
+/// Queues a copy of `data` to `dst` for the running thread, in its open (uncommitted) group.
+void cp_async_issue(void* dst, const std::uint32_t (&data)[4]);
 /// Closes the running thread's open group.
 void cp_async_commit();
 /// Takes the running thread's oldest queued copy if its group is committed and older than the

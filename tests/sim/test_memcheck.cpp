@@ -4,11 +4,13 @@
 // (test_sim_access, tests/sim/CMakeLists.txt), suite "memcheck".
 #include <doctest/doctest.h>
 
+#include <cstdint>
 #include <string>
 #include <vector>
 
 #include "common/buffer.hpp"
 #include "common/kernel.cuh"
+#include "common/ptx.cuh"
 #include "common/sim/access.hpp"
 #include "tests/sim/fault_of.hpp"
 
@@ -71,6 +73,46 @@ __global__ void neighbour_kernel(float* out, int written) {
   if (static_cast<int>(t) < written) tile[t] = static_cast<float>(t);
   __syncthreads();
   out[t] = tile[(t + 1) % kThreads];
+}
+
+constexpr int kCpAsyncReadLine = __LINE__ + 12;
+// Thread t copies 16-byte chunk t of `in` into the launch's dynamic shared memory by cp.async
+// and, after __syncthreads, reads its neighbour's chunk. `wait` = 0 leaves out cp_async_wait:
+// no copy has landed when the neighbour's chunk is read (the simulator performs a copy at the
+// wait that covers it), so the read is of bytes nothing has written.
+__global__ void cp_async_read_kernel(const float4* in, float4* out, int wait) {
+  float4* tile = wb::dynamic_shared<float4>();
+  const unsigned t = threadIdx.x;
+  wb::ptx::cp_async_16(tile + t, in + t, true);
+  wb::ptx::cp_async_commit();
+  if (wait != 0) wb::ptx::cp_async_wait<0>();
+  __syncthreads();
+  out[t] = tile[(t + 1) % kThreads];
+}
+
+constexpr int kLdmatrixRowLine = __LINE__ + 9;
+// Lane l hands ldmatrix row l of a 32-row tile of 8 16-bit elements in the launch's dynamic
+// shared memory (512 bytes); lane `bad` hands row 32 instead, one past the end.
+__global__ void ldmatrix_rows_kernel(std::uint32_t* out, int bad) {
+  auto* tile = wb::dynamic_shared<std::uint16_t>();
+  const int lane = static_cast<int>(threadIdx.x);
+  for (int i = lane; i < 32 * 8; i += 32) tile[i] = static_cast<std::uint16_t>(i);
+  __syncwarp();
+  std::uint32_t r[4];
+  wb::ptx::ldmatrix_x4(r, tile + (lane == bad ? 32 : lane) * 8);
+  out[lane] = r[0];
+}
+
+constexpr int kCpAsyncSourceLine = __LINE__ + 6;
+// Thread t copies chunk t + shift of `in` (n chunks) into chunk t of dynamic shared memory by
+// cp.async: shift 1 reads one chunk past `in` in the last thread.
+__global__ void cp_async_shifted_kernel(const float4* in, float4* out, int shift) {
+  float4* tile = wb::dynamic_shared<float4>();
+  const unsigned t = threadIdx.x;
+  wb::ptx::cp_async_16(tile + t, in + t + shift, true);
+  wb::ptx::cp_async_commit();
+  wb::ptx::cp_async_wait<0>();
+  out[t] = tile[t];
 }
 
 std::string at_line(int line) { return "tests/sim/test_memcheck.cpp:" + std::to_string(line); }
@@ -185,6 +227,58 @@ TEST_CASE("what an earlier block wrote to shared memory does not count for the n
   });
   INFO(what);
   CHECK(what.find("thread (62,0,0)") != std::string::npos);
+}
+
+TEST_CASE("initcheck: a cp_async chunk read without cp_async_wait is reported") {
+  std::vector<float4> host(kThreads);
+  for (int i = 0; i < kThreads; ++i) host[i] = make_float4(1.0f * i, 2.0f, 3.0f, 4.0f);
+  DeviceBuffer<float4> in(Backend::sim, host), out(Backend::sim, kThreads);
+  const std::size_t bytes = kThreads * sizeof(float4);
+  wb::launch<cp_async_read_kernel>(dim3(2), dim3(kThreads), bytes, in.data(), out.data(), 1);
+  CHECK(out.download()[0].x == 1.0f);  // waited for: thread 0 reads thread 1's chunk
+  const std::string what = wb::test::fault_of(Kind::uninitialized_read, [&] {
+    wb::launch<cp_async_read_kernel>(dim3(2), dim3(kThreads), bytes, in.data(), out.data(), 0);
+  });
+  INFO(what);
+  // The first thread to run on after the barrier, 63, reads thread 0's chunk.
+  CHECK(what.find("block (0,0,0), thread (63,0,0)") != std::string::npos);
+  CHECK(what.find("initcheck: read of") != std::string::npos);
+  CHECK(what.find("(offset 0) that nothing has written, in the block's dynamic shared memory") !=
+        std::string::npos);
+  CHECK(what.find(at_line(kCpAsyncReadLine)) != std::string::npos);
+}
+
+TEST_CASE("an ldmatrix row past shared memory names the lane that handed it over") {
+  DeviceBuffer<std::uint32_t> out(Backend::sim, 32);
+  const std::size_t bytes = 32 * 8 * sizeof(std::uint16_t);
+  wb::launch<ldmatrix_rows_kernel>(dim3(1), dim3(32), bytes, out.data(), -1);
+  CHECK(out.download()[1] == (2u | 3u << 16));  // lane 1: matrix 0's row 0, columns 2 and 3
+  const std::string what = wb::test::fault_of(Kind::memory_access, [&] {
+    wb::launch<ldmatrix_rows_kernel>(dim3(1), dim3(32), bytes, out.data(), 9);
+  });
+  INFO(what);
+  CHECK(what.find("block (0,0,0), thread (9,0,0)") != std::string::npos);
+  CHECK(what.find("memcheck: invalid read of") != std::string::npos);
+  CHECK(what.find("0 bytes past the end of the block's dynamic shared memory (512 bytes)") !=
+        std::string::npos);
+  CHECK(what.find(at_line(kLdmatrixRowLine)) != std::string::npos);
+}
+
+TEST_CASE("a cp_async source past its buffer names the thread and the line that issued it") {
+  std::vector<float4> host(kThreads, make_float4(1.0f, 2.0f, 3.0f, 4.0f));
+  DeviceBuffer<float4> in(Backend::sim, host), out(Backend::sim, kThreads);
+  wb::sim::label_device_buffer(in.data(), "in");
+  const std::size_t bytes = kThreads * sizeof(float4);
+  wb::launch<cp_async_shifted_kernel>(dim3(1), dim3(kThreads), bytes, in.data(), out.data(), 0);
+  CHECK(out.download()[kThreads - 1].w == 4.0f);
+  const std::string what = wb::test::fault_of(Kind::memory_access, [&] {
+    wb::launch<cp_async_shifted_kernel>(dim3(1), dim3(kThreads), bytes, in.data(), out.data(), 1);
+  });
+  INFO(what);
+  CHECK(what.find("thread (63,0,0)") != std::string::npos);
+  CHECK(what.find("memcheck: invalid read of") != std::string::npos);
+  CHECK(what.find("0 bytes past the end of device buffer in (") != std::string::npos);
+  CHECK(what.find(at_line(kCpAsyncSourceLine)) != std::string::npos);
 }
 
 TEST_CASE("a freed buffer is no longer device memory") {

@@ -1,13 +1,17 @@
 // Profile mode's counters proven on planted kernels whose traffic is known by hand: sectors
 // per request of a row-major against a column-major walk, bank conflicts of a strided shared
-// read against the padded one, and bytes that double when a tile is read twice. Suite
-// "profile" of the instrumented binary test_sim_access.
+// read against the padded one, of ldmatrix over unpadded, padded and swizzled rows, and bytes
+// that double when a tile is read twice. Suite "profile" of the instrumented binary
+// test_sim_access.
 #include <doctest/doctest.h>
 
+#include <cstdint>
+#include <string>
 #include <vector>
 
 #include "common/buffer.hpp"
 #include "common/kernel.cuh"
+#include "common/ptx.cuh"
 #include "common/sim/access.hpp"
 
 namespace {
@@ -52,6 +56,49 @@ __global__ void vector_passes_kernel(const float4* in, float4* out, int passes) 
     acc.w += v.w;
   }
   out[l] = acc;
+}
+
+constexpr int kTileCols = 64;  // 16-bit elements per tile row: 128 bytes, every bank once
+enum TileRows : int { kUnpadded = 0, kPadded = 1, kSwizzled = 2 };
+
+/// Where element (row, col) of a tile of kTileCols 16-bit columns lies: rows 128 bytes apart
+/// (unpadded), 144 (padded by one 16-byte chunk), or 128 with 16-byte chunk c of row r stored
+/// at chunk c ^ (r % 8) (swizzled).
+__host__ __device__ int tile_offset(int rows, int row, int col) {
+  if (rows == kPadded) return row * (kTileCols + 8) + col;
+  if (rows == kSwizzled) return row * kTileCols + (col / 8 ^ row % 8) * 8 + col % 8;
+  return row * kTileCols + col;
+}
+
+// One warp reads a 16 x kTileCols shared tile as four 16x16 A fragments, one ldmatrix_x4 each
+// (lane l: row l % 8 + 8 (l / 8 % 2), columns from 8 (l / 16)), in the layout `rows`; element
+// (row, col) holds row * kTileCols + col whatever the layout. out: (4 fragments, 32 lanes, 4).
+__global__ void ldmatrix_banks_kernel(std::uint32_t* out, int rows) {
+  __shared__ __align__(16) std::uint16_t tile[16 * (kTileCols + 8)];
+  const int lane = static_cast<int>(threadIdx.x);
+  for (int i = lane; i < 16 * kTileCols; i += 32) {
+    tile[tile_offset(rows, i / kTileCols, i % kTileCols)] = static_cast<std::uint16_t>(i);
+  }
+  __syncwarp();
+  for (int f = 0; f < kTileCols / 16; ++f) {
+    const int row = lane % 8 + 8 * (lane / 8 % 2), col = 16 * f + 8 * (lane / 16);
+    std::uint32_t r[4];
+    wb::ptx::ldmatrix_x4(r, tile + tile_offset(rows, row, col));
+    for (int j = 0; j < 4; ++j) out[(f * 32 + lane) * 4 + j] = r[j];
+  }
+}
+
+constexpr int kCpAsyncLine = __LINE__ + 6;
+// Thread t of one warp copies 16-byte chunk t of `in` into shared memory by cp.async, waits,
+// and after __syncwarp stores its neighbour's chunk to `out`.
+__global__ void cp_async_copy_kernel(const float4* in, float4* out) {
+  __shared__ __align__(16) float4 tile[kN];
+  const int t = static_cast<int>(threadIdx.x);
+  wb::ptx::cp_async_16(tile + t, in + t, true);
+  wb::ptx::cp_async_commit();
+  wb::ptx::cp_async_wait<0>();
+  __syncwarp();
+  out[t] = tile[(t + 1) % kN];
 }
 
 template <typename Launch>
@@ -130,6 +177,64 @@ TEST_CASE("16-byte vectors are one request each, and reading twice counts twice 
   CHECK(once.counts.global_load.units == kN * 16 / 32);  // 512 contiguous bytes: 16 sectors
   CHECK(twice.counts.global_load.bytes == 2 * once.counts.global_load.bytes);
   CHECK(twice.counts.global_store.bytes == once.counts.global_store.bytes);
+}
+
+TEST_CASE("ldmatrix over rows 128 bytes apart is an 8-way conflict but padded or swizzled is not") {
+  constexpr int kFragments = kTileCols / 16;
+  DeviceBuffer<std::uint32_t> out(Backend::sim, kFragments * 32 * 4);
+  const auto read = [&](int rows) {
+    return profile_of(
+        [&] { wb::launch<ldmatrix_banks_kernel>(dim3(1), dim3(32), 0, out.data(), rows); });
+  };
+  const LaunchProfile unpadded = read(kUnpadded);
+  const std::vector<std::uint32_t> registers = out.download();
+  const LaunchProfile padded = read(kPadded);
+  CHECK(out.download() == registers);  // the same fragments from every layout
+  const LaunchProfile swizzled = read(kSwizzled);
+  CHECK(out.download() == registers);
+  for (const LaunchProfile* p : {&unpadded, &padded, &swizzled}) {
+    // One request per ldmatrix_x4 (its element reads are not counted again): 32 rows of 16
+    // bytes, served one 8x8 matrix (128 bytes, 8 rows) per phase, 4 phases.
+    CHECK(p->counts.shared_load.requests == kFragments);
+    CHECK(p->counts.shared_load.bytes == kFragments * 32 * 16);
+    CHECK(p->counts.shared_load.ideal_units == kFragments * 4);
+  }
+  // Unpadded: a matrix's 8 rows start 128 bytes apart, in the same 4 banks: 8 wavefronts each.
+  CHECK(unpadded.counts.shared_load.units == kFragments * 4 * 8);
+  // Padded: rows 144 bytes apart start 4 banks further each, 8 rows cover the 32 banks once.
+  CHECK(padded.counts.shared_load.units == kFragments * 4);
+  // Swizzled: the 8 rows (r % 8 = 0..7) hold a column's chunk at 8 different chunks of a row.
+  CHECK(swizzled.counts.shared_load.units == kFragments * 4);
+  // The requests are the ldmatrix line's, in the per-line table too.
+  bool found = false;
+  for (const auto& line : unpadded.lines) {
+    if (line.counts.shared_load.requests == 0) continue;
+    found = true;
+    CHECK(line.where.find("tests/sim/test_profile_counters.cpp:") == 0);
+    CHECK(line.counts.shared_load.units == unpadded.counts.shared_load.units);
+  }
+  CHECK(found);
+}
+
+TEST_CASE("a warp's cp_async is one global request counted at its own line") {
+  std::vector<float4> host(kN, make_float4(1.0f, 2.0f, 3.0f, 4.0f));
+  DeviceBuffer<float4> in(Backend::sim, host), out(Backend::sim, kN);
+  const LaunchProfile p = profile_of(
+      [&] { wb::launch<cp_async_copy_kernel>(dim3(1), dim3(kN), 0, in.data(), out.data()); });
+  CHECK(p.counts.global_load.bytes == kN * 16);
+  CHECK(p.counts.global_load.requests == 1);
+  CHECK(p.counts.global_load.units == kN * 16 / 32);  // 512 contiguous bytes: 16 sectors
+  // The copies land at the wait: one request of 16-byte stores, 8 lanes per phase, no conflict.
+  CHECK(p.counts.shared_store.bytes == kN * 16);
+  CHECK(p.counts.shared_store.units == p.counts.shared_store.ideal_units);
+  const std::string line = "tests/sim/test_profile_counters.cpp:" + std::to_string(kCpAsyncLine);
+  bool found = false;
+  for (const auto& l : p.lines) {
+    if (l.counts.global_load.bytes == 0) continue;
+    found = true;
+    CHECK(l.where == line);
+  }
+  CHECK(found);
 }
 
 TEST_CASE("profile mode counts block barriers") {
