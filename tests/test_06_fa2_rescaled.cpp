@@ -16,6 +16,7 @@
 #include "common/reference_attention.hpp"
 #include "tests/attention_checks.hpp"
 #include "tests/attention_shapes.hpp"
+#include "tests/fa2_checks.hpp"
 #include "tests/support.hpp"
 
 using namespace wb;
@@ -26,21 +27,6 @@ namespace {
 constexpr std::uint64_t kSeed = 606;
 
 const std::vector<test::Tiles> kTiles = test::attention_tiles({16, 32});  // the kernel's tile third
-
-/// The K/V tiles that hold at least one (query, key) pair the mask lets through, counted by
-/// brute force over every pair: the tiles an honest causal kernel must visit, and no more.
-long tiles_touching_the_diagonal(AttentionShape shape, int br, int bc) {
-  long tiles = 0;
-  for (int i0 = 0; i0 < shape.lq; i0 += br)
-    for (int j0 = 0; j0 < shape.lk; j0 += bc) {
-      bool any = false;
-      for (int i = i0; i < std::min(i0 + br, shape.lq) && !any; ++i)
-        for (int j = j0; j < std::min(j0 + bc, shape.lk) && !any; ++j)
-          any = j <= i + (shape.lk - shape.lq);  // the mask, restated as in the page's eq. (6)
-      tiles += any;
-    }
-  return tiles * shape.bh;
-}
 
 /// FA2 with a planted mistake: the accumulator is not rescaled when the running max moves
 /// (SS = SS + P~ V instead of SS e^{m - m_new} + P~ V); l is still right.
@@ -72,17 +58,6 @@ std::vector<float> fa2_without_accumulator_rescale(const AttentionInputs& in, At
   return o;
 }
 
-/// Checks the workbook's convention on every fully masked row: O = 0 exactly, lse = -inf.
-void check_masked_rows(const ref::Attention& r, AttentionShape shape, const std::vector<float>& o,
-                       const std::vector<float>& lse) {
-  for (std::size_t row = 0; row < shape.rows(); ++row) {
-    if (r.m[row] != -INFINITY) continue;
-    CAPTURE(row);
-    CHECK(lse[row] == -INFINITY);
-    for (int c = 0; c < shape.d; ++c) CHECK(o[row * shape.d + c] == 0.f);
-  }
-}
-
 /// Chapter 05's FA1 against fp64: the step before FA2.
 test::StepBefore fa1_error(const test::AttentionInput& a) {
   // O's error in units of sum_j p_j |v_j| (it may cancel to ~0), bounded by output_floor;
@@ -106,7 +81,7 @@ ErrorReport fa2_cpu_error(const test::AttentionInput& a, const test::Tiles& t) {
   const Fa2Result fa2 = attention_fa2(a.in, a.shape, {a.scale, a.causal, t.br, t.bc});
   WB_CHECK_WITHIN(compare(fa2.lse, a.r.lse),
                   ref::lse_floor(a.r.score_error, a.shape.lk, a.r.max_abs_lse));
-  check_masked_rows(a.r, a.shape, fa2.o, fa2.lse);
+  test::check_fa2_masked_rows(a.r, a.shape, fa2.o, fa2.lse);
   return ref::compare_weighted(fa2.o, a.r.o, a.r.o_weight);
 }
 
@@ -140,7 +115,7 @@ TEST_SUITE("cpu") {
         const long causal = attention_fa2(in, shape, {1.f, true, t.br, t.bc}).tiles_visited;
         CHECK(all ==
               shape.bh * long((shape.lq + t.br - 1) / t.br) * ((shape.lk + t.bc - 1) / t.bc));
-        CHECK(causal == tiles_touching_the_diagonal(shape, t.br, t.bc));
+        CHECK(causal == test::tiles_touching_the_diagonal(shape, t.br, t.bc));
       }
     }
     // On a square problem with 64 x 64 tiles, 8 x 8 tiles: the diagonal and below, 36 of 64.
@@ -212,49 +187,9 @@ std::vector<test::AttentionCase> ladder_cases() {
   return cases;
 }
 
-/// The measure of a rung on a case: O in units of w, logsumexp, the fully masked rows, the
-/// K/V tiles visited.
+/// The measure of a rung on a case (tests/fa2_checks.hpp), with the rung's tiles.
 test::RungError measure(const test::AttentionRungRun& run) {
-  const AttentionShape& shape = run.c.shape;
-  const ref::Attention& r = run.r;
-  const test::Tiles t = rung_tiles(run.rung, shape.d);
-  // The kernel's inputs, and the CPU step and fp64 reference run on exactly those values.
-  // The +1e4 offsets (large_offset) still make sense in fp16: q_0 = k_0 = sqrt(1e4 /
-  // scale) is about 283 (d = 64) or 336 (d = 128), far below fp16's 65504, and the
-  // scores of about 1e4 only ever exist in the float accumulator.
-  const Fa2Result cpu = attention_fa2(run.in, shape, {run.scale, run.c.causal, t.br, t.bc});
-  const std::vector<double> w = run.c.dtype == Dtype::fp32
-                                    ? r.o_weight
-                                    : tensor_core_weight(r.o_weight, run.in, shape, run.c.dtype);
-  const ErrorReport cpu_o = ref::compare_weighted(cpu.o, r.o, w);
-  const ErrorReport cpu_lse = compare(cpu.lse, r.lse);
-  // The policy: twice the CPU step's error plus the floor (the kernel sums in butterflies
-  // and with fmaf, CUDA's expf and logf differ from glibc's by an ulp or two).
-  // logsumexp comes from the float m and l (l sums the unrounded P~): the float policy. On its
-  // own, against fp64: twice the CPU step's stated bound plus the floor, the stated bound being
-  // lse_floor itself (the cpu suite holds the CPU step to it directly), so a logsumexp() both
-  // compute wrong fails here.
-  const double lse_floor = ref::lse_floor(r.score_error, shape.lk, r.max_abs_lse);
-  const ErrorReport lse = compare(run.run.out.lse, r.lse);
-  WB_CHECK_WITHIN(lse, chain_bound(cpu_lse.max_abs, lse_floor));
-  WB_CHECK_WITHIN(lse, chain_bound(lse_floor, lse_floor));
-  check_masked_rows(r, shape, run.run.out.o, run.run.out.lse);
-  long visited = 0;
-  for (int n : run.run.tiles) visited += n;
-  // The same tiles as the CPU step with the kernel's tile sizes: under the mask, exactly
-  // those that touch the diagonal; the others are never loaded.
-  CHECK(visited == cpu.tiles_visited);
-  if (run.c.causal) CHECK(visited == tiles_touching_the_diagonal(shape, t.br, t.bc));
-  // O, in units of w: twice the CPU step's float error plus the stated floor of the
-  // float work (output_floor: the kernel sums in another order, on tensor cores and in
-  // lane pairs), plus 2 u for rounding P~ and O to the 16-bit type (tensor_core_weight in
-  // fa2.hpp); u = 0 for the fp32 rung, which rounds nothing. On its own, against fp64: the
-  // same with the CPU step's stated bound, output_floor (the error model holds for every
-  // order of the work; in units of w >= o_weight the CPU step's error is no larger).
-  const double rounding = 2.0 * unit_roundoff(run.dtype);
-  const double o_floor = ref::output_floor(r.score_error, shape.lk);
-  return {ref::compare_weighted(run.run.out.o, r.o, w), /*relative=*/false, cpu_o.max_abs,
-          o_floor + rounding, chain_bound(o_floor, o_floor + rounding), ""};
+  return test::fa2_rung_error(run, rung_tiles(run.rung, run.c.shape.d));
 }
 
 template <Backend B>

@@ -7,7 +7,8 @@
 //   fa2_swizzle    tiles stored with 16-byte chunks XOR-swizzled instead of padded rows    eq. (3)
 //   fa2_cp_async   K/V tile j + 1 copied by cp.async while tile j is computed               eq. (4)
 //   fa2_scheduled  FA2's schedule: Br = 128 rows over 8 warps, exp2 with scale log2(e)
-//                  folded in, the causal mask on diagonal tiles only, heaviest blocks first  eqs. (5), (6)
+//                  folded in, the causal mask on diagonal tiles only, heaviest blocks first  eqs.
+//                  (5), (6)
 // The ladder starts from chapter 06's tensor-core kernel (wmma, S~ and P~ through shared memory).
 #pragma once
 
@@ -36,10 +37,10 @@ inline constexpr int kWarpRows = 16;
 /// tiles loaded through registers into one buffer.
 struct MmaRecipe {
   static constexpr const char* kName = "fa2_mma";
-  static constexpr bool kLdmatrix = false;  ///< fragments by ldmatrix (eq. 2)
-  static constexpr bool kSwizzle = false;   ///< XOR-swizzled rows instead of padded (eq. 3)
-  static constexpr bool kCpAsync = false;   ///< K/V by cp.async, two buffers (eq. 4)
-  static constexpr int kWarps = 4;          ///< Br = 16 kWarps
+  static constexpr bool kLdmatrix = false;   ///< fragments by ldmatrix (eq. 2)
+  static constexpr bool kSwizzle = false;    ///< XOR-swizzled rows instead of padded (eq. 3)
+  static constexpr bool kCpAsync = false;    ///< K/V by cp.async, two buffers (eq. 4)
+  static constexpr int kWarps = 4;           ///< Br = 16 kWarps
   static constexpr bool kScheduled = false;  ///< exp2, diagonal-only mask, heavy blocks first
 };
 /// fa2_ldmatrix: fa2_mma with every fragment read by ldmatrix.
@@ -100,7 +101,7 @@ struct TileLayout {
 
 /// Query rows per block (Br) of a recipe.
 template <typename Recipe>
-inline constexpr int kRowsOf = Recipe::kWarps * kWarpRows;
+inline constexpr int kRowsOf = Recipe::kWarps* kWarpRows;
 
 /// Bytes of dynamic shared memory a recipe's block takes at head dimension d: K and V tiles of
 /// kKeys rows, twice with cp.async; rows of d 16-bit elements, plus 16 bytes when padded. The
@@ -154,23 +155,24 @@ Ladder<AttentionArgs> kernel_ladder() {
   const RungLimits limits =
       attention_limits({Dtype::fp16, Dtype::bf16}, 0, {64, 128}, ch04::kMaxBatchHeads,
                        /*causal=*/true, kWritesO | kWritesLse);
-  return {{"fa2_tensor_core",
-           "chapter 06's last rung: wmma 16x16x16, S~ and P~ through shared memory", limits,
-           &ch06::Kernels<B>::fa2_tensor_core, &ch06::fa2_tensor_core_traffic},
-          {MmaRecipe::kName,
-           "mma.sync m16n8k16: S~ stays in registers and becomes P~'s A fragment; Q fragments "
-           "in registers for the whole loop; Bc = 64",
-           limits, &Kernels<B>::fa2_mma, &fast_traffic<MmaRecipe>},
-          {LdmatrixRecipe::kName, "fragments loaded by ldmatrix .x4 (.trans for V)", limits,
-           &Kernels<B>::fa2_ldmatrix, &fast_traffic<LdmatrixRecipe>},
-          {SwizzleRecipe::kName, "tiles XOR-swizzled in 16-byte chunks instead of padded rows",
-           limits, &Kernels<B>::fa2_swizzle, &fast_traffic<SwizzleRecipe>},
-          {CpAsyncRecipe::kName, "K/V tiles double-buffered by cp.async: tile j + 1 loads while j computes",
-           limits, &Kernels<B>::fa2_cp_async, &fast_traffic<CpAsyncRecipe>},
-          {ScheduledRecipe::kName,
-           "FA2's schedule: Br = 128 over 8 warps, exp2 with the scale folded in, the causal "
-           "mask on diagonal tiles only, heaviest causal blocks first",
-           limits, &Kernels<B>::fa2_scheduled, &fast_traffic<ScheduledRecipe>}};
+  return {
+      {"fa2_tensor_core", "chapter 06's last rung: wmma 16x16x16, S~ and P~ through shared memory",
+       limits, &ch06::Kernels<B>::fa2_tensor_core, &ch06::fa2_tensor_core_traffic},
+      {MmaRecipe::kName,
+       "mma.sync m16n8k16: S~ stays in registers and becomes P~'s A fragment; Q fragments "
+       "in registers for the whole loop; Bc = 64",
+       limits, &Kernels<B>::fa2_mma, &fast_traffic<MmaRecipe>},
+      {LdmatrixRecipe::kName, "fragments loaded by ldmatrix .x4 (.trans for V)", limits,
+       &Kernels<B>::fa2_ldmatrix, &fast_traffic<LdmatrixRecipe>},
+      {SwizzleRecipe::kName, "tiles XOR-swizzled in 16-byte chunks instead of padded rows", limits,
+       &Kernels<B>::fa2_swizzle, &fast_traffic<SwizzleRecipe>},
+      {CpAsyncRecipe::kName,
+       "K/V tiles double-buffered by cp.async: tile j + 1 loads while j computes", limits,
+       &Kernels<B>::fa2_cp_async, &fast_traffic<CpAsyncRecipe>},
+      {ScheduledRecipe::kName,
+       "FA2's schedule: Br = 128 over 8 warps, exp2 with the scale folded in, the causal "
+       "mask on diagonal tiles only, heaviest causal blocks first",
+       limits, &Kernels<B>::fa2_scheduled, &fast_traffic<ScheduledRecipe>}};
 }
 
 }  // namespace wb::ch08

@@ -45,7 +45,7 @@ namespace {  // kernels have internal linkage: one copy per backend's translatio
 
 constexpr int kLanes = 32;
 constexpr unsigned kAllLanes = 0xffffffffu;
-constexpr int kGroupLanes = 4;                  // lanes t = 0..3 holding one row's columns
+constexpr int kGroupLanes = 4;                 // lanes t = 0..3 holding one row's columns
 constexpr float kLog2e = 1.4426950408889634f;  // 1 / ln 2: e^x = 2^(x log2(e))
 
 /// What one warp carries from K/V tile to K/V tile for its 16 rows, in the accumulator layout:
@@ -253,7 +253,7 @@ __global__ void __launch_bounds__(Recipe::kWarps* kLanes)
 
   // Chapter 06's eqs. (4), (5): O = SS / l, rounded once to T; logsumexp.
   for (int h = 0; h < 2; ++h) {
-    const float l = group_sum(st.l[h]);  // the 4 lanes' shares of the row
+    const float l = group_sum(st.l[h]);            // the 4 lanes' shares of the row
     const float inv_l = ch01::inverse_or_zero(l);  // 0 for a fully masked row
     const int i = w0 + g + 8 * h;
     if (i >= lq) continue;

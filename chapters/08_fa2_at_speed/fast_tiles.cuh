@@ -118,7 +118,8 @@ __device__ __forceinline__ void load_b_of_v(std::uint32_t (&b0)[2], std::uint32_
       const int col = col0 + 8 * group + g;
       for (int half = 0; half < 2; ++half) {
         const int key = key0 + 2 * t + 8 * half;
-        b[half] = ptx::load_pair(tile + Layout::offset(key, col), tile + Layout::offset(key + 1, col));
+        b[half] =
+            ptx::load_pair(tile + Layout::offset(key, col), tile + Layout::offset(key + 1, col));
       }
     }
   }

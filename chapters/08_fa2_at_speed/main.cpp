@@ -41,8 +41,8 @@ void print_fragment_trace() {
   std::cout << "Eq. (1): S~'s accumulators are P~'s A fragment. Keys 0-15 of a tile, for a few "
                "lanes (g = lane / 4, t = lane % 4);\n  s[n][e] holds S(g + 8 (e / 2), 8 n + 2t + "
                "e % 2), A register r holds A(g + 8 (r % 2), 2t + 8 (r / 2)) and the next column:\n";
-  Table table({"lane", "g, t", "A register", "= pack(s[n][e], s[n][e + 1])", "S~ elements (row, key)",
-               "A elements (row, col)"});
+  Table table({"lane", "g, t", "A register", "= pack(s[n][e], s[n][e + 1])",
+               "S~ elements (row, key)", "A elements (row, col)"});
   for (int lane : {0, 1, 5, 31}) {
     const int g = lane / 4, t = lane % 4;
     for (int r = 0; r < 4; ++r) {
@@ -96,12 +96,13 @@ void print_bank_map() {
 
 // Eq. (4): the cp.async pipeline over 4 K/V tiles.
 void print_pipeline() {
-  std::cout << "Eq. (4): K/V tiles by cp.async into two buffers, 4 tiles:\n"
-               "  copy     | tile 0 -> buf 0 | tile 1 -> buf 1 | tile 2 -> buf 0 | tile 3 -> buf 1 |\n"
-               "  compute  |  (wait)         | tile 0 (buf 0)  | tile 1 (buf 1)  | tile 2 (buf 0)  "
-               "| tile 3 (buf 1)\n"
-               "  Each step: issue tile j + 1, commit, wait_group 1 (tile j landed), "
-               "__syncthreads, compute j,\n  __syncthreads (buffer j % 2 free for tile j + 2).\n\n";
+  std::cout
+      << "Eq. (4): K/V tiles by cp.async into two buffers, 4 tiles:\n"
+         "  copy     | tile 0 -> buf 0 | tile 1 -> buf 1 | tile 2 -> buf 0 | tile 3 -> buf 1 |\n"
+         "  compute  |  (wait)         | tile 0 (buf 0)  | tile 1 (buf 1)  | tile 2 (buf 0)  "
+         "| tile 3 (buf 1)\n"
+         "  Each step: issue tile j + 1, commit, wait_group 1 (tile j landed), "
+         "__syncthreads, compute j,\n  __syncthreads (buffer j % 2 free for tile j + 2).\n\n";
 }
 
 void print_trace() {
@@ -157,7 +158,8 @@ int main(int argc, char** argv) {
           "FA2's schedule, one rung each (fp16 and bf16).");
   AttentionShapeOptions shape_options{{16, 4096, 4096, 64}, {1, 200, 333, 64}};
   shape_options.add_to(cli, ch04::kMaxBatchHeads, 128, "; the rungs take 64 or 128");
-  cli.flag("--causal", &causal, "with --bench or --profile: the causal attention (the report runs both)")
+  cli.flag("--causal", &causal,
+           "with --bench or --profile: the causal attention (the report runs both)")
       .option("--dtype", &dtype, {"fp16", "bf16"},
               "with --bench or --profile: the element type (default fp16)");
   ProgramOptions options;
@@ -166,7 +168,8 @@ int main(int argc, char** argv) {
   if (options.list) return list_ladder(options, "08_fa2_at_speed", "attention", make_ladder);
   const AttentionShape shape = shape_options.resolve(options.backend);
   if (!options.bench.enabled && !options.profile && (causal || dtype != "fp16"))
-    return cli.error("--causal and --dtype only apply with --bench or --profile (the report runs both)");
+    return cli.error(
+        "--causal and --dtype only apply with --bench or --profile (the report runs both)");
   if (shape.d != 64 && shape.d != 128)
     return cli.error("--d " + std::to_string(shape.d) + ": the rungs take d = 64 or 128");
   const Ladder<AttentionArgs> ladder = select_kernel_backend(options.backend, make_ladder);

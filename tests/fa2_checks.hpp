@@ -1,0 +1,94 @@
+// What the FA2 chapters' tests (06, 08) share: the K/V tiles a causal kernel must visit, the
+// convention on fully masked rows, and the measure of a rung against chapter 06's CPU step and
+// the fp64 reference under the error model of chapter 06's eq. (8).
+#pragma once
+
+#include <algorithm>
+#include <cmath>
+#include <cstddef>
+#include <vector>
+
+#include "chapters/06_fa2_rescaled/fa2.hpp"
+#include "common/compare.hpp"
+#include "common/reference_attention.hpp"
+#include "tests/attention_checks.hpp"
+#include "tests/support.hpp"
+
+namespace wb::test {
+
+/// The K/V tiles that hold at least one (query, key) pair the mask lets through, counted by
+/// brute force over every pair: the tiles an honest causal kernel must visit, and no more.
+inline long tiles_touching_the_diagonal(AttentionShape shape, int br, int bc) {
+  long tiles = 0;
+  for (int i0 = 0; i0 < shape.lq; i0 += br)
+    for (int j0 = 0; j0 < shape.lk; j0 += bc) {
+      bool any = false;
+      for (int i = i0; i < std::min(i0 + br, shape.lq) && !any; ++i)
+        for (int j = j0; j < std::min(j0 + bc, shape.lk) && !any; ++j)
+          any = j <= i + (shape.lk - shape.lq);  // the mask, restated as in chapter 06's eq. (6)
+      tiles += any;
+    }
+  return tiles * shape.bh;
+}
+
+/// Checks the workbook's convention on every fully masked row: O = 0 exactly, lse = -inf.
+inline void check_fa2_masked_rows(const ref::Attention& r, AttentionShape shape,
+                                  const std::vector<float>& o, const std::vector<float>& lse) {
+  for (std::size_t row = 0; row < shape.rows(); ++row) {
+    if (r.m[row] != -INFINITY) continue;
+    CAPTURE(row);
+    CHECK(lse[row] == -INFINITY);
+    for (int c = 0; c < shape.d; ++c) CHECK(o[row * shape.d + c] == 0.f);
+  }
+}
+
+/// The measure of an FA2 rung (chapters 06 and 08) with tiles t (Br, Bc) on a case: O in units
+/// of w, logsumexp, the fully masked rows, the K/V tiles visited.
+inline RungError fa2_rung_error(const AttentionRungRun& run, Tiles t) {
+  const AttentionShape& shape = run.c.shape;
+  const ref::Attention& r = run.r;
+  // The kernel's inputs, and the CPU step and fp64 reference run on exactly those values.
+  // The +1e4 offsets (large_offset) still make sense in fp16: q_0 = k_0 = sqrt(1e4 /
+  // scale) is about 283 (d = 64) or 336 (d = 128), far below fp16's 65504, and the
+  // scores of about 1e4 only ever exist in the float accumulator.
+  const ch06::Fa2Result cpu =
+      ch06::attention_fa2(run.in, shape, {run.scale, run.c.causal, t.br, t.bc});
+  const std::vector<double> w =
+      run.c.dtype == Dtype::fp32 ? r.o_weight
+                                 : ch06::tensor_core_weight(r.o_weight, run.in, shape, run.c.dtype);
+  const ErrorReport cpu_o = ref::compare_weighted(cpu.o, r.o, w);
+  const ErrorReport cpu_lse = compare(cpu.lse, r.lse);
+  // The policy: twice the CPU step's error plus the floor (the kernel sums in butterflies
+  // and with fmaf, CUDA's expf and logf differ from glibc's by an ulp or two).
+  // logsumexp comes from the float m and l (l sums the unrounded P~): the float policy. On its
+  // own, against fp64: twice the CPU step's stated bound plus the floor, the stated bound being
+  // lse_floor itself (the cpu suite holds the CPU step to it directly), so a logsumexp() both
+  // compute wrong fails here.
+  const double lse_floor = ref::lse_floor(r.score_error, shape.lk, r.max_abs_lse);
+  const ErrorReport lse = compare(run.run.out.lse, r.lse);
+  WB_CHECK_WITHIN(lse, chain_bound(cpu_lse.max_abs, lse_floor));
+  WB_CHECK_WITHIN(lse, chain_bound(lse_floor, lse_floor));
+  check_fa2_masked_rows(r, shape, run.run.out.o, run.run.out.lse);
+  long visited = 0;
+  for (int n : run.run.tiles) visited += n;
+  // The same tiles as the CPU step with the kernel's tile sizes: under the mask, exactly
+  // those that touch the diagonal; the others are never loaded.
+  CHECK(visited == cpu.tiles_visited);
+  if (run.c.causal) CHECK(visited == tiles_touching_the_diagonal(shape, t.br, t.bc));
+  // O, in units of w: twice the CPU step's float error plus the stated floor of the
+  // float work (output_floor: the kernel sums in another order, on tensor cores and in
+  // lane pairs), plus 2 u for rounding P~ and O to the 16-bit type (tensor_core_weight in
+  // fa2.hpp); u = 0 for the fp32 rung, which rounds nothing. On its own, against fp64: the
+  // same with the CPU step's stated bound, output_floor (the error model holds for every
+  // order of the work; in units of w >= o_weight the CPU step's error is no larger).
+  const double rounding = 2.0 * ch06::unit_roundoff(run.dtype);
+  const double o_floor = ref::output_floor(r.score_error, shape.lk);
+  return {ref::compare_weighted(run.run.out.o, r.o, w),
+          /*relative=*/false,
+          cpu_o.max_abs,
+          o_floor + rounding,
+          chain_bound(o_floor, o_floor + rounding),
+          ""};
+}
+
+}  // namespace wb::test

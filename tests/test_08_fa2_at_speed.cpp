@@ -1,0 +1,191 @@
+// Chapter 08: FlashAttention-2 at speed. The laws the rungs rest on, checked on the host: the
+// S~ accumulator registers are P~'s A fragment (eq. 1, against the simulator's PTX layouts),
+// the swizzle is a permutation of each row that spreads an ldmatrix matrix over all banks
+// (eq. 3). Then every rung, from chapter 06's tensor-core kernel on, against the CPU step
+// (chapter 06's tiled FA2 with the rung's tiles), the rung before and fp64 on chapter 06's
+// eq. (8) bound, fp16 and bf16, d = 64 and 128, odd shapes, with and without the causal mask;
+// the refusals of what the rungs cannot take.
+#include <algorithm>
+#include <cstdint>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "chapters/08_fa2_at_speed/fa2_at_speed.hpp"
+#include "common/shared_memory.hpp"
+#include "common/sim/ptx_runtime.hpp"
+#include "tests/attention_checks.hpp"
+#include "tests/fa2_checks.hpp"
+#include "tests/support.hpp"
+
+using namespace wb;
+using namespace wb::ch08;
+
+namespace {
+
+constexpr std::uint64_t kSeed = 808;
+constexpr int kLanes = 32, kBanks = 32, kBankBytes = 4, kElementBytes = 2;
+
+/// The 16-byte chunk offsets (in elements) of every row of a `rows` x D tile with Layout.
+template <typename Layout, int D>
+std::vector<int> all_offsets(int rows) {
+  std::vector<int> offsets;
+  for (int r = 0; r < rows; ++r)
+    for (int c = 0; c < D; ++c) offsets.push_back(Layout::offset(r, c));
+  return offsets;
+}
+
+/// The most 16-byte rows of one ldmatrix matrix (8 consecutive rows, one column chunk) that
+/// start in the same group of 4 banks: the wavefronts the matrix takes.
+template <typename Layout, int D>
+int worst_matrix_conflict() {
+  int worst = 0;
+  for (int row0 = 0; row0 < 2 * kKeys; row0 += kSwizzleRows) {
+    for (int col = 0; col < D; col += kChunkElements) {
+      int per_group[kBanks / 4] = {};
+      for (int r = row0; r < row0 + kSwizzleRows; ++r) {
+        const int bank = Layout::offset(r, col) * kElementBytes / kBankBytes % kBanks;
+        worst = std::max(worst, ++per_group[bank / 4]);
+      }
+    }
+  }
+  return worst;
+}
+
+template <int D>
+void check_layouts() {
+  using Padded = TileLayout<D, false>;
+  using Swizzled = TileLayout<D, true>;
+  // The swizzle only permutes chunks within a row: every element keeps a place of its own, in
+  // the row's own D elements (so an unpadded tile of R rows takes exactly R D elements).
+  const std::vector<int> swizzled = all_offsets<Swizzled, D>(2 * kKeys);
+  std::vector<int> sorted = swizzled;
+  std::sort(sorted.begin(), sorted.end());
+  for (std::size_t e = 0; e < sorted.size(); ++e) REQUIRE(sorted[e] == int(e));
+  for (int r = 0; r < 2 * kKeys; ++r)
+    for (int c = 0; c < D; ++c) CHECK(Swizzled::offset(r, c) / D == r);
+  // Within a chunk the elements stay in order: a 16-byte access, and a 32-bit pair, are whole.
+  for (int c = 0; c < D; ++c) CHECK(Swizzled::offset(5, c) % kChunkElements == c % kChunkElements);
+  // Eq. (3): 1 wavefront per matrix swizzled or padded; rows D elements apart without either
+  // all start in one bank group (the 8-way conflict the swizzle removes).
+  struct Unpadded {
+    static int offset(int row, int col) { return row * D + col; }
+  };
+  CHECK(worst_matrix_conflict<Swizzled, D>() == 1);
+  CHECK(worst_matrix_conflict<Padded, D>() == 1);
+  CHECK(worst_matrix_conflict<Unpadded, D>() == kSwizzleRows);
+}
+
+}  // namespace
+
+TEST_SUITE("cpu") {
+  TEST_CASE("the accumulators of S~ hold exactly the elements of P~'s A fragment") {
+    // Eq. (1), against the PTX ISA's layouts as the simulator implements them (tested on
+    // their own in tests/sim/test_ptx.cpp): register r of P~'s A fragment for keys
+    // [16 kk, 16 kk + 16) packs s[2 kk + r / 2][2 (r % 2)] and the element after it.
+    for (int lane = 0; lane < kLanes; ++lane) {
+      for (int r = 0; r < 4; ++r) {
+        for (int half = 0; half < 2; ++half) {
+          CAPTURE(lane);
+          CAPTURE(r);
+          const sim::WmmaCoord a = sim::mma_coord(sim::MmaOperand::a, unsigned(lane), r, half);
+          const int group = r / 2, e = 2 * (r % 2) + half;  // s[2 kk + group][e]
+          const sim::WmmaCoord c = sim::mma_coord(sim::MmaOperand::c, unsigned(lane), e, 0);
+          CHECK(a.row == c.row);
+          CHECK(a.col == 8 * group + c.col);  // key group 2 kk + 1 is A's columns 8-15
+        }
+      }
+    }
+  }
+
+  TEST_CASE("the swizzle permutes each row and spreads an ldmatrix matrix over all banks") {
+    SUBCASE("d = 64") {
+      check_layouts<64>();
+    }
+    SUBCASE("d = 128") {
+      check_layouts<128>();
+    }
+  }
+
+  TEST_CASE("the shared memory of every recipe fits the launch it asks for") {
+    // Padded single buffers stay within the 48 KiB a launch may use as is; the double buffers
+    // of d = 128 opt in (the launcher), within sm_80's 163 KiB.
+    CHECK(shared_bytes<MmaRecipe>(128) == 34816);
+    CHECK(shared_bytes<SwizzleRecipe>(128) == 32768);
+    CHECK(shared_bytes<CpAsyncRecipe>(64) == 32768);
+    CHECK(shared_bytes<ScheduledRecipe>(128) == 65536);
+    CHECK(shared_bytes<LdmatrixRecipe>(128) <= int(kDefaultDynamicSharedBytes));
+  }
+}
+
+// ------------------------------------------------------------------------------------------
+// The kernel ladder
+// ------------------------------------------------------------------------------------------
+
+namespace {
+
+// lq and lk from {1, 17, 97, 203, 1000}: partial Q tiles of 64 and 128 rows and K/V tiles of 64
+// (and chapter 06's 32) keys, lq != lk both ways (fully masked rows under the mask, Q tiles
+// that visit no K/V tile), d = 64 and 128, bh 1 and 2.
+const std::vector<AttentionShape> kShapes = {{1, 1, 1, 64},     {2, 17, 97, 64},
+                                             {1, 203, 17, 128}, {1, 97, 203, 128},
+                                             {1, 1000, 97, 64}, {1, 1, 1000, 128}};
+// Race mode and the instrumented twin (several times slower): both d, partial tiles, lq > lk.
+const std::vector<AttentionShape> kRaceShapes = {{1, 17, 97, 64}, {1, 203, 17, 128}};
+
+test::RungError measure(const test::AttentionRungRun& run) {
+  const RungTiles t = rung_tiles(run.rung.name, run.c.shape.d);
+  return test::fa2_rung_error(run, {t.br, t.bc});
+}
+
+template <Backend B>
+void every_rung_equals_the_cpu_step() {
+  test::check_attention_ladder(B, kernel_ladder<B>(),
+                               test::attention_cases(test::small_shapes() ? kRaceShapes : kShapes,
+                                                     {false, true}, {Dtype::fp16, Dtype::bf16}),
+                               kSeed, measure);
+}
+
+template <Backend B>
+void every_rung_rejects_other_head_dimensions() {
+  for (const Rung<AttentionArgs>& rung : kernel_ladder<B>()) {
+    for (int d : {16, 96, 256}) {
+      CAPTURE(d);
+      CAPTURE(rung.name);
+      test::check_rung_refuses(B, rung, {1, 2, 2, d}, Dtype::fp16, "64 or 128");
+    }
+    test::check_rung_refuses(B, rung, {1, 2, 2, 64}, Dtype::fp32, "fp32");
+  }
+}
+
+template <Backend B>
+void the_scheduled_rung_rejects_a_scale_that_is_not_positive() {
+  // Its row max is taken over the unscaled scores (eq. 5): with scale <= 0 it would be the min.
+  const AttentionShape shape{1, 3, 5, 64};
+  const AttentionInputs in = make_attention_inputs(ScoreKind::randn, shape, 1.f, kSeed);
+  const Ladder<AttentionArgs> ladder = kernel_ladder<B>();
+  const Rung<AttentionArgs>& rung = *find_rung(ladder, ScheduledRecipe::kName);
+  for (float scale : {0.f, -0.125f}) {
+    CAPTURE(scale);
+    AttentionBuffers buffers(B, in, shape, scale, false, Dtype::fp16, rung.limits.outputs);
+    std::string message;
+    try {
+      run_rung(rung, buffers.args);
+    } catch (const std::invalid_argument& e) {
+      message = e.what();
+    }
+    CHECK_MESSAGE(message.find("fa2_scheduled: the softmax scale must be positive") == 0,
+                  "message: ", message);
+  }
+}
+
+}  // namespace
+
+WB_KERNEL_TEST_CASE(
+    "every FA2 rung at speed equals the CPU step and the rung before it with and without the "
+    "mask in fp16 and bf16",
+    every_rung_equals_the_cpu_step)
+WB_KERNEL_TEST_CASE("every rung rejects head dimensions other than 64 and 128 and fp32",
+                    every_rung_rejects_other_head_dimensions)
+WB_KERNEL_TEST_CASE("the scheduled rung rejects a softmax scale that is not positive",
+                    the_scheduled_rung_rejects_a_scale_that_is_not_positive)

@@ -1,0 +1,54 @@
+// Chapter 08's kernels move the bytes their headers state (chapter 06's per-Q-tile traffic,
+// the causal mask's skipped K/V tiles included), and the rungs from fa2_ldmatrix on read and
+// write shared memory without a bank conflict (suite "profile": the instrumented twin, CTest
+// 08_fa2_at_speed/sim-profile; tests/traffic_checks.hpp).
+#include <string>
+#include <vector>
+
+#include "chapters/08_fa2_at_speed/fa2_at_speed.hpp"
+#include "common/sim/access.hpp"
+#include "tests/traffic_checks.hpp"
+
+namespace {
+using namespace wb;
+}  // namespace
+
+TEST_CASE("every rung moves the bytes its header states, on odd shapes" *
+          doctest::test_suite("profile")) {
+  const Ladder<AttentionArgs> ladder = ch08::kernel_ladder<Backend::sim>();
+  // Short last Q tiles (a partial warp, warps with no row; 70 rows are 2 tiles of 64 and 1 of
+  // 128); under the mask Q tiles that visit 2 of 3 K/V tiles (Bc 64) and, with lq - lk >= 64,
+  // Q tiles that visit none; d = 64 and 128.
+  const std::vector<std::string> took = test::check_attention_ladder_traffic(
+      ladder, {{1, 70, 130, 64}, {1, 80, 9, 64}, {1, 66, 150, 128}}, {Dtype::fp16, Dtype::bf16},
+      /*causal=*/true, /*tiles_br=*/ch08::kRowsOf<ch08::MmaRecipe>);
+  test::check_every_rung_counted(ladder, took);
+}
+
+TEST_CASE("the rungs from ldmatrix on have no shared-memory bank conflicts" *
+          doctest::test_suite("profile")) {
+  // Eqs. (2), (3): every ldmatrix matrix, 16-byte tile store and 32-bit fragment access spreads
+  // over the banks (padded rows or the swizzle): wavefronts = the conflict-free count.
+  // fa2_mma's plain loads of V's column pairs are 16-bit: two lanes share a 4-byte word, which
+  // the banks serve at once, so it is conflict-free too. Chapter 06's wmma rung is not checked.
+  for (const int d : {64, 128}) {
+    const AttentionShape shape{1, 130, 150, d};
+    const float scale = default_scale(d);
+    const AttentionInputs in = make_attention_inputs(ScoreKind::randn, shape, scale, 9);
+    for (const Rung<AttentionArgs>& rung : ch08::kernel_ladder<Backend::sim>()) {
+      if (std::string(rung.name) == "fa2_tensor_core") continue;
+      CAPTURE(rung.name);
+      CAPTURE(d);
+      AttentionBuffers buffers(Backend::sim, in, shape, scale, true, Dtype::fp16,
+                               rung.limits.outputs);
+      sim::start_profile();
+      run_rung(rung, buffers.args);
+      const std::vector<sim::LaunchProfile> launches = sim::stop_profile();
+      REQUIRE(launches.size() == 1);
+      const sim::TrafficCounts& c = launches[0].counts;
+      CHECK(c.shared_load.requests > 0);
+      CHECK(c.shared_load.units == c.shared_load.ideal_units);
+      CHECK(c.shared_store.units == c.shared_store.ideal_units);
+    }
+  }
+}
