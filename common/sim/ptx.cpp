@@ -27,23 +27,6 @@ namespace {
 
 constexpr int kM = 16, kN = 8, kK = 16;
 
-float element_value(WmmaType type, std::uint32_t bits) {
-  if (type == WmmaType::f16) return wb::half_bits_to_float(static_cast<std::uint16_t>(bits));
-  return wb::bf16_bits_to_float(static_cast<std::uint16_t>(bits));
-}
-
-float as_float(std::uint32_t bits) {
-  float f;
-  __builtin_memcpy(&f, &bits, sizeof f);
-  return f;
-}
-
-std::uint32_t float_bits(float f) {
-  std::uint32_t bits;
-  __builtin_memcpy(&bits, &f, sizeof f);
-  return bits;
-}
-
 /// One thread's cp.async queue: copies in issue order, each with its group's number.
 struct CpAsyncQueue {
   struct Entry {
@@ -80,15 +63,15 @@ void ptx_mma(WmmaType ab, Site site) {
     for (int reg = 0; reg < 4; ++reg) {
       for (int half = 0; half < 2; ++half) {
         const WmmaCoord e = mma_coord(MmaOperand::a, lane, reg, half);
-        a[e.row][e.col] = element_value(ab, ra[reg] >> (16 * half) & 0xffffu);
+        a[e.row][e.col] = fragment_value(ab, ra[reg] >> (16 * half) & 0xffffu);
       }
       const WmmaCoord e = mma_coord(MmaOperand::c, lane, reg, 0);
-      c[e.row][e.col] = as_float(rc[reg]);
+      c[e.row][e.col] = fragment_value(WmmaType::f32, rc[reg]);
     }
     for (int reg = 0; reg < 2; ++reg) {
       for (int half = 0; half < 2; ++half) {
         const WmmaCoord e = mma_coord(MmaOperand::b, lane, reg, half);
-        b[e.row][e.col] = element_value(ab, rb[reg] >> (16 * half) & 0xffffu);
+        b[e.row][e.col] = fragment_value(ab, rb[reg] >> (16 * half) & 0xffffu);
       }
     }
   }

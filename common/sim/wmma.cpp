@@ -17,6 +17,28 @@ WmmaCoord wmma_coord(WmmaUse use, unsigned lane, int i) {
 }
 
 namespace detail {
+
+float fragment_value(WmmaType type, std::uint32_t bits) {
+  switch (type) {
+    case WmmaType::f16:
+      return wb::half_bits_to_float(static_cast<std::uint16_t>(bits));
+    case WmmaType::bf16:
+      return wb::bf16_bits_to_float(static_cast<std::uint16_t>(bits));
+    case WmmaType::f32:
+      break;
+  }
+  float f;
+  static_assert(sizeof f == sizeof bits, "float is 32 bits");
+  __builtin_memcpy(&f, &bits, sizeof f);
+  return f;
+}
+
+std::uint32_t float_bits(float f) {
+  std::uint32_t bits;
+  __builtin_memcpy(&bits, &f, sizeof f);
+  return bits;
+}
+
 namespace {
 
 constexpr int kSlots = 4;
@@ -39,27 +61,6 @@ std::uint32_t* lane_slot(unsigned warp, unsigned lane, int slot) {
 
 std::uint32_t* my_slot(int slot) {
   return lane_slot(wb_sim_current.warp, wb_sim_current.lane, slot);
-}
-
-float to_float(WmmaType type, std::uint32_t bits) {
-  switch (type) {
-    case WmmaType::f16:
-      return wb::half_bits_to_float(static_cast<std::uint16_t>(bits));
-    case WmmaType::bf16:
-      return wb::bf16_bits_to_float(static_cast<std::uint16_t>(bits));
-    case WmmaType::f32:
-      break;
-  }
-  float f;
-  static_assert(sizeof f == sizeof bits, "float is 32 bits");
-  __builtin_memcpy(&f, &bits, sizeof f);
-  return f;
-}
-
-std::uint32_t float_bits(float f) {
-  std::uint32_t bits;
-  __builtin_memcpy(&bits, &f, sizeof f);
-  return bits;
 }
 
 const char* type_name(WmmaType type) {
@@ -90,11 +91,11 @@ void gather(WmmaUse use, WmmaType type, int elements, int slot, const char* what
                       "%g and x[%d] = %g: the copies differ, so the product is unspecified on a "
                       "GPU (the element mapping is; change every element of a fragment alike)",
                       site_string(site).c_str(), lane, type_name(type), what, c.row, c.col, i - 8,
-                      static_cast<double>(to_float(type, x[i - 8])), i,
-                      static_cast<double>(to_float(type, x[i])));
+                      static_cast<double>(fragment_value(type, x[i - 8])), i,
+                      static_cast<double>(fragment_value(type, x[i])));
         warp_fault(lane, Fault::Kind::invalid_argument, buf);
       }
-      tile[c.row * kTile + c.col] = to_float(type, x[i]);
+      tile[c.row * kTile + c.col] = fragment_value(type, x[i]);
     }
   }
 }

@@ -30,6 +30,11 @@ WmmaCoord wmma_coord(WmmaUse use, unsigned lane, int i);
 
 namespace detail {
 
+/// The value of an element of `type` from its bits (the low 16 of them for f16 and bf16).
+float fragment_value(WmmaType type, std::uint32_t bits);
+/// A float's bits, as a register holds them.
+std::uint32_t float_bits(float f);
+
 /// Register-file slots of a lane: inputs of mma_sync, of store_matrix_sync, and the result
 /// of load_matrix_sync / mma_sync.
 inline constexpr int kWmmaSlotA = 0, kWmmaSlotB = 1, kWmmaSlotC = 2, kWmmaSlotOut = 3;
