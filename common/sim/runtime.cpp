@@ -64,7 +64,7 @@ struct Thread {
   int width = 0;            // shuffle width
   std::uint64_t out = 0;    // the collective's result for this thread
   SyncObject* sync = nullptr;  // to acquire when it passes (race mode)
-  const AlignedCall* call = nullptr;  // a WMMA operation's arguments while waiting at one
+  const AlignedCall* call = nullptr;  // a warp-wide (.aligned) operation's arguments while waiting
   Fiber* fiber = nullptr;
   int runtime_depth = 0;  // > 0 while the simulator's own code runs on this thread (RuntimeScope)
 };
@@ -281,15 +281,16 @@ bool is_shuffle(WarpOp op) {
          op == WarpOp::shfl_bfly;
 }
 
-/// A WMMA operation needs every lane of the warp with the same arguments: sets the fault and
-/// returns false if it cannot have them.
+/// A warp-wide operation (WMMA, mma.sync, ldmatrix) needs every lane of the warp with the same
+/// arguments: sets the fault and returns false if it cannot have them.
 bool check_aligned(const Warp& w, const WarpEpisode& e, const Thread& lane0) {
   const Thread& first = lane_thread(lane0, static_cast<unsigned>(__builtin_ctz(e.arrived)));
   if (e.arrived != kFullMask) {
     const unsigned missing = static_cast<unsigned>(__builtin_ctz(~e.arrived));
     set_fault(Fault::Kind::warp_collective, first,
-              format("%s at %s needs all 32 lanes of the warp, but it cannot have %s (%s): WMMA "
-                     "operations are warp-wide and .aligned, every lane must execute them",
+              format("%s at %s needs all 32 lanes of the warp, but it cannot have %s (%s): "
+                     "warp-wide operations (WMMA, mma.sync, ldmatrix) are .aligned, every lane "
+                     "must execute them",
                      e.name, where(e.site).c_str(), absent_lane(w, e, missing).c_str(),
                      thread_name(lane_thread(lane0, missing)).c_str()));
     return false;
@@ -374,8 +375,8 @@ bool warp_collective(WarpOp op, const char* name, unsigned mask, Site site) {
     if (op == WarpOp::aligned && (e.op != op || !same_site)) {
       set_fault(Fault::Kind::warp_collective, t,
                 format("%s at %s does not match lane %u, which waits at %s at %s: the warp "
-                       "diverged, and WMMA operations are .aligned, every lane of the warp must "
-                       "execute the same one",
+                       "diverged, and warp-wide operations (WMMA, mma.sync, ldmatrix) are "
+                       ".aligned, every lane of the warp must execute the same one",
                        name, where(site).c_str(), other.lane, e.name, where(e.site).c_str()));
       stop_faulted(t);
     }
