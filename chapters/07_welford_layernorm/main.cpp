@@ -344,9 +344,9 @@ int main(int argc, char** argv) {
     if (dtypes.back() != Dtype::fp32) print_dispatch(kernels, Dtype::fp16);
     for (Dtype t : dtypes) report_shape(options.backend, ladder, t, rows, cols, options.seed);
     print_sim_time_note(std::cout, options.backend);
-    std::cout << "Next: chapter 09, Flash-Decoding (chapters/09_flash_decoding, docs page\n"
-                 "\"Chapter 09: Flash-Decoding\"): chapter 03's monoid again, merging attention\n"
-                 "over a KV cache split across blocks.\n";
+    std::cout << "Next: chapter 08, FlashAttention-2 at speed (chapters/08_fa2_at_speed, docs "
+                 "page\n\"Chapter 08: FlashAttention-2 at speed\"): chapter 06's algorithm on "
+                 "mma.sync, one\noptimization per rung.\n";
     return 0;
   });
 }
