@@ -24,7 +24,7 @@ using namespace wb::ch08;
 namespace {
 
 constexpr std::uint64_t kSeed = 808;
-constexpr int kLanes = 32, kBanks = 32, kBankBytes = 4, kElementBytes = 2;
+constexpr int kLanes = 32, kBankGroups = 8;  // 32 banks in groups of 4: one 16-byte row
 
 /// The 16-byte chunk offsets (in elements) of every row of a `rows` x D tile with Layout.
 template <typename Layout, int D>
@@ -42,10 +42,9 @@ int worst_matrix_conflict() {
   int worst = 0;
   for (int row0 = 0; row0 < 2 * kKeys; row0 += kSwizzleRows) {
     for (int col = 0; col < D; col += kChunkElements) {
-      int per_group[kBanks / 4] = {};
+      int per_group[kBankGroups] = {};
       for (int r = row0; r < row0 + kSwizzleRows; ++r) {
-        const int bank = Layout::offset(r, col) * kElementBytes / kBankBytes % kBanks;
-        worst = std::max(worst, ++per_group[bank / 4]);
+        worst = std::max(worst, ++per_group[first_bank<Layout>(r, col) / 4]);
       }
     }
   }
@@ -68,9 +67,7 @@ void check_layouts() {
   for (int c = 0; c < D; ++c) CHECK(Swizzled::offset(5, c) % kChunkElements == c % kChunkElements);
   // Eq. (3): 1 wavefront per matrix swizzled or padded; rows D elements apart without either
   // all start in one bank group (the 8-way conflict the swizzle removes).
-  struct Unpadded {
-    static int offset(int row, int col) { return row * D + col; }
-  };
+  using Unpadded = UnpaddedLayout<D>;
   CHECK(worst_matrix_conflict<Swizzled, D>() == 1);
   CHECK(worst_matrix_conflict<Padded, D>() == 1);
   CHECK(worst_matrix_conflict<Unpadded, D>() == kSwizzleRows);

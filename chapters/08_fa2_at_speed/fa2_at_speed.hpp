@@ -99,6 +99,21 @@ struct TileLayout {
   // [swizzle]
 };
 
+/// Rows D elements apart with neither padding nor swizzle: the layout eq. (3) mends, kept for
+/// the program's bank map and the tests (no kernel uses it).
+template <int D>
+struct UnpaddedLayout {
+  static int offset(int row, int col) { return row * D + col; }
+};
+
+/// The shared-memory bank (of 32, 4 bytes wide) that element (row, col) of a 16-bit tile with
+/// Layout starts in.
+template <typename Layout>
+int first_bank(int row, int col) {
+  constexpr int kElementBytes = 2, kBankBytes = 4, kBanks = 32;
+  return Layout::offset(row, col) * kElementBytes / kBankBytes % kBanks;
+}
+
 /// Query rows per block (Br) of a recipe.
 template <typename Recipe>
 inline constexpr int kRowsOf = Recipe::kWarps* kWarpRows;

@@ -21,8 +21,6 @@ namespace {
 using namespace wb;
 using namespace wb::ch08;
 
-constexpr int kBankBytes = 4, kBanks = 32;
-
 void print_intro() {
   std::cout
       << "Chapter 08: FlashAttention-2 at speed\n"
@@ -63,19 +61,10 @@ void print_fragment_trace() {
   std::cout << '\n';
 }
 
-/// The first bank of the 16 bytes at element (row, col) of a d = 64 tile with `Layout`.
-template <typename Layout>
-int bank_of(int row, int col) {
-  constexpr int kElementBytes = 2;
-  return Layout::offset(row, col) * kElementBytes / kBankBytes % kBanks;
-}
-
 // Eq. (3): the 8 row addresses of one ldmatrix matrix (column chunk 0 of rows 0-7, d = 64),
 // the banks they start in, unpadded, padded and swizzled.
 void print_bank_map() {
-  struct Unpadded {  // what neither padding nor the swizzle does: rows 128 bytes apart
-    static int offset(int row, int col) { return row * 64 + col; }
-  };
+  using Unpadded = UnpaddedLayout<64>;  // rows 128 bytes apart
   using Padded = TileLayout<64, false>;
   using Swizzled = TileLayout<64, true>;
   std::cout << "Eq. (3): one ldmatrix matrix, column chunk 0 of rows 0-7 of a d = 64 tile: the "
@@ -83,10 +72,10 @@ void print_bank_map() {
   Table table({"row", "unpadded (128 B rows)", "padded (144 B rows)", "swizzled chunk",
                "swizzled (128 B rows)"});
   for (int row = 0; row < kSwizzleRows; ++row) {
-    table.add_row({std::to_string(row), std::to_string(bank_of<Unpadded>(row, 0)),
-                   std::to_string(bank_of<Padded>(row, 0)),
+    table.add_row({std::to_string(row), std::to_string(first_bank<Unpadded>(row, 0)),
+                   std::to_string(first_bank<Padded>(row, 0)),
                    std::to_string(Swizzled::offset(row, 0) % 64 / kChunkElements),
-                   std::to_string(bank_of<Swizzled>(row, 0))});
+                   std::to_string(first_bank<Swizzled>(row, 0))});
   }
   table.print(std::cout);
   std::cout << "  Unpadded, all 8 rows start in bank 0: the banks serve them one after another,\n"
