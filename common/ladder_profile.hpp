@@ -94,40 +94,56 @@ inline std::string buffer_summary(const std::vector<sim::LaunchProfile>& launche
   return out;
 }
 
+}  // namespace detail
+
 /// The CSV of --access-csv: every global access of each rung's launches, in the order the
-/// simulator ran them (docs/figures/tile_order.py draws from it).
+/// simulator ran them (docs/figures/tile_order.py draws from it), then every lane of each
+/// shared request as it completed: buffer "shared", offset from the start of the shared
+/// array, the request's number, the lane's bank phase, and whether it gave an ldmatrix row
+/// (docs/figures/bank_map.py). `header`: a new file.
 inline void write_access_csv(const std::string& path, const std::string& rung,
                              const std::vector<sim::LaunchProfile>& launches, bool header) {
   std::ofstream out(path, header ? std::ios::trunc : std::ios::app);
   if (!out) throw std::runtime_error("--access-csv: cannot write '" + path + "'");
-  if (header) out << "rung,launch,kernel,block,thread,buffer,offset,bytes,store\n";
+  if (header)
+    out << "rung,launch,kernel,block,thread,buffer,offset,bytes,store,request,phase,ldmatrix\n";
   for (std::size_t l = 0; l < launches.size(); ++l) {
     const sim::LaunchProfile& p = launches[l];
+    const std::string kernel = csv_escape(p.kernel);
     for (const sim::GlobalAccess& a : p.trace)
-      out << rung << ',' << l << ',' << csv_escape(p.kernel) << ',' << a.block << ',' << a.thread
-          << ',' << p.buffers[std::size_t(a.buffer)].name << ',' << a.offset << ',' << a.bytes
-          << ',' << (a.store ? 1 : 0) << '\n';
+      out << rung << ',' << l << ',' << kernel << ',' << a.block << ',' << a.thread << ','
+          << p.buffers[std::size_t(a.buffer)].name << ',' << a.offset << ',' << a.bytes << ','
+          << (a.store ? 1 : 0) << ",,,\n";
+    for (const sim::SharedAccess& a : p.shared_trace)
+      out << rung << ',' << l << ',' << kernel << ',' << a.block << ',' << a.warp * 32 + a.lane
+          << ",shared," << a.offset << ',' << a.bytes << ',' << (a.store ? 1 : 0) << ','
+          << a.request << ',' << a.phase << ',' << (a.ldmatrix ? 1 : 0) << '\n';
   }
   if (!out) throw std::runtime_error("--access-csv: writing '" + path + "' failed");
 }
 
-}  // namespace detail
-
-/// Runs each rung of `ladder` (sim kernels) that takes `args` under profile mode and prints the
-/// table; `units` is what the bytes are divided by (rows * cols elements, or attention rows),
-/// `unit` its name. With a `csv_path`, also appends a row per rung to that CSV file
-/// (detail::profile_csv_header). Returns the program's exit code.
+/// Runs each rung of `ladder` (sim kernels) that takes `args` under profile mode (only the one
+/// --rung names, when given) and prints the table; `units` is what the bytes are divided by
+/// (rows * cols elements, or attention rows), `unit` its name. With a `csv_path`, also appends
+/// a row per rung to that CSV file (detail::profile_csv_header). Returns the program's exit
+/// code.
 template <typename Args>
 int profile_ladder(const Ladder<Args>& ladder, const Args& args, std::uint64_t units,
                    const std::string& unit, const std::string& shape,
                    const std::string& csv_path = "") {
   using sim::LaunchProfile;
+  const std::string& only = profile_rung();
+  if (!only.empty() && std::none_of(ladder.begin(), ladder.end(),
+                                    [&](const Rung<Args>& r) { return only == r.name; }))
+    throw std::invalid_argument("--rung: this ladder has no rung '" + only +
+                                "' (--list names them)");
   std::cout << "Profile: global-memory traffic counted by the simulator, " << shape << " ("
             << units << " " << unit << "s)\n";
   Table t({"rung", "loaded B/" + unit, "stored B/" + unit, "header states", "sectors/req ld",
            "sectors/req st", "shared wavefronts/req", "conflict", "ideal us at 3.0 TB/s"});
   std::vector<std::string> skipped, lines, csv;
   for (const Rung<Args>& rung : ladder) {
+    if (!only.empty() && only != rung.name) continue;
     if (const std::string why = why_refused(rung, args); !why.empty()) {
       skipped.push_back(std::string(rung.name) + ": " + why);
       continue;
@@ -137,7 +153,7 @@ int profile_ladder(const Ladder<Args>& ladder, const Args& args, std::uint64_t u
     rung.launch(args);
     const std::vector<LaunchProfile> launches = sim::stop_profile();
     if (!access_csv.empty())
-      detail::write_access_csv(access_csv, rung.name, launches, /*header=*/csv.empty());
+      write_access_csv(access_csv, rung.name, launches, /*header=*/csv.empty());
     sim::TrafficCounts total;
     std::vector<sim::LineTraffic> by_line;
     for (const LaunchProfile& p : launches) {

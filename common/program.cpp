@@ -41,12 +41,17 @@ int run_instrumented_twin(const Cli& cli, char** argv) {
                                     : "cannot run: " + std::string(std::strerror(errno))));
 }
 
-std::string g_access_csv;  // --access-csv, for profile_ladder
+std::string g_access_csv;    // --access-csv, for profile_ladder
+std::string g_profile_rung;  // --rung, for profile_ladder
 
 }  // namespace
 
 const std::string& profile_access_csv() {
   return g_access_csv;
+}
+
+const std::string& profile_rung() {
+  return g_profile_rung;
 }
 
 int parse_program(Cli& cli, int argc, char** argv, ProgramOptions* options) {
@@ -63,11 +68,16 @@ int parse_program(Cli& cli, int argc, char** argv, ProgramOptions* options) {
             "header's formula, sectors per request, bank conflicts (docs/simulator.md)")
       .option("--access-csv", &g_access_csv,
               "with --profile: also write every global access of each rung, in the order it "
-              "ran, to this CSV (for a tiny shape: the tile-order figures)");
+              "ran, to this CSV (for a tiny shape: the tile-order figures)")
+      .option("--rung", &g_profile_rung,
+              "with --profile: count this rung only (a name --list prints), the one being "
+              "changed, or one too slow to simulate with the others on a large shape");
   options->bench.add_to(cli, options->offers_bench);
   if (const int code = cli.parse(argc, argv); code >= 0) return code;
   if (!g_access_csv.empty() && !options->profile)
     return cli.error("--access-csv only applies with --profile");
+  if (!g_profile_rung.empty() && !options->profile)
+    return cli.error("--rung only applies with --profile");
   if (options->profile) {
     if (options->bench.enabled || options->list)
       return cli.error("--profile runs alone (not with --bench or --list)");

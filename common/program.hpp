@@ -35,6 +35,9 @@ struct ProgramOptions {
 /// global access of each rung's launches there (the pages' tile-order figures).
 const std::string& profile_access_csv();
 
+/// The --rung NAME parse_program was given ("" when none): profile_ladder counts that rung only.
+const std::string& profile_rung();
+
 /// Adds --seed, --backend (default: cuda with a GPU, else sim), --trace, --list, --profile and the
 /// benchmark options to `cli`, parses argv, resolves the backend. Returns -1 when the program should go
 /// on, else the exit code: 0 after --help, 2 after a one-line error.

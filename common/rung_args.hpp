@@ -138,6 +138,9 @@ struct AttentionBackwardArgs {
   float scale;
   bool causal = false;
   Dtype dtype = Dtype::fp32;
+  /// (bh, lq, lk) float: the P a standard forward stored, read by the standard backward only
+  /// (the FA2 rungs recompute it from lse); null when none was kept.
+  const float* p = nullptr;
 };
 
 /// Why a rung with `limits` cannot take `a`, or "" when it can.

@@ -139,13 +139,14 @@ struct BackwardInputs {
   std::vector<float> o;    ///< (bh, lq, d): the forward's O
   std::vector<float> lse;  ///< (bh, lq): the forward's logsumexp
   std::vector<float> d_o;  ///< (bh, lq, d): dL/dO
+  std::vector<float> p;    ///< (bh, lq, lk): the P a standard forward stores; empty: not kept
 };
 
-/// Attention's backward (chapter 10): Q, K, V, O, dO uploaded as `dtype`, lse as floats, the
-/// gradients and the float scratch (D, dQ) allocated, `args` over them.
+/// Attention's backward (chapter 10): Q, K, V, O, dO uploaded as `dtype`, lse and P (when kept)
+/// as floats, the gradients and the float scratch (D, dQ) allocated, `args` over them.
 struct AttentionBackwardBuffers {
   DeviceBuffer<unsigned char> q, k, v, o, d_o, dq, dk, dv;
-  DeviceBuffer<float> lse, d_row, dq_accum;
+  DeviceBuffer<float> lse, d_row, dq_accum, p;
   AttentionBackwardArgs args;
   AttentionBackwardBuffers(Backend backend, const BackwardInputs& in, AttentionShape shape,
                            float scale, bool causal, Dtype dtype)
@@ -160,9 +161,11 @@ struct AttentionBackwardBuffers {
         lse(backend, in.lse),
         d_row(backend, shape.rows()),
         dq_accum(backend, shape.q_elems()),
-        args{q.data(),        k.data(),  v.data(),  o.data(),  d_o.data(),
-             lse.data(),      dq.data(), dk.data(), dv.data(), d_row.data(),
-             dq_accum.data(), shape,     scale,     causal,    dtype} {}
+        p(backend, in.p),
+        args{q.data(),   k.data(),     v.data(),        o.data(),
+             d_o.data(), lse.data(),   dq.data(),       dk.data(),
+             dv.data(),  d_row.data(), dq_accum.data(), shape,
+             scale,      causal,       dtype,           in.p.empty() ? nullptr : p.data()} {}
   BackwardOut download() const {
     return {download_elements(dq, args.dtype), download_elements(dk, args.dtype),
             download_elements(dv, args.dtype)};

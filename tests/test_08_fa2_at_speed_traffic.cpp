@@ -1,11 +1,16 @@
 // Chapter 08's kernels move the bytes their headers state (chapter 06's per-Q-tile traffic,
 // the causal mask's skipped K/V tiles included), and the rungs from fa2_ldmatrix on read and
-// write shared memory without a bank conflict (suite "profile": the instrumented twin, CTest
-// 08_fa2_at_speed/sim-profile; tests/traffic_checks.hpp).
+// write shared memory without a bank conflict, which the bank-map launch shows unpadded rows
+// would have (suite "profile": the instrumented twin, CTest 08_fa2_at_speed/sim-profile;
+// tests/traffic_checks.hpp).
+#include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "chapters/08_fa2_at_speed/fa2_at_speed.hpp"
+#include "common/buffer.hpp"
+#include "common/half.hpp"
 #include "common/sim/access.hpp"
 #include "tests/traffic_checks.hpp"
 
@@ -50,5 +55,46 @@ TEST_CASE("the rungs from ldmatrix on have no shared-memory bank conflicts" *
       CHECK(c.shared_load.units == c.shared_load.ideal_units);
       CHECK(c.shared_store.units == c.shared_store.ideal_units);
     }
+  }
+}
+
+TEST_CASE("the bank-map launch: the same fragment from every layout, 8 wavefronts unpadded" *
+          doctest::test_suite("profile")) {
+  // Eq. (2): lane l's register i holds elements (g + 8 (i % 2), 2 t + 8 (i / 2)) and the next
+  // column, g = l / 4, t = l % 4; element (r, c) of the tile is r * 64 + c, exact in fp16.
+  std::vector<std::uint32_t> expected(32 * 4);
+  for (int lane = 0; lane < 32; ++lane)
+    for (int i = 0; i < 4; ++i) {
+      const int r = lane / 4 + 8 * (i % 2), c = 2 * (lane % 4) + 8 * (i / 2);
+      const auto bits = [](int v) {
+        return std::uint32_t(fp16_detail::round_to_bits<fp16_detail::Binary16>(v));
+      };
+      expected[std::size_t(lane) * 4 + std::size_t(i)] =
+          bits(r * ch08::kBankMapColumns + c) | bits(r * ch08::kBankMapColumns + c + 1) << 16;
+    }
+  DeviceBuffer<std::uint32_t> fragments(Backend::sim, 32 * 4);
+  for (auto [layout, wavefronts] : {std::pair{ch08::BankLayout::unpadded, 8},
+                                    {ch08::BankLayout::padded, 1},
+                                    {ch08::BankLayout::swizzled, 1}}) {
+    CAPTURE(static_cast<int>(layout));
+    sim::start_profile(/*trace_global=*/true);
+    ch08::Kernels<Backend::sim>::ldmatrix_bank_map(layout, fragments.data());
+    const std::vector<sim::LaunchProfile> launches = sim::stop_profile();
+    REQUIRE(launches.size() == 1);
+    CHECK(fragments.download() == expected);
+    // One ldmatrix: 4 matrices, each one phase of 8 rows.
+    const sim::AccessCounts& loads = launches[0].counts.shared_load;
+    CHECK(loads.requests == 1);
+    CHECK(loads.ideal_units == 4);
+    CHECK(loads.units == 4u * wavefronts);
+    // The trace keeps its 32 row addresses, lane l in phase l / 8.
+    int rows = 0;
+    for (const sim::SharedAccess& a : launches[0].shared_trace) {
+      if (!a.ldmatrix) continue;
+      ++rows;
+      CHECK(a.phase == a.lane / 8);
+      CHECK(a.bytes == 16);
+    }
+    CHECK(rows == 32);
   }
 }

@@ -71,9 +71,10 @@ std::string describe(const Case& c) {
 }
 
 /// The case's inputs: Q, K, V of its kind, dO randn, and the forward's O and logsumexp from
-/// chapter 06's CPU FA2 (float): what a training step hands the backward. For a 16-bit type,
-/// Q, K, V, dO and O rounded to it: the values its kernels read, on which the CPU step and the
-/// fp64 reference run too.
+/// chapter 06's CPU FA2 (float): what a training step hands the backward; in fp32 also the P
+/// a standard forward stores (the standard rung's input). For a 16-bit type, Q, K, V, dO and
+/// O rounded to it: the values its kernels read, on which the CPU step and the fp64 reference
+/// run too.
 BackwardInputs backward_inputs(const Case& c, Dtype type = Dtype::fp32) {
   const float scale = default_scale(c.shape.d);
   BackwardInputs in;
@@ -82,6 +83,7 @@ BackwardInputs backward_inputs(const Case& c, Dtype type = Dtype::fp32) {
   const ch06::Fa2Result fwd = ch06::attention_fa2(in.qkv, c.shape, {scale, c.causal, 16, 32});
   in.o = round_elements(fwd.o, type);
   in.lse = fwd.lse;
+  if (type == Dtype::fp32) in.p = standard_forward_p(in.qkv, c.shape, scale, c.causal);
   return in;
 }
 
@@ -269,8 +271,8 @@ TEST_CASE("the causal tiled backward visits exactly the tile pairs that hold a v
 
 namespace {
 
-/// Every rung on every case of its types: against fp64 on its floor, against the CPU tiled
-/// step (same rounded inputs) under the 2x policy, fully masked rows' dQ exactly 0, and two
+/// Every rung on every case of its types: against fp64 on its floor, against its CPU step (same
+/// rounded inputs) under the 2x policy, fully masked rows' dQ exactly 0, and two
 /// runs: dK and dV bit for bit (each written once by one block), dQ within the reordering of
 /// its atomic sum over the K/V tiles (2 gamma_tiles of its weight, and for a 16-bit dQ one
 /// rounding either way; equal on the simulator, which runs blocks in one order).
@@ -287,15 +289,23 @@ void rungs_equal_fp64_and_the_cpu_step() {
       const BackwardInputs in = backward_inputs(c, type);
       ref::AttentionGrads r = ref::attention_backward(in.qkv, in.d_o, s, scale, c.causal);
       add_subnormal_terms(r, in.qkv, in.d_o, s, scale, type);
-      const ref::BackwardFloors f = stated_floors(r, s, type);
-      const BackwardResult cpu = attention_backward_fa2(
+      const BackwardResult tiled = attention_backward_fa2(
           in.qkv, in.o, in.lse, in.d_o, s, {scale, c.causal, kKernelRows, kKernelKeys});
-      const Errors e_cpu = errors(cpu.grads.dq, cpu.grads.dk, cpu.grads.dv, r);
+      const Errors e_tiled = errors(tiled.grads.dq, tiled.grads.dk, tiled.grads.dv, r);
       AttentionBackwardBuffers buffers(B, in, s, scale, c.causal, type);
       for (const Rung<AttentionBackwardArgs>& rung : rungs_taking(ladder, type)) {
         if (!why_refused(rung, buffers.args).empty()) continue;  // d not one it takes
         const std::string rung_name = rung.name;
         CAPTURE(rung_name);
+        // The baseline reads the stored P: its step and floor are the standard backward's.
+        const bool stores_p = rung_name == "standard_backward";
+        Errors e_cpu = e_tiled;
+        ref::BackwardFloors f = stated_floors(r, s, type);
+        if (stores_p) {
+          const BackwardOut g = attention_backward_standard(in.qkv, in.d_o, s, scale, c.causal);
+          e_cpu = errors(g.dq, g.dk, g.dv, r);
+          f = standard_floors(r, s);
+        }
         run_rung(rung, buffers.args);
         const BackwardOut first = buffers.download();
         const Errors e = errors(first.dq, first.dk, first.dv, r);

@@ -1,7 +1,8 @@
 // Chapter 10's backward moves the bytes its formula states (suite "profile": the instrumented
-// twin, CTest 10_fa2_backward/sim-profile; tests/traffic_checks.hpp): K and V once per K/V
-// tile, Q, dO, lse and D once per (K/V tile, Q tile) pair the causal mask leaves, dQ added
-// into as often, short last tiles read only up to lk and lq.
+// twin, CTest 10_fa2_backward/sim-profile; tests/traffic_checks.hpp): the standard baseline's
+// lq x lk matrices and its matmuls' re-reads (64-tiles short in every direction); K and V once per
+// K/V tile, Q, dO, lse and D once per (K/V tile, Q tile) pair the causal mask leaves, dQ added into
+// as often, short last tiles read only up to lk and lq.
 #include <string>
 #include <vector>
 
@@ -18,16 +19,19 @@ TEST_CASE("the backward rungs move the bytes their formula states, on odd shapes
           doctest::test_suite("profile")) {
   const Ladder<AttentionBackwardArgs> ladder = ch10::kernel_ladder<Backend::sim>();
   // One key; tiles short both ways with lq > lk (fully masked rows); lq < lk, d = 59; the
-  // tensor-core rung's d = 64 with tiles of 64 short both ways.
-  const std::vector<AttentionShape> shapes = {
-      {1, 1, 1, 8}, {2, 37, 21, 16}, {1, 20, 45, 59}, {1, 70, 90, 64}, {1, 90, 70, 64}};
+  // tensor-core rung's d = 64 with tiles of 64 short both ways; the baseline's 64-tiles short
+  // in all three directions (T(d) = 2).
+  const std::vector<AttentionShape> shapes = {{1, 1, 1, 8},    {2, 37, 21, 16}, {1, 20, 45, 59},
+                                              {1, 70, 90, 64}, {1, 90, 70, 64}, {1, 66, 130, 72}};
   std::vector<std::string> took;
   for (const AttentionShape& s : shapes)
     for (Dtype type : {Dtype::fp32, Dtype::fp16})
       for (bool causal : {false, true}) {
         BackwardInputs in{make_attention_inputs(ScoreKind::randn, s, 1.f, 9),
                           randn(s.q_elems(), 10), std::vector<float>(s.rows(), 0.f),
-                          randn(s.q_elems(), 11)};
+                          randn(s.q_elems(), 11),
+                          type == Dtype::fp32 ? randn(s.p_elems(), 12)  // the baseline's P
+                                              : std::vector<float>()};
         AttentionBackwardBuffers buffers(Backend::sim, in, s, 1.f, causal, type);
         const std::vector<std::string> r = test::check_ladder_traffic(
             ladder, buffers.args,

@@ -169,9 +169,14 @@ struct Kernels {
 };
 
 /// Rows and columns of the product tile one block of the baseline's matmul kernel computes
-/// (standard_attention_kernels.cuh): Q and K^T are read once per tile of S, P and V once per
-/// tile of O.
+/// (matmul_tile.cuh): Q and K^T are read once per tile of S, P and V once per tile of O.
 inline constexpr int kMatmulTile = 64;
+
+/// T(n) = ceil(n / kMatmulTile): how often the baseline's matmul reads an operand, a once per
+/// tile of c's columns and b once per tile of its rows.
+inline std::uint64_t matmul_tiles(int n) {
+  return (static_cast<std::uint64_t>(n) + kMatmulTile - 1) / kMatmulTile;
+}
 
 // [standard_traffic]
 /// The baseline's traffic, Algorithm 0 of the FA1 paper in three launches, per head with
@@ -180,18 +185,16 @@ inline constexpr int kMatmulTile = 64;
 /// once per 64 columns of O and V once per 64 queries and writes O. The lq x lk terms are
 /// Theorem 2's N^2: S written, read 3 times, P written, read once (for d <= 64).
 inline Traffic standard_traffic(const AttentionArgs& a) {
-  const auto tiles = [](int n) {
-    return (static_cast<std::uint64_t>(n) + kMatmulTile - 1) / kMatmulTile;
-  };
   const std::uint64_t lq = static_cast<std::uint64_t>(a.shape.lq);
   const std::uint64_t lk = static_cast<std::uint64_t>(a.shape.lk);
   const std::uint64_t f = sizeof(float);
   const std::uint64_t s = lq * lk * f;  // S or P of one head
   const std::uint64_t q_or_o = head_rows_bytes(a, lq), k_or_v = head_rows_bytes(a, lk);
   const std::uint64_t bh = static_cast<std::uint64_t>(a.shape.bh);
-  const std::uint64_t loaded = q_or_o * tiles(a.shape.lk) + k_or_v * tiles(a.shape.lq)  // S
-                               + 3 * s                                                  // softmax
-                               + s * tiles(a.shape.d) + k_or_v * tiles(a.shape.lq);     // P V
+  const std::uint64_t t_lq = matmul_tiles(a.shape.lq), t_lk = matmul_tiles(a.shape.lk);
+  const std::uint64_t loaded = q_or_o * t_lk + k_or_v * t_lq                   // S = scale Q K^T
+                               + 3 * s                                         // the softmax
+                               + s * matmul_tiles(a.shape.d) + k_or_v * t_lq;  // O = P V
   return {bh * loaded, bh * (2 * s + q_or_o),
           "per head, T(n) = ceil(n / " + std::to_string(kMatmulTile) +
               "): S = scale Q K^T reads Q T(lk) times and K T(lq) times, writes S; the softmax "
@@ -200,16 +203,17 @@ inline Traffic standard_traffic(const AttentionArgs& a) {
 // [standard_traffic]
 
 /// The FA1 kernel's traffic with K/V tiles of `bc` keys, one block per head, Tc = ceil(lk / bc)
-/// K/V tiles: K and V read once (each K/V tile into shared memory, line 5); for every K/V tile all of Q read
-/// (line 7), and O and (m, l) read and written once per row (lines 11-13); line 2 writes O = 0
-/// and (m, l) = (-inf, 0) once more. Each of the row's warp's 32 lanes reads the row's (m, l)
+/// K/V tiles: K and V read once (each K/V tile into shared memory, line 5); for every K/V tile all
+/// of Q read (line 7), and O and (m, l) read and written once per row (lines 11-13); line 2 writes
+/// O = 0 and (m, l) = (-inf, 0) once more. Each of the row's warp's 32 lanes reads the row's (m, l)
 /// (one broadcast request: one sector, 32 x 8 bytes asked for); lane 0 alone writes it.
 /// The kernel runs bc = kKernelKeys (fa1_traffic); other values say what larger tiles would
 /// save (`ch05 --profile`, the page's block-size figure).
 inline Traffic fa1_tiles_traffic(const AttentionArgs& a, int bc) {
   const std::uint64_t lq = static_cast<std::uint64_t>(a.shape.lq);
-  const std::uint64_t tc = (static_cast<std::uint64_t>(a.shape.lk) + static_cast<std::uint64_t>(bc) - 1) /
-                           static_cast<std::uint64_t>(bc);
+  const std::uint64_t tc =
+      (static_cast<std::uint64_t>(a.shape.lk) + static_cast<std::uint64_t>(bc) - 1) /
+      static_cast<std::uint64_t>(bc);
   const std::uint64_t kv = 2 * head_rows_bytes(a, static_cast<std::uint64_t>(a.shape.lk));
   const std::uint64_t q_or_o = head_rows_bytes(a, lq);
   const std::uint64_t md_read = lq * static_cast<std::uint64_t>(kRowLanes) * sizeof(MD);
@@ -221,7 +225,9 @@ inline Traffic fa1_tiles_traffic(const AttentionArgs& a, int bc) {
               "(Tc + 1) x (O + (m, l)) written (line 2's initialization, then once per K/V tile)"};
 }
 
-inline Traffic fa1_traffic(const AttentionArgs& a) { return fa1_tiles_traffic(a, kKernelKeys); }
+inline Traffic fa1_traffic(const AttentionArgs& a) {
+  return fa1_tiles_traffic(a, kKernelKeys);
+}
 
 /// The ladder: the standard three-launch baseline (standard_attention_kernels.cuh), then FA1
 /// Algorithm 1 on the GPU (fa1_kernels.cuh). Any lq, lk >= 1.
@@ -231,8 +237,8 @@ Ladder<AttentionArgs> kernel_ladder() {
   const RungLimits limits = attention_limits({Dtype::fp32}, ch04::kMaxHeadDim, {}, INT_MAX,
                                              /*causal=*/false, kWritesO | kWritesMd);
   // The baseline: three launches, grid.z = bh for the two matmuls (its CUDA limit 65535).
-  const RungLimits standard_limits = attention_limits(
-      {Dtype::fp32}, ch04::kMaxHeadDim, {}, 65535, /*causal=*/false, kWritesO | kWritesP);
+  const RungLimits standard_limits = attention_limits({Dtype::fp32}, ch04::kMaxHeadDim, {}, 65535,
+                                                      /*causal=*/false, kWritesO | kWritesP);
   return {{"standard",
            "the baseline, Algorithm 0: S = scale Q K^T stored, chapter 01's softmax S -> P, "
            "O = P V, three launches",

@@ -73,10 +73,6 @@ struct ScheduledRecipe : CpAsyncRecipe {
 inline constexpr int kChunkElements = 8;  // 16-bit elements per 16-byte chunk
 inline constexpr int kSwizzleRows = 8;    // rows of one ldmatrix matrix: the swizzle's period
 
-// ------------------------------------------------------------------------------------------
-// Shared-memory layout of a tile of 16-bit elements with D columns, eq. (3)
-// ------------------------------------------------------------------------------------------
-
 /// Element (row, col) of a tile of D columns: rows D elements apart with 16-byte chunk c of row
 /// r stored at chunk c ^ (r % 8) (Swizzle), or rows D + 8 elements apart (padded). Either way
 /// the 8 rows of an ldmatrix matrix, or the 8 lanes of a 16-byte store, hit 8 different groups
@@ -103,8 +99,13 @@ struct TileLayout {
 /// the program's bank map and the tests (no kernel uses it).
 template <int D>
 struct UnpaddedLayout {
-  static int offset(int row, int col) { return row * D + col; }
+  __host__ __device__ static int offset(int row, int col) { return row * D + col; }
 };
+
+/// The layouts of the bank-map launch (Kernels::ldmatrix_bank_map), on a tile of kBankMapColumns.
+enum class BankLayout { unpadded, padded, swizzled };
+inline constexpr int kBankMapColumns = 64;
+inline constexpr int kBankMapRows = 16;  // one A fragment's rows
 
 /// The shared-memory bank (of 32, 4 bytes wide) that element (row, col) of a 16-bit tile with
 /// Layout starts in.
@@ -144,6 +145,11 @@ struct Kernels {
   static void fa2_cp_async(const AttentionArgs& a);
   /// Also needs scale > 0: the row max is taken over the unscaled scores (eq. 5).
   static void fa2_scheduled(const AttentionArgs& a);
+  /// Not a rung (bank_map_kernel.cuh): one warp stores a 16 x 64 fp16 tile whose element
+  /// (r, c) holds r * 64 + c in `layout`, then loads the A fragment of its first 16 columns by
+  /// one ldmatrix .x4 (eq. 2) into `fragments` (32 lanes x 4 registers, device memory): the
+  /// launch whose bank use `ch08 --profile` records for the page's bank map.
+  static void ldmatrix_bank_map(BankLayout layout, std::uint32_t* fragments);
 };
 
 /// What every rung of this chapter moves: chapter 06's per-Q-tile traffic with Br query rows

@@ -57,6 +57,14 @@ __device__ void load_tile_async(const T* __restrict__ src, int first, int rows, 
 // Fragments of mma.m16n8k16 from a tile (layouts: common/ptx.cuh), g = lane / 4, t = lane % 4
 // ------------------------------------------------------------------------------------------
 
+/// The element of a tile in Layout whose address `lane` gives ldmatrix .x4 for the A fragment at
+/// (row0, col0), eq. (2): matrices (rows 0-7, cols 0-7), (8-15, 0-7), (0-7, 8-15), (8-15, 8-15)
+/// = a[0..3], lane 8 m + r giving row r of matrix m.
+template <typename Layout>
+__device__ __forceinline__ int ldmatrix_a_offset(int row0, int col0, int lane) {
+  return Layout::offset(row0 + lane % 8 + 8 * (lane / 8 % 2), col0 + 8 * (lane / 16));
+}
+
 /// A fragment (16 x 16) of rows [row0, row0 + 16), columns [col0, col0 + 16) of a row-major tile:
 /// Q's, for S = Q K^T.
 template <int D, bool Swizzle, bool Ldmatrix, typename T>
@@ -64,9 +72,7 @@ __device__ __forceinline__ void load_a(std::uint32_t (&a)[4], const T* tile, int
                                        int lane) {
   using Layout = TileLayout<D, Swizzle>;
   if constexpr (Ldmatrix) {
-    // eq. (2): matrices (rows 0-7, cols 0-7), (8-15, 0-7), (0-7, 8-15), (8-15, 8-15) = a[0..3].
-    const int row = row0 + lane % 8 + 8 * (lane / 8 % 2), col = col0 + 8 * (lane / 16);
-    ptx::ldmatrix_x4(a, tile + Layout::offset(row, col));
+    ptx::ldmatrix_x4(a, tile + ldmatrix_a_offset<Layout>(row0, col0, lane));
   } else {
     const int g = lane / 4, t = lane % 4;
     a[0] = ptx::load_pair(tile + Layout::offset(row0 + g, col0 + 2 * t));

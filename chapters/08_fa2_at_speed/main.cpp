@@ -1,7 +1,10 @@
 // Chapter 08 program: FlashAttention-2 at speed, one optimization per rung. `--help` lists the
 // options.
+#include <cstdint>
+#include <fstream>
 #include <iostream>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "chapters/06_fa2_rescaled/fa2.hpp"
@@ -10,10 +13,13 @@
 #include "common/attention_profile.hpp"
 #include "common/attention_report.hpp"
 #include "common/bench.hpp"
+#include "common/buffer.hpp"
 #include "common/cli.hpp"
+#include "common/ladder_profile.hpp"
 #include "common/ladder_run.hpp"
 #include "common/program.hpp"
 #include "common/reference_attention.hpp"
+#include "common/sim/access.hpp"
 #include "common/table.hpp"
 
 namespace {
@@ -80,7 +86,8 @@ void print_bank_map() {
   table.print(std::cout);
   std::cout << "  Unpadded, all 8 rows start in bank 0: the banks serve them one after another,\n"
                "  8 wavefronts (an 8-way conflict). Padded or swizzled: 8 groups of 4 banks, 1 "
-               "wavefront.\n  `ch08 --profile` counts them per rung (the \"conflict\" column).\n\n";
+               "wavefront.\n  `ch08 --profile` counts them per rung (the \"conflict\" column) and "
+               "records one ldmatrix in each layout.\n\n";
 }
 
 // Eq. (4): the cp.async pipeline over 4 K/V tiles.
@@ -137,6 +144,38 @@ void report_errors(Backend backend, const Ladder<AttentionArgs>& ladder, Attenti
   print_sim_time_note(std::cout, backend);
 }
 
+// Profile mode: the bank-map launch in each layout of eq. (3), recorded (bank_map_kernel.cuh).
+// The wavefronts of its one ldmatrix, and with --access-csv its shared requests lane by lane
+// (rungs "bank_map_unpadded", ...), from which the docs build draws the page's bank map.
+void profile_bank_map() {
+  std::cout << "Eq. (3), recorded: one ldmatrix .x4 of a 16 x 64 fp16 tile's A fragment (4 "
+               "matrices of 8 rows x 16 bytes):\n";
+  Table table({"layout", "row bytes", "ldmatrix wavefronts", "conflict-free", "fragment"});
+  DeviceBuffer<std::uint32_t> fragments(Backend::sim, 32 * 4);
+  std::vector<std::uint32_t> first;
+  const std::string& access_csv = profile_access_csv();
+  for (auto [layout, name, row_bytes] : {std::tuple{BankLayout::unpadded, "unpadded", 128},
+                                         {BankLayout::padded, "padded", 144},
+                                         {BankLayout::swizzled, "swizzled", 128}}) {
+    sim::start_profile(/*trace_global=*/true);
+    Kernels<Backend::sim>::ldmatrix_bank_map(layout, fragments.data());
+    const std::vector<sim::LaunchProfile> launches = sim::stop_profile();
+    // The launch's shared loads are the ldmatrix (the tile is written by stores).
+    const sim::AccessCounts& loads = launches.at(0).counts.shared_load;
+    const std::vector<std::uint32_t> got = fragments.download();
+    if (first.empty()) first = got;
+    table.add_row({name, std::to_string(row_bytes), std::to_string(loads.units),
+                   std::to_string(loads.ideal_units),
+                   got == first ? "same registers" : "DIFFERS (wrong address)"});
+    if (!access_csv.empty())
+      write_access_csv(access_csv, std::string("bank_map_") + name, launches,
+                       /*header=*/std::ifstream(access_csv).peek() == EOF);
+  }
+  table.print(std::cout);
+  std::cout << "  Unpadded, the 8 rows of a matrix are 128 bytes apart, all in banks 0-3: 8 "
+               "wavefronts each.\n\n";
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -165,7 +204,10 @@ int main(int argc, char** argv) {
   const Dtype type = dtypes_of_option(dtype).front();
   if (options.profile) {
     return run_guarded(cli, [&] {
-      return profile_attention(ladder, shape, options.seed, causal, type, options.bench.csv_path);
+      const int code =
+          profile_attention(ladder, shape, options.seed, causal, type, options.bench.csv_path);
+      profile_bank_map();
+      return code;
     });
   }
   if (options.bench.enabled) {

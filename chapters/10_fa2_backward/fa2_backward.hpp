@@ -23,6 +23,7 @@
 
 #include "chapters/01_safe_softmax/softmax.hpp"
 #include "chapters/04_fused_qk_softmax/fused_softmax.hpp"
+#include "chapters/05_fa1_subsum/fa1.hpp"
 #include "chapters/06_fa2_rescaled/fa2.hpp"
 #include "common/attention_inputs.hpp"
 #include "common/backend.hpp"
@@ -113,6 +114,35 @@ inline void add_subnormal_terms(ref::AttentionGrads& r, const AttentionInputs& q
 // CPU step 1: the standard backward, P stored
 // ------------------------------------------------------------------------------------------
 
+/// The P a standard forward stores for head `b` (lq x lk, row-major, into p): chapter 01's
+/// safe softmax of each row of scale Q K^T with the masked keys at -inf (a fully masked row:
+/// P = 0). Chapter 05's `standard` rung computes the same.
+inline void standard_forward_p(const AttentionInputs& in, AttentionShape shape, float scale,
+                               bool causal, int b, float* p) {
+  const int lq = shape.lq, lk = shape.lk, d = shape.d;
+  const float* q = in.q.data() + std::size_t(b) * lq * d;
+  const float* k = in.k.data() + std::size_t(b) * lk * d;
+  for (int i = 0; i < lq; ++i) {
+    float* p_i = p + std::size_t(i) * lk;
+    for (int j = 0; j < lk; ++j) {
+      float dot = 0.f;
+      for (int t = 0; t < d; ++t) dot += q[std::size_t(i) * d + t] * k[std::size_t(j) * d + t];
+      p_i[j] = causal && !ch04::causal_visible(i, j, lq, lk) ? -INFINITY : scale * dot;
+    }
+    ch01::softmax_safe(p_i, p_i, 1, lk);
+  }
+}
+
+/// standard_forward_p for every head: (bh, lq, lk), what the standard backward rung reads.
+inline std::vector<float> standard_forward_p(const AttentionInputs& in, AttentionShape shape,
+                                             float scale, bool causal) {
+  std::vector<float> p(std::size_t(shape.bh) * shape.lq * shape.lk);
+  for (int b = 0; b < shape.bh; ++b)
+    standard_forward_p(in, shape, scale, causal, b,
+                       p.data() + std::size_t(b) * shape.lq * shape.lk);
+  return p;
+}
+
 // [standard_backward]
 /// The backward as autograd runs it: per head, S and P (lq x lk) computed and stored as the
 /// forward leaves them, then dP (lq x lk), D = rowsum(P * dP) by its definition, dS in place
@@ -132,15 +162,7 @@ inline BackwardOut attention_backward_standard(const AttentionInputs& in,
     const float* k = in.k.data() + std::size_t(b) * lk * d;
     const float* v = in.v.data() + std::size_t(b) * lk * d;
     const float* dob = d_o.data() + std::size_t(b) * lq * d;
-    for (int i = 0; i < lq; ++i) {  // the forward's P, by chapter 01's safe softmax
-      float* p_i = p.data() + std::size_t(i) * lk;
-      for (int j = 0; j < lk; ++j) {
-        float dot = 0.f;
-        for (int t = 0; t < d; ++t) dot += q[std::size_t(i) * d + t] * k[std::size_t(j) * d + t];
-        p_i[j] = causal && !ch04::causal_visible(i, j, lq, lk) ? -INFINITY : scale * dot;
-      }
-      ch01::softmax_safe(p_i, p_i, 1, lk);  // a fully masked row: P = 0
-    }
+    standard_forward_p(in, shape, scale, causal, b, p.data());  // the forward's P
     for (int i = 0; i < lq; ++i) {
       const float* p_i = p.data() + std::size_t(i) * lk;
       float* ds_i = dp.data() + std::size_t(i) * lk;
@@ -279,6 +301,9 @@ inline BackwardResult attention_backward_fa2(const AttentionInputs& in, const st
 /// The launchers of the ladder's rungs; device pointers of backend B (AttentionBackwardArgs).
 template <Backend B>
 struct Kernels {
+  /// fp32, the baseline (standard_backward_kernels.cuh): the forward's stored P (a.p) read,
+  /// dP and dS written to a scratch lq x lk per head, four matmuls and the softmax's backward.
+  static void standard_backward(const AttentionBackwardArgs& a);
   /// fp32: the D kernel (which also zeroes dQ), then one block per (K/V tile of kKernelKeys,
   /// head) over the Q tiles of kKernelRows, dQ added with float atomics.
   static void fa2_backward(const AttentionBackwardArgs& a);
@@ -287,6 +312,34 @@ struct Kernels {
   /// of kTensorCoreRows, dQ added into dq_accum, then rounded into dq.
   static void fa2_backward_tensor_core(const AttentionBackwardArgs& a);
 };
+
+// [standard_backward_traffic]
+/// The baseline's traffic per head, T(n) = ceil(n / 64) (chapter 05's matmul_tiles; the matmul
+/// reads a T(cols) times and b T(rows) times): dV = P^T dO reads P T(d) and dO T(lk) times;
+/// dP = dO V^T reads dO T(lk) and V T(lq) times and writes dP; the softmax's backward reads
+/// P and dP twice each and writes dS; dQ = scale dS K reads dS T(d) and K T(lq) times; dK =
+/// scale dS^T Q reads dS T(d) and Q T(lk) times. The lq x lk terms, 3 T(d) + 4 reads and 2
+/// writes (7 and 2 for d <= 64), are the N^2 of Theorem 2 that the FA2 backward removes.
+inline Traffic standard_backward_traffic(const AttentionBackwardArgs& a) {
+  const AttentionShape& s = a.shape;
+  const std::uint64_t n2 = std::uint64_t(s.lq) * s.lk * sizeof(float);   // P, dP or dS of a head
+  const std::uint64_t q_rows = head_rows_bytes(a, std::uint64_t(s.lq));  // Q, dO or dQ
+  const std::uint64_t k_rows = head_rows_bytes(a, std::uint64_t(s.lk));  // K, V, dK or dV
+  const std::uint64_t t_d = ch05::matmul_tiles(s.d), t_lq = ch05::matmul_tiles(s.lq),
+                      t_lk = ch05::matmul_tiles(s.lk);
+  const std::uint64_t loaded = n2 * t_d + q_rows * t_lk         // dV = P^T dO
+                               + q_rows * t_lk + k_rows * t_lq  // dP = dO V^T
+                               + 4 * n2                         // D and dS
+                               + n2 * t_d + k_rows * t_lq       // dQ = scale dS K
+                               + n2 * t_d + q_rows * t_lk;      // dK = scale dS^T Q
+  const std::uint64_t stored = 2 * n2 + q_rows + 2 * k_rows;
+  const std::uint64_t bh = std::uint64_t(s.bh);
+  return {bh * loaded, bh * stored,
+          "per head, T(n) = ceil(n / " + std::to_string(ch05::kMatmulTile) +
+              "): P read T(d) + 2 times; dP written, read twice; dS written, read 2 T(d) "
+              "times; dO read 2 T(lk), Q T(lk), K and V T(lq) times; dQ, dK, dV written"};
+}
+// [standard_backward_traffic]
 
 /// The traffic of a backward whose main kernel gives a block to each (K/V tile of bc keys,
 /// head) and walks the Q tiles of br rows it sees (eq. 7). The D kernel: O and dO read once, D
@@ -342,7 +395,13 @@ inline Traffic fa2_backward_tensor_core_traffic(const AttentionBackwardArgs& a) 
 /// The ladder in order.
 template <Backend B>
 Ladder<AttentionBackwardArgs> kernel_ladder() {
-  return {{"fa2_backward",
+  return {{"standard_backward",
+           "the baseline, Algorithm 3: the forward's P read, dP and dS stored, four matmuls "
+           "and the softmax's backward, five launches",
+           attention_limits({Dtype::fp32}, ch04::kMaxHeadDim, {}, ch04::kMaxBatchHeads,
+                            /*causal=*/true, 0),
+           &Kernels<B>::standard_backward, &standard_backward_traffic},
+          {"fa2_backward",
            "P recomputed from logsumexp per (K/V tile, Q tile); dK, dV of a K/V tile in "
            "registers of one block; dQ added into with float atomics",
            attention_limits({Dtype::fp32}, ch04::kMaxHeadDim, {}, ch04::kMaxBatchHeads,

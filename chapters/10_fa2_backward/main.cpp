@@ -40,15 +40,22 @@ void print_intro() {
          "  tiles; dQ, which every K/V tile adds to, is accumulated with atomics.\n\n";
 }
 
-/// The forward's O and logsumexp (chapter 06's CPU FA2) and a seeded dO for `qkv`; for a
-/// 16-bit type Q, K, V, dO and O rounded to it (what its kernels read, and what the CPU steps
-/// and the fp64 reference then run on).
+/// The forward's O and logsumexp (chapter 06's CPU FA2) and a seeded dO for `qkv`, and with
+/// `keep_p` in fp32 the P a standard forward stores (the standard rung's input); for a 16-bit
+/// type Q, K, V, dO and O rounded to it (what its kernels read, and what the CPU steps and the
+/// fp64 reference then run on).
 BackwardInputs forward_for(const AttentionInputs& qkv_in, AttentionShape shape, float scale,
-                           bool causal, std::uint64_t seed, Dtype type = Dtype::fp32) {
+                           bool causal, std::uint64_t seed, Dtype type = Dtype::fp32,
+                           bool keep_p = true) {
   const AttentionInputs qkv = ch06::round_inputs(qkv_in, type);
   const ch06::Fa2Result fwd = ch06::attention_fa2(qkv, shape, {scale, causal, 16, 32});
-  return {qkv, round_elements(fwd.o, type), fwd.lse,
-          round_elements(randn(shape.q_elems(), seed + 1), type)};
+  BackwardInputs in{qkv,
+                    round_elements(fwd.o, type),
+                    fwd.lse,
+                    round_elements(randn(shape.q_elems(), seed + 1), type),
+                    {}};
+  if (keep_p && type == Dtype::fp32) in.p = standard_forward_p(qkv, shape, scale, causal);
+  return in;
 }
 
 // One query row sees three keys; d = 2. P recomputed from lse, dP, the two ways to D, dS.
@@ -96,8 +103,8 @@ void print_trace() {
 void print_memory(int length, std::uint64_t seed) {
   const AttentionShape s{1, length, length, 64};
   const float scale = default_scale(s.d);
-  const BackwardInputs in =
-      forward_for(make_attention_inputs(ScoreKind::randn, s, scale, seed), s, scale, false, seed);
+  const BackwardInputs in = forward_for(make_attention_inputs(ScoreKind::randn, s, scale, seed), s,
+                                        scale, false, seed, Dtype::fp32, /*keep_p=*/false);
   std::size_t stored = 0;
   CpuTimer t_std;
   const BackwardOut standard =
@@ -181,10 +188,14 @@ int run_bench(const Ladder<AttentionBackwardArgs>& ladder, const BenchOptions& o
   const AttentionInputs qkv = {bench_input(std::int64_t(s.bh) * s.lq, s.d, seed),
                                bench_input(std::int64_t(s.bh) * s.lk, s.d, seed + 1),
                                bench_input(std::int64_t(s.bh) * s.lk, s.d, seed + 2)};
-  // The forward's O and lse do not matter to the time: randn O, lse = 0 (P = e^s, finite).
-  const BackwardInputs in{qkv, bench_input(std::int64_t(s.bh) * s.lq, s.d, seed + 3),
-                          std::vector<float>(s.rows(), 0.f),
-                          bench_input(std::int64_t(s.bh) * s.lq, s.d, seed + 4)};
+  // The forward's O, lse and P do not matter to the time: randn O, lse = 0 (P = e^s,
+  // finite), and for the fp32 baseline a random P.
+  BackwardInputs in{qkv,
+                    bench_input(std::int64_t(s.bh) * s.lq, s.d, seed + 3),
+                    std::vector<float>(s.rows(), 0.f),
+                    bench_input(std::int64_t(s.bh) * s.lq, s.d, seed + 4),
+                    {}};
+  if (type == Dtype::fp32) in.p = bench_input(std::int64_t(s.bh) * s.lq, s.lk, seed + 5);
   AttentionBackwardBuffers buffers(Backend::cuda, in, s, scale, causal, type);
   // FlashAttention counts the backward as 2.5x the forward's 4 bh lq lk d (half with the mask).
   const double flops = attention_backward_flops(s.bh, s.lq, s.lk, s.d, causal);
@@ -243,7 +254,8 @@ int main(int argc, char** argv) {
                                   {buffers.dq.data(), "dq"},
                                   {buffers.dk.data(), "dk"},
                                   {buffers.dv.data(), "dv"},
-                                  {buffers.d_row.data(), "d_row"}})
+                                  {buffers.d_row.data(), "d_row"},
+                                  {buffers.p.data(), "p"}})
         sim::label_device_buffer(buffer, name);
       return profile_ladder(ladder, buffers.args, shape.rows(), "row",
                             attention_shape_string(shape.bh, shape.lq, shape.lk, shape.d, causal),

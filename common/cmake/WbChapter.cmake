@@ -141,7 +141,8 @@ function(wb_add_chapter)
   # Bad input gets one line on stderr and exit code 2 (common/cmake/expect_refusal.cmake).
   foreach(bad "unknown-option|--no-such-option|unknown option" "not-a-number|--seed,12ab|--seed expects"
               "negative-seed|--seed,-1|--seed expects" "unknown-backend|--backend,tpu|--backend expects"
-              "access-csv-without-profile|--access-csv,a.csv|--access-csv only applies with --profile")
+              "access-csv-without-profile|--access-csv,a.csv|--access-csv only applies with --profile"
+              "rung-without-profile|--rung,fa2|--rung only applies with --profile")
     string(REPLACE "|" ";" bad "${bad}")
     list(GET bad 0 what)
     list(GET bad 1 args)

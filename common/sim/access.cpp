@@ -88,6 +88,7 @@ struct OpenRequest {
   Space space = Space::global;
   bool store = false;
   int buffer = -1;  // index into the launch's buffers (global)
+  std::uintptr_t base = 0;  // the shared array or dynamic memory the request reads (shared)
   unsigned mask = 0;
   std::uintptr_t address[32] = {};
   std::uint32_t bytes[32] = {};
@@ -119,7 +120,7 @@ struct State {
   int tile_depth = 0;
 
   bool profiling = false;
-  bool tracing = false;  // profiling, and keeping every global access
+  bool tracing = false;  // profiling, and keeping every global access and shared request
   std::vector<LaunchRecord> records;
   std::vector<std::unordered_map<const void*, std::uint32_t>> executions;  // per thread
   std::unordered_map<RequestKey, OpenRequest, RequestKeyHash> open;
@@ -354,6 +355,22 @@ void add_request(LaunchRecord& rec, TrafficCounts& line, Space space, bool store
   }
 }
 
+/// Keeps the lanes of a finished shared request of a traced launch, each with its phase.
+void trace_shared(LaunchRecord& rec, const std::uintptr_t (&address)[32], std::uintptr_t base,
+                  unsigned mask, const std::uint32_t (&bytes)[32], unsigned lanes_per_phase,
+                  bool store, bool ldmatrix) {
+  const uint3 b = wb_sim_current.block;
+  const dim3 g = wb_sim_current.grid_dim;
+  std::vector<SharedAccess>& out = rec.profile.shared_trace;
+  const std::uint32_t request = out.empty() ? 0 : out.back().request + 1;
+  for (unsigned lane = 0; lane < 32; ++lane) {
+    if (!(mask >> lane & 1u)) continue;
+    out.push_back(SharedAccess{request, b.x + g.x * (b.y + g.y * b.z), wb_sim_current.warp, lane,
+                               lane / lanes_per_phase, address[lane] - base, bytes[lane], store,
+                               ldmatrix});
+  }
+}
+
 void close_request(const RequestKey& key, const OpenRequest& q) {
   State& s = state();
   LaunchRecord& rec = s.records.back();
@@ -371,6 +388,8 @@ void close_request(const RequestKey& key, const OpenRequest& q) {
     if (q.mask >> lane & 1u) phases[lane / lanes_per_phase].emplace_back(q.address[lane], q.bytes[lane]);
   }
   add_request(rec, rec.by_pc[key.pc], q.space, q.store, q.buffer, phases);
+  if (s.tracing && q.space == Space::shared)
+    trace_shared(rec, q.address, q.base, q.mask, q.bytes, lanes_per_phase, q.store, false);
 }
 
 int buffer_slot(LaunchRecord& rec, const Buffer* b) {
@@ -396,6 +415,7 @@ void record(const Region& r, std::uintptr_t a, std::size_t bytes, bool store, co
   q.space = r.space;
   q.store = store;
   q.buffer = buffer_slot(s.records.back(), r.buffer);
+  q.base = r.lo;
   q.mask |= 1u << wb_sim_current.lane;
   q.address[wb_sim_current.lane] = a;
   q.bytes[wb_sim_current.lane] = static_cast<std::uint32_t>(bytes);
@@ -580,6 +600,15 @@ void on_ldmatrix(const void* const (&rows)[32], Site site) {
   }
   add_request(rec, rec.by_site[site_string(site)], r.space, false, buffer_slot(rec, r.buffer),
               phases);
+  if (s.tracing && r.space == Space::shared) {
+    std::uintptr_t address[32];
+    std::uint32_t bytes[32];
+    for (unsigned lane = 0; lane < 32; ++lane) {
+      address[lane] = reinterpret_cast<std::uintptr_t>(rows[lane]);
+      bytes[lane] = static_cast<std::uint32_t>(kTileChunkBytes);
+    }
+    trace_shared(rec, address, r.lo, ~0u, bytes, kTileChunksPerPhase, false, true);
+  }
 }
 
 void on_mma(int m, int n, int k) {

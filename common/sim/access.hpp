@@ -85,6 +85,20 @@ struct GlobalAccess {
   bool store = false;
 };
 
+/// One lane's part of a shared-memory request, in a traced launch: what the pages' bank maps
+/// are drawn from.
+struct SharedAccess {
+  std::uint32_t request = 0;  ///< the launch's shared requests, numbered as they completed
+  std::uint32_t block = 0;    ///< linear block index
+  std::uint32_t warp = 0;     ///< warp of the block
+  std::uint32_t lane = 0;
+  std::uint32_t phase = 0;   ///< the 128-byte pass of the banks that serves this lane's part
+  std::uint64_t offset = 0;  ///< bytes from the start of the __shared__ array or dynamic memory
+  std::uint32_t bytes = 0;
+  bool store = false;
+  bool ldmatrix = false;  ///< the 16-byte row this lane gave an ldmatrix, not a load of its own
+};
+
 /// What profile mode recorded for one launch.
 struct LaunchProfile {
   std::string kernel;
@@ -96,11 +110,13 @@ struct LaunchProfile {
   std::uint64_t barriers = 0;          ///< __syncthreads passed, summed over blocks
   std::uint64_t mma_flops = 0;         ///< 2 m n k per warp-wide WMMA mma_sync
   std::vector<GlobalAccess> trace;     ///< every global access, when start_profile was asked
+  std::vector<SharedAccess> shared_trace;  ///< every shared request's lanes, likewise
 };
 
 /// Starts recording every launch (needs an instrumented binary; throws std::logic_error
 /// otherwise). Recording also groups accesses into requests, which costs time. With
-/// `trace_global`, every global access is kept too (LaunchProfile::trace): for tiny launches.
+/// `trace_global`, every global access and every lane of every shared request (warp-wide ones:
+/// not WMMA tile operations) is kept too (LaunchProfile::trace, shared_trace): for tiny launches.
 void start_profile(bool trace_global = false);
 /// Stops recording and returns what the launches since start_profile() moved.
 std::vector<LaunchProfile> stop_profile();

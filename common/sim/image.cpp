@@ -214,22 +214,35 @@ std::string source_line(const void* pc) {
 }
 
 std::vector<std::string> kernel_lines(const std::vector<const void*>& pcs) {
-  const std::vector<std::vector<std::string>> frames = frames_of(pcs);
-  std::vector<std::string> lines(pcs.size());
-  for (std::size_t i = 0; i < pcs.size(); ++i) {
+  // The program's text never moves: a pc looked up once keeps its line, and a profile of
+  // kernels already profiled (a test over many shapes) runs no addr2line at all.
+  static std::map<const void*, std::string> known;
+  static std::mutex mutex;
+  std::lock_guard<std::mutex> lock(mutex);
+  std::vector<const void*> missing;
+  for (const void* pc : pcs)
+    if (known.find(pc) == known.end()) missing.push_back(pc);
+  std::sort(missing.begin(), missing.end());
+  missing.erase(std::unique(missing.begin(), missing.end()), missing.end());
+  const std::vector<std::vector<std::string>> frames = frames_of(missing);
+  for (std::size_t i = 0; i < missing.size(); ++i) {
     const std::vector<std::string>& f = frames[i];
+    std::string& line = known[missing[i]];
     if (f.empty() || f[0] == "?") {
-      lines[i] = unknown_line(pcs[i]);
+      line = unknown_line(missing[i]);
       continue;
     }
-    lines[i] = f[0];
+    line = f[0];
     for (const std::string& frame : f) {
       if (frame.rfind("common/", 0) != 0) {
-        lines[i] = frame;
+        line = frame;
         break;
       }
     }
   }
+  std::vector<std::string> lines;
+  lines.reserve(pcs.size());
+  for (const void* pc : pcs) lines.push_back(known.at(pc));
   return lines;
 }
 

@@ -32,7 +32,8 @@ const StaticObject* static_object_near(std::uintptr_t address);
 std::string source_line(const void* pc);
 
 /// Each pc's innermost frame outside common/ (the kernel's own line that made the access,
-/// when a common/ helper performed it), or its innermost frame. One addr2line run for all.
+/// when a common/ helper performed it), or its innermost frame. One addr2line run for the pcs
+/// not looked up before (the answers are kept for the life of the program).
 std::vector<std::string> kernel_lines(const std::vector<const void*>& pcs);
 
 /// "wb::ch01::f" of "wb::(anonymous namespace)::f<256>": anonymous namespaces removed.

@@ -10,9 +10,11 @@ documents the columns) and writes next to them:
   io_vs_tile.png                        FA1 and FA2: bytes per head against the tile size
   io_table.html                         N = 1024, d = 64: per head, and at GPT-2 medium's
                                         16 heads x batch 64, beside the FA paper's figures
+  io_fwd_bwd.html, io_fwd_bwd.png       the same for forward + backward (chapter 10's page)
 
 Inputs: DIR/chNN_profile.csv (a chapter program on its profile shape) and
-DIR/io_chNN[_dtype]_N.csv (chapters 04-06 at lq = lk = N, d = 64, one head). Any row whose counted
+DIR/io_chNN[_dtype]_N.csv (chapters 04-06 at lq = lk = N, d = 64, one head; chapter 10 at the
+largest N). Any row whose counted
 bytes differ from the stated formula stops the build: a figure never shows a claim the count
 contradicts.
 
@@ -43,6 +45,14 @@ IO_RUNGS = [
     ("ch05", "fa1", "FA1 (ch05: Bc = 32, O and (m, l) round trips, fp32)"),
     ("ch06", "fa2", "FA2 (ch06: Br = 16, K and V once per Q tile, fp32)"),
     ("ch06", "fa2_tensor_core", "FA2 on tensor cores (ch06: fp16, Br = 64)"),
+]
+
+# Forward + backward, both counted at the largest N: (label, forward rung, backward rung).
+FWD_BWD = [
+    ("standard (ch05 forward: S, P stored; ch10 backward: P read, dP, dS stored; fp32)",
+     ("ch05", "standard"), ("ch10", "standard_backward")),
+    ("FA2 on tensor cores (ch06 forward, ch10 backward: no N x N matrix; fp16)",
+     ("ch06", "fa2_tensor_core"), ("ch10", "fa2_backward_tensor_core")),
 ]
 
 
@@ -193,6 +203,29 @@ def io_vs_tile(directory, points, n, path):
     save(fig, path)
 
 
+def io_row(label, first, second, standard):
+    """A row of per-head bytes in two parts (loaded and stored, or forward and backward), their
+    total, the total at the paper's 1024 heads, and its ratio to the standard's total."""
+    total = first + second
+    return ("<tr><td>{}</td><td>{:.2f} MB</td><td>{:.2f} MB</td><td>{:.2f} MB</td>"
+            "<td>{:.1f} GB</td><td>{:.2f}x</td></tr>".format(
+                html.escape(label), first / 1e6, second / 1e6, total / 1e6,
+                total * PAPER_HEADS / 1e9, total / standard))
+
+
+def paper_rows(what):
+    """The paper's two Figure 2 totals as table rows, the FlashAttention one as a ratio too."""
+    return [f"<tr><td>FA paper, Figure 2: {name} (A100, {what}, fp16)</td>"
+            f"<td></td><td></td><td></td><td>{gb} GB</td>"
+            f"<td>{gb / PAPER_STANDARD_GB:.2f}x of the paper's standard</td></tr>"
+            for name, gb in (("standard", PAPER_STANDARD_GB), ("FlashAttention", PAPER_FLASH_GB))]
+
+
+def write_table(rows, path):
+    with open(path, "w") as f:
+        f.write("\n".join(rows + ["</table>"]) + "\n")
+
+
 def io_table(points, n, path):
     standard = head_bytes(points[("ch05", "standard")][n])
     out = ['<table class="markdowntable">',
@@ -201,22 +234,64 @@ def io_table(points, n, path):
            f"<th>x {PAPER_HEADS} heads (16 heads x batch 64)</th><th>vs standard</th></tr>"]
     for chapter, rung, label in IO_RUNGS:
         r = points[(chapter, rung)][n]
-        total = head_bytes(r)
-        out.append(
-            "<tr><td>{}</td><td>{:.2f} MB</td><td>{:.2f} MB</td><td>{:.2f} MB</td>"
-            "<td>{:.1f} GB</td><td>{:.2f}x</td></tr>".format(
-                html.escape(label), int(r["loaded_bytes"]) / 1e6, int(r["stored_bytes"]) / 1e6,
-                total / 1e6, total * PAPER_HEADS / 1e9, total / standard))
-    out.append(
-        f"<tr><td>FA paper, Figure 2: standard (A100, measured, forward + backward, fp16)</td>"
-        f"<td></td><td></td><td></td><td>{PAPER_STANDARD_GB} GB</td><td>1x</td></tr>")
-    out.append(
-        f"<tr><td>FA paper, Figure 2: FlashAttention (A100, measured, forward + backward, fp16)"
-        f"</td><td></td><td></td><td></td><td>{PAPER_FLASH_GB} GB</td>"
-        f"<td>{PAPER_FLASH_GB / PAPER_STANDARD_GB:.2f}x</td></tr>")
-    out.append("</table>")
-    with open(path, "w") as f:
-        f.write("\n".join(out) + "\n")
+        out.append(io_row(label, int(r["loaded_bytes"]), int(r["stored_bytes"]), standard))
+    out += paper_rows("measured, forward + backward")
+    write_table(out, path)
+
+
+def fwd_bwd_totals(points, n):
+    """[(label, forward bytes per head, backward bytes per head)] of FWD_BWD at N = n."""
+    out = []
+    for label, fwd, bwd in FWD_BWD:
+        for key in (fwd, bwd):
+            if n not in points.get(key, {}):
+                fail(f"no io_{key[0]}_{n}.csv count of {key[1]}")
+        out.append((label, head_bytes(points[fwd][n]), head_bytes(points[bwd][n])))
+    return out
+
+
+def io_fwd_bwd_table(totals, n, path):
+    standard = totals[0][1] + totals[0][2]
+    out = ['<table class="markdowntable">',
+           f"<tr><th>forward + backward (N = {n}, d = 64, counted)</th><th>forward per head</th>"
+           "<th>backward per head</th><th>total per head</th>"
+           f"<th>x {PAPER_HEADS} heads (16 heads x batch 64)</th><th>vs standard</th></tr>"]
+    rows = list(totals)
+    # Every buffer of the standard pair is fp32, so with 2-byte elements every term halves.
+    _, fwd, bwd = totals[0]
+    rows.insert(1, ("the same standard launches with 2-byte elements (the count / 2)",
+                    fwd / 2, bwd / 2))
+    for label, fwd, bwd in rows:
+        out.append(io_row(label, fwd, bwd, standard))
+    out += paper_rows("HBM bytes measured")
+    write_table(out, path)
+
+
+def io_fwd_bwd_figure(totals, n, path):
+    _, fwd_std, bwd_std = totals[0]
+    bars = [
+        ("standard, counted (fp32)", fwd_std, bwd_std),
+        ("standard, 2-byte elements (count / 2)", fwd_std / 2, bwd_std / 2),
+    ] + [(label.split(" (")[0] + ", counted (fp16)", fwd, bwd) for label, fwd, bwd in totals[1:]]
+    heads = PAPER_HEADS / 1e9
+    fig, ax = plt.subplots(figsize=(7.5, 3.6))
+    y = list(range(len(bars) + 2))[::-1]
+    for i, (label, fwd, bwd) in enumerate(bars):
+        ax.barh(y[i], fwd * heads, color="#4878a8", label="forward" if i == 0 else None)
+        ax.barh(y[i], bwd * heads, left=fwd * heads, color="#e0a040",
+                label="backward" if i == 0 else None)
+    paper = [("FA paper: standard (A100, HBM, fp16)", PAPER_STANDARD_GB),
+             ("FA paper: FlashAttention (A100, HBM, fp16)", PAPER_FLASH_GB)]
+    for i, (label, gb) in enumerate(paper):
+        ax.barh(y[len(bars) + i], gb, color="#999999",
+                label="paper, forward + backward" if i == 0 else None)
+    ax.set_yticks(y)
+    ax.set_yticklabels([b[0] for b in bars] + [p[0] for p in paper], fontsize=8)
+    ax.set_xlabel(f"GB read + written, N = {n}, d = 64, 16 heads x batch 64")
+    ax.set_title("Forward + backward: global-memory requests counted by the simulator,\n"
+                 "beside the DRAM bytes the paper measured", fontsize=9)
+    ax.legend(fontsize=8, loc="lower right")
+    save(fig, path)
 
 
 def main():
@@ -241,6 +316,10 @@ def main():
     io_vs_n(points, os.path.join(directory, "io_vs_n.png"))
     io_vs_tile(directory, points, n, os.path.join(directory, "io_vs_tile.png"))
     io_table(points, n, os.path.join(directory, "io_table.html"))
+    if any(chapter == "ch10" for chapter, _ in points):  # a build with chapter 10
+        totals = fwd_bwd_totals(points, n)
+        io_fwd_bwd_table(totals, n, os.path.join(directory, "io_fwd_bwd.html"))
+        io_fwd_bwd_figure(totals, n, os.path.join(directory, "io_fwd_bwd.png"))
 
 
 if __name__ == "__main__":
