@@ -63,7 +63,8 @@ def parse_args(argv):
     p.add_argument("--reps", type=int, default=50, help="timed runs per kernel (default 50)")
     p.add_argument("--rows", type=int, default=49152)
     p.add_argument("--cols", default="32-32768", help="LO-HI (powers of 2) or a list a,b,c")
-    p.add_argument("--dtypes", default="fp32", help="softmax and LayerNorm dtypes (fp32,fp16,bf16)")
+    p.add_argument("--dtypes", default="fp32,fp16,bf16",
+                   help="softmax and LayerNorm dtypes (default fp32,fp16,bf16)")
     p.add_argument("--ops", default="softmax,layernorm,attention,decode,attention_backward")
     p.add_argument("--bh", type=int, default=16)
     p.add_argument("--seqlens", default="1024-16384")

@@ -50,36 +50,44 @@ inline double kernel_floor(int cols, int threads, int merges) {
   return kernel_floor_for_steps(cols, slice + merges);
 }
 
-// Operations on a term's path in a fast rung (see kernel_floor): warp_registers sums its
-// lane's cols_per_lane entries directly (eq. 1) and merges 5 times; block_vec folds each
-// vector of kWidth entries directly and merges it into the thread's pair (kWidth + 1 per
-// vector) or runs chapter 02's update per entry, then merges 10 times (5 in the warp, 5 over
-// the 8 warps).
+// Operations on a term's path in a fast rung (see kernel_floor): the register rungs sum a
+// lane's cols_per_lane entries directly (eq. 1) and merge log2(group_width) times; the block
+// rungs fold each vector of kWidth entries directly and merge it into the thread's pair
+// (kWidth + 1 per vector) or run chapter 02's update per entry, then merge 10 times (5 in the
+// warp, 5 over the 8 warps).
 inline int fast_steps(const FastPlan& plan, int cols, Dtype t) {
-  if (plan.path == FastPath::warp_registers) return plan.cols_per_lane + 5;
+  if (plan.path == FastPath::warp_registers) {
+    int merges = 0;
+    for (int g = plan.group_width; g > 1; g /= 2) ++merges;
+    return plan.cols_per_lane + merges;
+  }
   const int width = plan.vectorized ? vec_width(t) : 1;
   const int per_thread = (cols + width * 256 - 1) / (width * 256);
   return per_thread * (width + 1) + 10;
 }
 
-// The plan the fast rung `name` runs on rows of `cols` elements of `t` at x and y.
-inline FastPlan rung_plan(const std::string& name, const void* x, const void* y, int cols,
-                          Dtype t) {
+// The plan the fast rung `name` runs on rows of `cols` elements of `t` at x and y, on backend
+// B's device (its shared memory decides what block_cached and the dispatcher take).
+template <Backend B>
+FastPlan rung_plan(const std::string& name, const void* x, const void* y, int cols, Dtype t) {
   if (name == "warp_registers") return warp_registers_plan(x, y, cols, t);
+  if (name == "lane_groups") return lane_groups_plan(x, y, cols, t);
   if (name == "block_vec") return block_vec_plan(x, y, cols, t);
-  return plan_fast_softmax(x, y, cols, t);  // fast_softmax
+  if (name == "block_cached") return block_cached_plan(x, y, cols, t);
+  return plan_fast_softmax(x, y, cols, t,
+                           ch03::Kernels<B>::max_dynamic_shared_bytes());  // fast_softmax
 }
 
 // The floor of `rung` on rows of `cols` elements of `t` at x and y, in float: the first two
 // rungs share a row among `threads` threads with `merges` butterfly merges on a term's path
 // (a warp merges in 5 steps; a block of 256 in 5 within each warp, then 5 over the 8 warps'
 // pairs); the fast rungs as their plan runs (fast_steps).
-inline double rung_floor(const Rung<RowArgs>& rung, const void* x, const void* y, int cols,
-                         Dtype t) {
+template <Backend B>
+double rung_floor(const Rung<RowArgs>& rung, const void* x, const void* y, int cols, Dtype t) {
   const std::string name = rung.name;
   if (name == "block_per_row_online") return kernel_floor(cols, 256, 10);
   if (name == "warp_per_row_online") return kernel_floor(cols, 32, 5);
-  return kernel_floor_for_steps(cols, fast_steps(rung_plan(name, x, y, cols, t), cols, t));
+  return kernel_floor_for_steps(cols, fast_steps(rung_plan<B>(name, x, y, cols, t), cols, t));
 }
 
 // ------------------------------------------------------------------------------------------
@@ -88,24 +96,39 @@ inline double rung_floor(const Rung<RowArgs>& rung, const void* x, const void* y
 
 using Shape = RowShape;
 
-// The bucket edges and the required irregular ones, rows never a multiple of the 4 rows per
-// block of warp_registers.
-inline const std::vector<Shape> kFastShapes = {{5, 1},    {3, 2},    {7, 31},   {5, 32},  {6, 33},
-                                               {3, 64},   {5, 65},   {2, 127},  {3, 128}, {5, 129},
-                                               {3, 256},  {2, 257},  {3, 512},  {2, 513}, {3, 1000},
-                                               {5, 1023}, {3, 1024}, {2, 1025}, {3, 4096}};
-inline const std::vector<Shape> kFastRaceShapes = {{2, 1}, {3, 33}, {5, 136}, {2, 1040}};
+// The bucket edges and the required irregular ones, rows never a multiple of the rows per
+// block of the register rungs (4 warps, each 32 / group_width rows), and lane_groups' vector
+// groups (8 to 248 columns: 1 to 32 lanes of one float4 or 8 halves, 24 leaving lanes of a
+// group idle).
+inline const std::vector<Shape> kFastShapes = {
+    {5, 1},   {3, 2},   {9, 8},    {11, 24},  {7, 31},   {5, 32},   {6, 33},  {3, 64},
+    {5, 65},  {6, 120}, {2, 127},  {3, 128},  {5, 129},  {5, 248},  {3, 256}, {2, 257},
+    {3, 512}, {2, 513}, {3, 1000}, {5, 1023}, {3, 1024}, {2, 1025}, {3, 4096}};
+inline const std::vector<Shape> kFastRaceShapes = {{2, 1}, {9, 24}, {3, 33}, {5, 136}, {2, 1040}};
 
 inline const std::vector<Shape>& fast_shapes() {
   return small_shapes() ? kFastRaceShapes : kFastShapes;
 }
 
-// Every fast shape of this binary times every input kind, in each of `dtypes`.
+// block_cached's longest row of t on an H100 (the simulator's device: 232448 bytes to opt in
+// to, less 64 for the warps' pairs) and one past it (block_vec): one row each.
+inline std::vector<Shape> cached_edge_shapes(Dtype t) {
+  const int last = t == Dtype::fp32 ? 58096 : 116192;
+  return {{1, last}, {1, last + 1}};
+}
+
+// Every fast shape of this binary times every input kind, in each of `dtypes`; and, outside
+// race mode, the cache's edges of each type on randn and on randn + 1e4.
 inline std::vector<SoftmaxCase> fast_cases(const std::vector<Dtype>& dtypes) {
   std::vector<SoftmaxCase> cases;
-  for (Dtype t : dtypes)
+  for (Dtype t : dtypes) {
     for (const Shape& s : fast_shapes())
       for (InputKind kind : all_input_kinds()) cases.push_back({s, kind, t});
+    if (small_shapes()) continue;
+    for (const Shape& s : cached_edge_shapes(t))
+      for (InputKind kind : {InputKind::randn, InputKind::large_offset})
+        cases.push_back({s, kind, t});
+  }
   return cases;
 }
 
@@ -133,7 +156,7 @@ void check_fast_kernel(const Rung<RowArgs>& rung, Dtype t, int rows, int cols, I
   dy.fill_zero();
   const RowArgs args{dx.data() + offset, dy.data() + offset, rows, cols, t};
   if (offset % kVecBytes != 0)
-    REQUIRE_FALSE(rung_plan(rung.name, args.x, args.y, cols, t).vectorized);
+    REQUIRE_FALSE(rung_plan<B>(rung.name, args.x, args.y, cols, t).vectorized);
   run_rung(rung, args);
   const std::vector<unsigned char> out = dy.download();
   const std::vector<float> y = decode_elements(out.data() + offset, x.size(), t);
@@ -141,7 +164,7 @@ void check_fast_kernel(const Rung<RowArgs>& rung, Dtype t, int rows, int cols, I
   // The float computation: at most twice the CPU step's error plus the floor (6) gives the
   // kernel with CUDA's exp; then the rounding to t (rounded_bound). And the same with the CPU
   // step's stated bound in place of its error: the kernel's own bound against fp64.
-  const double floor = rung_floor(rung, args.x, args.y, cols, t);
+  const double floor = rung_floor<B>(rung, args.x, args.y, cols, t);
   const double bound = rounded_bound(chain_bound(cpu.max_rel, floor), t);
   const double own_bound = rounded_bound(chain_bound(blocked_cpu_bound(cols), floor), t);
   const RelError e = rel_error(y, ref, output_rounding(t).tiny);

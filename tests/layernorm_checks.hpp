@@ -50,12 +50,13 @@ inline Strategy strategy_of(const std::string& name, int n, std::size_t max_shar
   return Strategy::block_uncached;
 }
 
-// The Welford tree each strategy computes, for a row of n values.
+// The Welford tree each strategy computes, for a row of n values (`vectorized`: in 16-byte
+// accesses, which set warp_per_row's groups).
 inline Tree kernel_tree(const std::string& name, int n, std::size_t max_shared,
-                        Dtype t = Dtype::fp32) {
+                        Dtype t = Dtype::fp32, bool vectorized = false) {
   if (strategy_of(name, n, max_shared, t) == Strategy::warp_per_row) {
     // A lane folds cols_per_lane values, then log2(group_width) butterfly levels.
-    const WarpShape w = warp_shape(n);
+    const RowLanes w = warp_shape(n, vectorized ? vec_width(t) : 1);
     return {w.cols_per_lane, ceil_log2(w.group_width)};
   }
   // A thread folds ceil(n / 256) values (rounded up to whole vectors: 4 floats, 8 halves),
@@ -73,17 +74,19 @@ struct KernelShape {
   int rows, cols;
 };
 
-// cols 1..32 (narrow groups, several rows per warp), one past every group width, one past
-// the warp limit and the default shared-memory limit, and the edge sizes; rows
-// never a multiple of the rows per block.
+// cols 1..32 (narrow groups, several rows per warp), one past every group width, the vector
+// groups' edges (8 to 256 columns: 1 to 32 lanes of one float4 or 8 halves each, 24 leaving
+// lanes of a group without a vector), one past the warp limit and the default shared-memory
+// limit, and the edge sizes; rows never a multiple of the rows per block.
 inline const std::vector<KernelShape> kKernelShapes = {
-    {130, 1}, {67, 2},  {37, 3},  {19, 16},  {5, 17},   {7, 31},   {5, 32},   {6, 33},
-    {5, 97},  {5, 128}, {3, 129}, {5, 1000}, {3, 1023}, {3, 1024}, {3, 1025}, {2, 4096}};
+    {130, 1}, {67, 2},   {37, 3},   {9, 8},    {19, 16},  {11, 24}, {5, 17},  {7, 31},
+    {5, 32},  {6, 33},   {7, 64},   {5, 97},   {6, 120},  {5, 128}, {3, 129}, {5, 248},
+    {3, 256}, {5, 1000}, {3, 1023}, {3, 1024}, {3, 1025}, {2, 4096}};
 // Long rows, few of them: the simulator runs 256 threads per row.
 inline const std::vector<KernelShape> kLongShapes = {{2, 12264}, {2, 12265}, {1, 32768}};
 // Race mode checks every shared-memory access: narrow groups, a partial warp, several
 // values per lane, and one long row past the default shared-memory limit still run there.
-inline const std::vector<KernelShape> kRaceShapes = {{5, 17}, {3, 136}, {3, 1032}};
+inline const std::vector<KernelShape> kRaceShapes = {{5, 17}, {9, 24}, {3, 136}, {3, 1032}};
 inline const std::vector<KernelShape> kRaceLongShapes = {{1, 12265}};
 
 // ------------------------------------------------------------------------------------------
@@ -332,7 +335,9 @@ void check_layernorm_ladder(const Ladder<LayerNormArgs>& ladder,
         if (!run) return std::nullopt;  // its limits refuse the problem
         const RowErrors& re = run->errors.rows[static_cast<std::size_t>(c.row)];
         const RowErrors& cpu_re = cpu_of(c.problem).rows[static_cast<std::size_t>(c.row)];
-        const Tree tree = kernel_tree(rung.name, lp.p.cols, max_shared, lp.dtype);
+        // run_on places every buffer 16-byte aligned unless it misaligns them.
+        const bool vectorized = !lp.misalign && lp.p.cols % vec_width(lp.dtype) == 0;
+        const Tree tree = kernel_tree(rung.name, lp.p.cols, max_shared, lp.dtype, vectorized);
         const Bounds b = tree_bounds(tree)(re, run->errors.G, run->errors.B);
         // The CPU Welford step's stated bound: sequential Welford's a priori bound, the tree
         // with leaf = n and depth 0 (welford_layernorm.md, "How accurate").

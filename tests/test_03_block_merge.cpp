@@ -144,43 +144,72 @@ TEST_SUITE("cpu") {
     }
   }
 
-  TEST_CASE("the fast dispatcher picks its rung and bucket at every boundary") {
-    // Each bucket of registers per lane ends at 32 x a power of 2; one past it starts the
-    // next; 1025 leaves the registers for the block kernel. Vectors need cols a multiple of
-    // the vector width (4 floats, 8 halves), whole vectors per lane and aligned pointers.
+  TEST_CASE("the fast dispatcher picks its rung, group and bucket at every boundary") {
+    // Up to 1024 columns, lane_groups: with vectors (cols a multiple of the width, 4 floats or
+    // 8 halves, and aligned pointers) one vector per lane in a group of the next power of 2 of
+    // vectors up to 32 lanes, then the whole warp with a power of 2 of vectors each; without,
+    // the same in single entries. Past 1024, block_cached while the row and the warps' pairs
+    // fit in the 232448 bytes an H100 block may opt in to, block_vec beyond.
     alignas(16) static unsigned char buffer[32];
     const void* aligned = buffer;
+    constexpr std::size_t kSm90 = 232448;
+    struct Lanes {
+      int group, per_lane;
+      bool vec;
+    };
     struct Expect {
       int cols;
       FastPath path;
-      int per_lane;
-      bool vec_fp32, vec_16bit;
+      Lanes fp32, bits16;
     };
-    const FastPath warp = FastPath::warp_registers;
+    const FastPath reg = FastPath::warp_registers, cached = FastPath::block_cached;
     const FastPath block = FastPath::block_vec;
-    const Expect expected[] = {
-        {1, warp, 1, false, false},    {32, warp, 1, false, false},  {33, warp, 2, false, false},
-        {64, warp, 2, false, false},   {65, warp, 4, false, false},  {128, warp, 4, true, false},
-        {129, warp, 8, false, false},  {136, warp, 8, true, true},   {256, warp, 8, true, true},
-        {257, warp, 16, false, false}, {512, warp, 16, true, true},  {513, warp, 32, false, false},
-        {1020, warp, 32, true, false}, {1024, warp, 32, true, true}, {1025, block, 0, false, false},
-        {1028, block, 0, true, false}, {1032, block, 0, true, true}, {4096, block, 0, true, true}};
+    const Lanes none = {0, 0, false}, none_vec = {0, 0, true};
+    const Expect expected[] = {{1, reg, {1, 1, false}, {1, 1, false}},
+                               {8, reg, {2, 4, true}, {1, 8, true}},
+                               {24, reg, {8, 4, true}, {4, 8, true}},
+                               {32, reg, {8, 4, true}, {4, 8, true}},
+                               {33, reg, {32, 2, false}, {32, 2, false}},
+                               {64, reg, {16, 4, true}, {8, 8, true}},
+                               {65, reg, {32, 4, false}, {32, 4, false}},
+                               {128, reg, {32, 4, true}, {16, 8, true}},
+                               {129, reg, {32, 8, false}, {32, 8, false}},
+                               {136, reg, {32, 8, true}, {32, 8, true}},
+                               {256, reg, {32, 8, true}, {32, 8, true}},
+                               {257, reg, {32, 16, false}, {32, 16, false}},
+                               {512, reg, {32, 16, true}, {32, 16, true}},
+                               {513, reg, {32, 32, false}, {32, 32, false}},
+                               {1020, reg, {32, 32, true}, {32, 32, false}},
+                               {1024, reg, {32, 32, true}, {32, 32, true}},
+                               {1025, cached, none, none},
+                               {1032, cached, none_vec, none_vec},
+                               {58096, cached, none_vec, none_vec},
+                               {58104, block, none_vec, none_vec},
+                               {116192, block, none_vec, none_vec}};
     for (const Expect& e : expected) {
       for (Dtype t : {Dtype::fp32, Dtype::fp16, Dtype::bf16}) {
         CAPTURE(e.cols);
         const std::string dtype = to_string(t);
         CAPTURE(dtype);
-        const FastPlan plan = plan_fast_softmax(aligned, aligned, e.cols, t);
-        CHECK(plan.path == e.path);
-        CHECK(plan.cols_per_lane == e.per_lane);
-        CHECK(plan.vectorized == (t == Dtype::fp32 ? e.vec_fp32 : e.vec_16bit));
-        // One element past a 16-byte boundary, for x or for y: never vectors.
+        const Lanes& l = t == Dtype::fp32 ? e.fp32 : e.bits16;
+        // A 16-bit row is half the bytes: block_cached holds it up to 116192 columns.
+        const FastPath path =
+            t != Dtype::fp32 && e.cols > 1024 && e.cols <= 116192 ? cached : e.path;
+        const FastPlan plan = plan_fast_softmax(aligned, aligned, e.cols, t, kSm90);
+        CHECK(plan.path == path);
+        CHECK(plan.group_width == l.group);
+        CHECK(plan.cols_per_lane == l.per_lane);
+        CHECK(plan.vectorized == l.vec);
+        // One element past a 16-byte boundary, for x or for y: never vectors, the same rung.
         const void* off = buffer + dtype_bytes(t);
-        CHECK_FALSE(plan_fast_softmax(off, aligned, e.cols, t).vectorized);
-        CHECK_FALSE(plan_fast_softmax(aligned, off, e.cols, t).vectorized);
-        CHECK(plan_fast_softmax(off, off, e.cols, t).path == e.path);
+        CHECK_FALSE(plan_fast_softmax(off, aligned, e.cols, t, kSm90).vectorized);
+        CHECK_FALSE(plan_fast_softmax(aligned, off, e.cols, t, kSm90).vectorized);
+        CHECK(plan_fast_softmax(off, off, e.cols, t, kSm90).path == path);
       }
     }
+    CHECK(plan_fast_softmax(aligned, aligned, 116193, Dtype::fp16, kSm90).path == block);
+    // The simulator models that device.
+    CHECK(Kernels<Backend::sim>::max_dynamic_shared_bytes() == kSm90);
   }
 
   TEST_CASE("fast rung inputs are rounded to nearest even like the GPU conversions") {
@@ -230,7 +259,7 @@ void every_kernel_equals_the_cpu_step() {
       // The tolerance policy: at most twice the CPU step's error, plus the rung's floor; and
       // at most twice the CPU step's stated bound, plus the same floor.
       [](const Rung<RowArgs>& rung, const RowArgs& a) {
-        return rung_floor(rung, a.x, a.y, a.cols, a.dtype);
+        return rung_floor<B>(rung, a.x, a.y, a.cols, a.dtype);
       },
       blocked_cpu_bound, kSeed, cases);
 }
@@ -246,7 +275,7 @@ void every_fast_kernel_equals_the_cpu_step_in_16_bits() {
         return softmax_blocked(x, rows, cols, kCpuBlock);
       },
       [](const Rung<RowArgs>& rung, const RowArgs& a) {
-        return rung_floor(rung, a.x, a.y, a.cols, a.dtype);
+        return rung_floor<B>(rung, a.x, a.y, a.cols, a.dtype);
       },
       blocked_cpu_bound, kSeed, fast_cases({Dtype::fp16, Dtype::bf16}));
 }

@@ -62,18 +62,29 @@ TEST_SUITE("cpu") {
   }
 
   TEST_CASE("warp groups narrow for short rows and always cover the row") {
-    for (int cols = 1; cols <= kWarpMaxCols; ++cols) {
-      CAPTURE(cols);
-      const WarpShape w = warp_shape(cols);
-      CHECK(w.group_width * w.cols_per_lane >= cols);  // every value has a register
-      CHECK(w.cols_per_lane <= kMaxColsPerLane);
-      // Not wasteful: half the group, or half the registers, would not hold the row.
-      CHECK((w.group_width / 2) * w.cols_per_lane < cols);
-      CHECK(w.group_width * (w.cols_per_lane / 2) < cols);
-    }
-    CHECK(warp_shape(1).rows_per_block() == kWarpBlockThreads);
-    CHECK(warp_shape(2).rows_per_block() == kWarpBlockThreads / 2);
-    CHECK(warp_shape(1024).rows_per_block() == kWarpBlockThreads / kLanes);
+    for (int width : {1, 4, 8})  // scalar accesses, float4, 8 halves
+      for (int cols = 1; cols <= kWarpMaxCols; ++cols) {
+        if (cols % width != 0) continue;  // vectors only for whole vectors per row
+        CAPTURE(width);
+        CAPTURE(cols);
+        const RowLanes w = warp_shape(cols, width);
+        CHECK(w.group_width * w.cols_per_lane >= cols);  // every value has a register
+        CHECK(w.cols_per_lane <= kMaxColsPerLane);
+        CHECK(w.cols_per_lane % width == 0);  // whole vectors per lane
+        // Not wasteful: half the group, or half the vectors per lane, would not hold the row.
+        CHECK((w.group_width / 2) * w.cols_per_lane < cols);
+        if (w.cols_per_lane > width) CHECK(w.group_width * (w.cols_per_lane / 2) < cols);
+      }
+    CHECK(rows_per_block(warp_shape(1)) == kWarpBlockThreads);
+    CHECK(rows_per_block(warp_shape(2)) == kWarpBlockThreads / 2);
+    CHECK(rows_per_block(warp_shape(1024)) == kWarpBlockThreads / kLanes);
+    // Vectors fill the warp at short rows: 32 floats are 8 float4 lanes, 4 rows per warp;
+    // 128 halves are 16 lanes of 8.
+    CHECK(warp_shape(32, 4).group_width == 8);
+    CHECK(warp_shape(32, 4).cols_per_lane == 4);
+    CHECK(warp_shape(128, 8).group_width == 16);
+    CHECK(warp_shape(128, 4).group_width == kLanes);
+    CHECK(warp_shape(256, 8).cols_per_lane == 8);
   }
 
   TEST_CASE("float4 access is used only for aligned pointers and cols a multiple of 4") {

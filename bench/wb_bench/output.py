@@ -67,14 +67,14 @@ def series_for(rows, op, dtype, x_of, extra=lambda r: True):
 
 
 def plot(path_stem, title, xlabel, ylabel, series, hline, notes):
-    """One log2-x line plot, SVG and PNG, with matplotlib (Debian: python3-matplotlib)."""
+    """One log2-x line plot, PNG, with matplotlib (Debian: python3-matplotlib)."""
     try:
         import matplotlib
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
     except ImportError:
         notes.append(f"matplotlib not installed (apt-get install python3-matplotlib): "
-                     f"no {path_stem}.svg")
+                     f"no {path_stem}.png")
         return
     fig, ax = plt.subplots(figsize=(9, 5.2))
     for label, pts in series.items():
@@ -86,7 +86,6 @@ def plot(path_stem, title, xlabel, ylabel, series, hline, notes):
     ax.grid(True, alpha=0.3)
     ax.legend(fontsize=8, loc="center left", bbox_to_anchor=(1, 0.5))
     fig.tight_layout()
-    fig.savefig(path_stem + ".svg")
     fig.savefig(path_stem + ".png", dpi=120)
     plt.close(fig)
 
@@ -117,7 +116,50 @@ def draw_plots(rows, plots_dir, notes):
                  "TFLOP/s", s, None, notes)
 
 
+def row_ops_html(rows):
+    """The row ops (softmax, LayerNorm) as one HTML table: a line per (op, dtype), a column per
+    cols, each cell the best workbook kernel's fraction of the copy bandwidth / its ratio to
+    PyTorch in the same run (the targets: >= 90 % from 1024 columns on, >= 1.0x everywhere).
+    None when the run has no row op."""
+    best, torch_gbps, cols_seen = {}, {}, set()
+    for r in rows:
+        if r["op"] not in ("softmax", "layernorm"):
+            continue
+        cols = int(r["shape"].split("x")[1])
+        cols_seen.add(cols)
+        key = (r["op"], r["dtype"], cols)
+        if r["source"] == "workbook":
+            if key not in best or float(r["throughput"]) > float(best[key]["throughput"]):
+                best[key] = r
+        elif r["source"] == "torch":
+            torch_gbps[key] = float(r["throughput"])
+    if not best:
+        return None
+    cols = sorted(cols_seen)
+    out = ['<table class="markdowntable">',
+           "<tr><th>op, dtype</th>" + "".join(f"<th>{c}</th>" for c in cols) + "</tr>"]
+    for op, dtype in sorted({(k[0], k[1]) for k in best}):
+        cells = []
+        for c in cols:
+            r = best.get((op, dtype, c))
+            t = torch_gbps.get((op, dtype, c))
+            if r is None:
+                cells.append("<td></td>")
+                continue
+            ratio = f"{float(r['throughput']) / t:.2f}" if t else "-"
+            cells.append(f"<td title=\"{r['kernel']}\">"
+                         f"{100 * float(r['fraction_of_copy']):.0f}/{ratio}</td>")
+        out.append(f"<tr><td>{op} {dtype}</td>" + "".join(cells) + "</tr>")
+    out.append("</table>")
+    return "\n".join(out) + "\n"
+
+
 def report(rows, args, notes):
+    html = row_ops_html(rows)
+    if html:
+        os.makedirs(args.plots, exist_ok=True)
+        with open(os.path.join(args.plots, "row_ops_vs_torch.html"), "w") as f:
+            f.write(html)
     header, table = ratio_table(rows)
     if table:
         print("\nWorkbook vs PyTorch (ratio > 1: the workbook is faster):")

@@ -22,6 +22,7 @@
 #include "chapters/03_block_merge/md_merge.hpp"
 #include "common/backend.hpp"
 #include "common/dtype.hpp"
+#include "common/row_lanes.hpp"
 #include "common/rung.hpp"
 #include "common/rung_args.hpp"
 
@@ -234,23 +235,22 @@ inline bool can_vectorize(const void* x, const void* y, int cols, Dtype t) {
   return cols % vec_width(t) == 0 && aligned(x) && aligned(y);
 }
 
-/// The smallest power of 2 >= v (v >= 1).
-inline int next_pow2(int v) {
-  int p = 1;
-  while (p < v) p *= 2;
-  return p;
-}
-
-enum class FastPath { warp_registers, block_vec };
+/// The kernel a fast launch runs: the row in registers (a group of lanes per row: the warp, or
+/// fewer lanes for short rows), or a block per row reading x twice, or caching it in shared
+/// memory.
+enum class FastPath { warp_registers, block_vec, block_cached };
 
 inline const char* to_string(FastPath p) {
-  return p == FastPath::warp_registers ? "warp_registers" : "block_vec";
+  constexpr const char* kNames[] = {"warp_registers", "block_vec", "block_cached"};  // in order
+  return kNames[static_cast<int>(p)];
 }
 
-/// What a fast launch does: the kernel, the registers per lane (warp_registers' compile-time
-/// bucket; 0 for block_vec) and whether it moves 16-byte vectors.
+/// What a fast launch does: the kernel, for the register path the lanes per row and the
+/// registers per lane (compile-time buckets; 0 for the block paths), and whether it moves
+/// 16-byte vectors.
 struct FastPlan {
   FastPath path;
+  int group_width;
   int cols_per_lane;
   bool vectorized;
 };
@@ -263,20 +263,51 @@ struct FastPlan {
 /// fp32, cols > 128 for fp16 and bf16).
 inline FastPlan warp_registers_plan(const void* x, const void* y, int cols, Dtype t) {
   const int per_lane = next_pow2((cols + kLanes - 1) / kLanes);
-  return {FastPath::warp_registers, per_lane,
+  return {FastPath::warp_registers, kLanes, per_lane,
           can_vectorize(x, y, cols, t) && per_lane % vec_width(t) == 0};
+}
+
+/// lane_groups on rows of `cols` entries: common/row_lanes.hpp's groups, each lane holding
+/// whole accesses (16-byte vectors wherever can_vectorize(), else single entries). A row of at
+/// most 16 accesses takes a group of that many lanes rounded up to a power of 2, several rows
+/// per warp; from 17 accesses on it is warp_registers' plan, with vectors from one per lane.
+inline FastPlan lane_groups_plan(const void* x, const void* y, int cols, Dtype t) {
+  const bool vec = can_vectorize(x, y, cols, t);
+  const RowLanes lanes = row_lanes(cols, vec ? vec_width(t) : 1);
+  return {FastPath::warp_registers, lanes.group_width, lanes.cols_per_lane, vec};
 }
 
 /// block_vec on rows of `cols` entries: vectors wherever can_vectorize().
 inline FastPlan block_vec_plan(const void* x, const void* y, int cols, Dtype t) {
-  return {FastPath::block_vec, 0, can_vectorize(x, y, cols, t)};
+  return {FastPath::block_vec, 0, 0, can_vectorize(x, y, cols, t)};
+}
+
+/// block_cached on rows of `cols` entries: block_vec's accesses, the row kept in shared memory.
+inline FastPlan block_cached_plan(const void* x, const void* y, int cols, Dtype t) {
+  return {FastPath::block_cached, 0, 0, can_vectorize(x, y, cols, t)};
+}
+
+/// The block paths' threads per row (8 warps).
+inline constexpr int kBlockVecThreads = 256;
+
+/// block_cached's dynamic shared memory: the 8 warps' (m, d) pairs (64 bytes, keeping the row
+/// 16-byte aligned), then the row as it was read, `cols` elements of `elem_bytes` each.
+inline constexpr std::size_t kCachedScratchBytes = kBlockVecThreads / kLanes * sizeof(MD);
+static_assert(kCachedScratchBytes % 16 == 0, "the cached row starts 16-byte aligned");
+inline std::size_t cached_shared_bytes(int cols, std::size_t elem_bytes) {
+  return kCachedScratchBytes + static_cast<std::size_t>(cols) * elem_bytes;
 }
 
 /// The dispatcher's rule. Rows of up to 1024 entries fit in one warp's registers (32 lanes x
-/// at most 32 floats): warp_registers reads x once. Longer rows go to block_vec, 256 threads
-/// per row, which reads x twice (the second time mostly from L2).
-inline FastPlan plan_fast_softmax(const void* x, const void* y, int cols, Dtype t) {
-  if (cols <= kWarpRegistersMaxCols) return warp_registers_plan(x, y, cols, t);
+/// at most 32 floats): lane_groups reads x once, short rows several to a warp. Longer rows get a
+/// block of 256 threads: block_cached keeps the row in shared memory while it fits in what one
+/// block may opt in to (`max_shared`, the device's limit: 227 KiB on an H100), reading x once;
+/// past that, block_vec reads x twice (the second time from L2 where it can).
+inline FastPlan plan_fast_softmax(const void* x, const void* y, int cols, Dtype t,
+                                  std::size_t max_shared) {
+  if (cols <= kWarpRegistersMaxCols) return lane_groups_plan(x, y, cols, t);
+  if (cached_shared_bytes(cols, dtype_bytes(t)) <= max_shared)
+    return block_cached_plan(x, y, cols, t);
   return block_vec_plan(x, y, cols, t);
 }
 // [fast_dispatch]
@@ -295,8 +326,12 @@ struct Kernels {
   static void block_per_row_online(const RowArgs& a);  // block_merge_kernels.cuh
   static void warp_per_row_online(const RowArgs& a);
   static void warp_registers(const RowArgs& a);  // fast_softmax_kernels.cuh
+  static void lane_groups(const RowArgs& a);
   static void block_vec(const RowArgs& a);
+  static void block_cached(const RowArgs& a);
   static void fast_softmax(const RowArgs& a);  ///< runs plan_fast_softmax()
+  /// What one block may opt in to on this backend's device (block_cached's row).
+  static std::size_t max_dynamic_shared_bytes();
 };
 
 /// Rungs 1, 2 and 4 make chapter 02's two passes over global memory: x read for the
@@ -305,18 +340,32 @@ inline Traffic two_passes(const RowArgs& a) {
   return per_element_traffic(a, 2, 1, "2 reads of x (statistics, normalize) + 1 write of y");
 }
 
-/// warp_registers keeps the row in registers between the statistics and the normalization: x
-/// read once, y written once.
+/// warp_registers and lane_groups keep the row in registers between the statistics and the
+/// normalization: x read once, y written once.
 inline Traffic row_in_registers(const RowArgs& a) {
   return per_element_traffic(a, 1, 1, "1 read of x (kept in registers) + 1 write of y");
 }
 
-/// The dispatcher moves what the rung it picks moves (plan_fast_softmax): warp_registers'
-/// 1 read of x up to kWarpRegistersMaxCols columns, block_vec's 2 reads beyond; 1 write of y.
-inline Traffic dispatched(const RowArgs& a) {
-  return plan_fast_softmax(a.x, a.y, a.cols, a.dtype).path == FastPath::warp_registers
-             ? row_in_registers(a)
-             : two_passes(a);
+/// block_cached keeps it in shared memory: x read once, y written once.
+inline Traffic row_in_shared(const RowArgs& a) {
+  return per_element_traffic(a, 1, 1, "1 read of x (kept in shared memory) + 1 write of y");
+}
+
+/// The dispatcher moves what the rung it picks moves (plan_fast_softmax on backend B's
+/// device): 1 read of x up to kWarpRegistersMaxCols columns and while block_cached holds the
+/// row, block_vec's 2 reads beyond; 1 write of y.
+template <Backend B>
+Traffic dispatched(const RowArgs& a) {
+  switch (
+      plan_fast_softmax(a.x, a.y, a.cols, a.dtype, Kernels<B>::max_dynamic_shared_bytes()).path) {
+    case FastPath::warp_registers:
+      return row_in_registers(a);
+    case FastPath::block_cached:
+      return row_in_shared(a);
+    case FastPath::block_vec:
+      break;
+  }
+  return two_passes(a);
 }
 
 // [ladder]
@@ -333,10 +382,22 @@ Ladder<RowArgs> kernel_ladder() {
       {"warp_registers", "the row kept in registers: x read once; 16-byte vectors, 16-bit types",
        row_limits(kWarpRegistersMaxCols, all_types), &Kernels<B>::warp_registers,
        &row_in_registers},
+      {"lane_groups",
+       "short rows share a warp: a group of 1 to 16 lanes per row, each lane a whole 16-byte "
+       "vector, so every lane works at 32 to 256 columns",
+       row_limits(kWarpRegistersMaxCols, all_types), &Kernels<B>::lane_groups, &row_in_registers},
       {"block_vec", "a block per row for any length, each 16-byte vector one block of eq. (1)",
        row_limits(kFastMaxCols, all_types), &Kernels<B>::block_vec, &two_passes},
-      {"fast_softmax", "the dispatcher: warp_registers up to 1024 columns, block_vec beyond",
-       row_limits(kFastMaxCols, all_types), &Kernels<B>::fast_softmax, &dispatched}};
+      {"block_cached",
+       "block_vec with the row cached in shared memory (opted in up to the device's limit): x "
+       "read once",
+       row_limits(kFastMaxCols, all_types,
+                  Kernels<B>::max_dynamic_shared_bytes() - kCachedScratchBytes),
+       &Kernels<B>::block_cached, &row_in_shared},
+      {"fast_softmax",
+       "the dispatcher: lane_groups up to 1024 columns, block_cached while the row fits in "
+       "shared memory, block_vec beyond",
+       row_limits(kFastMaxCols, all_types), &Kernels<B>::fast_softmax, &dispatched<B>}};
 }
 // [ladder]
 

@@ -7,23 +7,32 @@
 //           (eq. 2), then every thread normalizes its entries and rounds them to T. A fully
 //           -inf row gives zeros.
 // Changed since the previous rungs (block_merge_kernels.cuh): warp_registers keeps the row in
-//           registers, so x is read once (2 accesses per element instead of 3); both rungs move
-//           16 bytes per access where the row is aligned (4 floats, 8 halves), and take 16-bit
-//           inputs and outputs.
+//           registers, so x is read once (2 accesses per element instead of 3); lane_groups
+//           gives short rows fewer lanes, several rows per warp, so that every lane holds a
+//           whole vector; block_cached keeps a long row in shared memory, so x is read once
+//           there too. All move 16 bytes per access where the row is aligned (4 floats, 8
+//           halves), and take 16-bit inputs and outputs.
 // Launch shapes:
 //   warp_registers  one warp per row, 4 warps (128 threads) per block, ceil(rows / 4) blocks;
 //                   each lane holds cols_per_lane = next_pow2(ceil(cols / 32)) floats
 //                   (1, 2, 4, ..., 32: a template parameter)
-//   block_vec       one block of 256 threads per row; rows blocks
-//   fast_softmax    the dispatcher: plan_fast_softmax(x, y, cols, dtype) in block_merge.hpp
+//   lane_groups     the same kernel with groups of G = 1, 2, 4, 8, 16 or 32 lanes per row
+//                   (row_lanes in common/row_lanes.hpp): 128 / G rows per block
+//   block_vec       one block of 256 threads per row; rows blocks; 64 bytes of dynamic
+//                   shared memory (the warps' (m, d) pairs)
+//   block_cached    the same, plus the row: cols elements of dynamic shared memory, opted in
+//                   above 48 KiB up to the device's limit (227 KiB on an H100)
+//   fast_softmax    the dispatcher: plan_fast_softmax in block_merge.hpp
 // Vectors: when can_vectorize() (both pointers 16-byte aligned, cols a multiple of 16 /
 //           sizeof(T)) every access is one 16-byte Vec<T> (common/vector_types.cuh);
 //           otherwise one element at a time.
-// Limits: rows in [1, 2^31 - 4]; cols in [1, 1024] for warp_registers, in [1, 2^30] for
+// Limits: rows in [1, 2^31 - 4]; cols in [1, 1024] for warp_registers and lane_groups, a row
+//           of at most the opt-in limit less 64 bytes for block_cached, in [1, 2^30] for
 //           block_vec and fast_softmax: their RungLimits in kernel_ladder() (block_merge.hpp),
 //           checked before launch.
-// Memory traffic per element: warp_registers 1 read + 1 write; block_vec 2 reads + 1 write;
-//           fast_softmax that of the rung it picks (dispatched in block_merge.hpp).
+// Memory traffic per element: warp_registers, lane_groups, block_cached 1 read + 1 write;
+//           block_vec 2 reads + 1 write; fast_softmax that of the rung it picks (dispatched in
+//           block_merge.hpp).
 // Test: ctest --test-dir build -R 03_block_merge --output-on-failure
 #pragma once
 
@@ -31,6 +40,7 @@
 #include <string>
 
 #include "common/kernel.cuh"
+#include "common/shared_memory.cuh"
 #include "common/vector_types.cuh"
 
 #include "chapters/01_safe_softmax/softmax.hpp"
@@ -48,13 +58,15 @@ constexpr unsigned kFullMask = 0xffffffffu;
 // version, over md_merge (that file is an exercise, so this one does not include it)
 // ==========================================================================================
 
-// Every lane passes its pair and gets the merge of the warp's 32 pairs: 5 butterfly steps,
-// lanes l and l ^ lane_mask computing md_merge(a, b) and md_merge(b, a), the same bits
-// (eq. 5), so all lanes agree.
+// Every lane passes its pair and gets the merge of its group's kGroup pairs (a power-of-2
+// slice of the warp; the whole warp by default): log2(kGroup) butterfly steps, lanes l and
+// l ^ lane_mask computing md_merge(a, b) and md_merge(b, a), the same bits (eq. 5), so all
+// lanes of a group agree. Every lane of the warp calls it (full mask).
+template <int kGroup = kLanes>
 __device__ MD warp_merge(MD md) {
-  for (int lane_mask = kLanes / 2; lane_mask > 0; lane_mask /= 2)
-    md = md_merge(md, {__shfl_xor_sync(kFullMask, md.m, lane_mask),
-                       __shfl_xor_sync(kFullMask, md.d, lane_mask)});  // eq. (2)
+  for (int lane_mask = kGroup / 2; lane_mask > 0; lane_mask /= 2)
+    md = md_merge(md, {__shfl_xor_sync(kFullMask, md.m, lane_mask, kGroup),
+                       __shfl_xor_sync(kFullMask, md.d, lane_mask, kGroup)});  // eq. (2)
   return md;
 }
 
@@ -89,37 +101,40 @@ __device__ __forceinline__ MD values_stats(const float* v) {
 // [fast_values_stats]
 
 // ==========================================================================================
-// Rung 3: warp per row, the row in registers. Same as warp_per_row_online, but each lane
-// keeps its entries: one read of x instead of two, and each lane's (m, d) in one exp each.
+// Rungs 3 and 4: the row in registers. warp_registers is warp_per_row_online with each lane
+// keeping its entries: one read of x instead of two, and each lane's (m, d) in one exp each.
+// lane_groups gives a short row a group of fewer lanes, several rows per warp.
 // ==========================================================================================
 
-constexpr int kWarpRegistersRows = 4;  // rows (warps) per block
+constexpr int kWarpRegistersRows = 4;  // warps per block
 constexpr int kWarpRegistersBlock = kWarpRegistersRows * kLanes;
 
 // [warp_registers]
-// x, y: (rows, cols), row-major. Warp w of block b owns row b * 4 + w. With kVec, lane l
-// holds the vectors starting at columns kWidth (l + 32 j), j < kColsPerLane / kWidth; else
-// the columns l + 32 i, i < kColsPerLane: a warp's accesses are contiguous either way.
-// Entries past the row's end are held as -inf: no mass (eq. 3). cols <= 32 kColsPerLane.
-template <typename T, int kColsPerLane, bool kVec>
+// x, y: (rows, cols), row-major. A group of kGroup lanes owns a row (kGroup = 32: a warp), the
+// block's 128 / kGroup rows in order. With kVec, lane l of a group holds the vectors starting
+// at columns kWidth (l + kGroup j), j < kColsPerLane / kWidth; else the columns l + kGroup i,
+// i < kColsPerLane: a group's accesses are contiguous either way. Entries past the row's end
+// are held as -inf: no mass (eq. 3). cols <= kGroup kColsPerLane.
+template <typename T, int kColsPerLane, bool kVec, int kGroup>
 __global__ void __launch_bounds__(kWarpRegistersBlock)
     warp_registers_kernel(const T* __restrict__ x, T* __restrict__ y, int rows, int cols) {
   static_assert(kColsPerLane >= 1 && kColsPerLane <= kMaxColsPerLane, "registers per lane");
   constexpr int kWidth = kVec ? Vec<T>::kWidth : 1;  // elements per access
   static_assert(kColsPerLane % kWidth == 0, "whole vectors per lane");
-  const int lane = static_cast<int>(threadIdx.x) % kLanes;
-  const int row =
-      static_cast<int>(blockIdx.x) * kWarpRegistersRows + static_cast<int>(threadIdx.x) / kLanes;
-  if (row >= rows) return;  // the whole warp leaves: its 32 lanes share the row
-  const T* xr = x + static_cast<size_t>(row) * cols;
-  T* yr = y + static_cast<size_t>(row) * cols;
+  const int lane = static_cast<int>(threadIdx.x) % kGroup;
+  const int row = static_cast<int>(blockIdx.x) * (kWarpRegistersBlock / kGroup) +
+                  static_cast<int>(threadIdx.x) / kGroup;
+  // A group past the last row still takes part in its warp's shuffles, holding no entries.
+  const bool live = row < rows;
+  const T* xr = x + static_cast<size_t>(live ? row : 0) * cols;
+  T* yr = y + static_cast<size_t>(live ? row : 0) * cols;
 
   float v[kColsPerLane];  // this lane's entries: the one read of x
 #pragma unroll
   for (int j = 0; j < kColsPerLane / kWidth; ++j) {
-    const int c = kWidth * (lane + j * kLanes);
+    const int c = kWidth * (lane + j * kGroup);
     if constexpr (kVec) {  // cols % kWidth == 0: a vector is wholly in or out of the row
-      if (c < cols) {
+      if (live && c < cols) {
         const Vec<T> q = load_vec(xr, c);
 #pragma unroll
         for (int k = 0; k < kWidth; ++k) v[kWidth * j + k] = to_float(q.v[k]);
@@ -128,17 +143,18 @@ __global__ void __launch_bounds__(kWarpRegistersBlock)
         for (int k = 0; k < kWidth; ++k) v[kWidth * j + k] = -INFINITY;
       }
     } else {
-      v[j] = c < cols ? to_float(xr[c]) : -INFINITY;
+      v[j] = live && c < cols ? to_float(xr[c]) : -INFINITY;
     }
   }
   MD md = values_stats<kColsPerLane>(v);  // eq. (1): this lane's block
-  md = warp_merge(md);                    // eqs. (2), (4): the whole row's (m, d)
+  md = warp_merge<kGroup>(md);            // eqs. (2), (4): the whole row's (m, d)
+  if (!live) return;                      // after the last shuffle
 
   const float shift = ch01::exp_shift(md.m);  // normalize from the registers
   const float inv_d = ch01::inverse_or_zero(md.d);
 #pragma unroll
   for (int j = 0; j < kColsPerLane / kWidth; ++j) {
-    const int c = kWidth * (lane + j * kLanes);
+    const int c = kWidth * (lane + j * kGroup);
     if (c >= cols) continue;
     if constexpr (kVec) {
       Vec<T> q;
@@ -154,51 +170,59 @@ __global__ void __launch_bounds__(kWarpRegistersBlock)
 // [warp_registers]
 
 // ==========================================================================================
-// Rung 4: block per row with vector loads. Same as block_per_row_online, with 16-byte
-// accesses: each vector is one block of kWidth entries, summarized by eq. (1) and merged.
+// Rungs 5 and 6: block per row with vector loads. block_vec is block_per_row_online with
+// 16-byte accesses: each vector is one block of kWidth entries, summarized by eq. (1) and
+// merged. block_cached keeps the row it read in shared memory and normalizes from there.
 // ==========================================================================================
-
-constexpr int kBlockVecThreads = 256;
 
 // [block_vec]
 // x, y: (rows, cols), row-major. Block b owns row b; thread t reads the vectors starting at
-// columns kWidth (t + 256 k) (kVec) or the columns t + 256 k.
-template <typename T, bool kVec>
+// columns kWidth (t + 256 k) (kVec) or the columns t + 256 k. Dynamic shared memory: the 8
+// warps' (m, d) pairs, then (kCached) the row as read, cols elements of T.
+template <typename T, bool kVec, bool kCached>
 __global__ void __launch_bounds__(kBlockVecThreads)
     block_vec_kernel(const T* __restrict__ x, T* __restrict__ y, int cols) {
   constexpr int kWarps = kBlockVecThreads / kLanes;
   constexpr int kWidth = kVec ? Vec<T>::kWidth : 1;
   constexpr int kStride = kWidth * kBlockVecThreads;
-  __shared__ MD scratch[kWarps];
+  MD* scratch = dynamic_shared<MD>();
+  T* cache = reinterpret_cast<T*>(scratch + kWarps);  // 16-byte aligned (kCachedScratchBytes)
   const T* xr = x + static_cast<size_t>(blockIdx.x) * cols;
   T* yr = y + static_cast<size_t>(blockIdx.x) * cols;
   const int first = kWidth * static_cast<int>(threadIdx.x);
 
-  MD md = md_identity();  // pass 1: read x, fold (m, d)
+  MD md = md_identity();  // pass 1: read x (the one read, with kCached), fold (m, d)
   for (int c = first; c < cols; c += kStride) {
     if constexpr (kVec) {
       const Vec<T> q = load_vec(xr, c);
+      if constexpr (kCached) store_vec(cache, c, q);
       float v[kWidth];
 #pragma unroll
       for (int k = 0; k < kWidth; ++k) v[k] = to_float(q.v[k]);
       md = md_merge(md, values_stats<kWidth>(v));  // eqs. (1), (2): the vector is a block
     } else {
-      md = ch02::online_update(md, to_float(xr[c]));  // chapter 02's update, one entry
+      const T e = xr[c];
+      if constexpr (kCached) cache[c] = e;
+      md = ch02::online_update(md, to_float(e));  // chapter 02's update, one entry
     }
   }
-  md = block_merge<kWarps>(md, scratch);  // eqs. (2), (4): the whole row's (m, d)
+  // eqs. (2), (4): the whole row's (m, d). Its barriers also make each thread's cached
+  // entries visible (a thread reads back only its own anyway: the same columns in pass 2).
+  md = block_merge<kWarps>(md, scratch);
 
-  const float shift = ch01::exp_shift(md.m);  // pass 2: read x again (from L2 when it can)
+  // pass 2: x again, from the cache, or from global memory (L2 when it can)
+  const T* src = kCached ? cache : xr;
+  const float shift = ch01::exp_shift(md.m);
   const float inv_d = ch01::inverse_or_zero(md.d);
   for (int c = first; c < cols; c += kStride) {
     if constexpr (kVec) {
-      Vec<T> q = load_vec(xr, c);
+      Vec<T> q = load_vec(src, c);
 #pragma unroll
       for (int k = 0; k < kWidth; ++k)
         q.v[k] = from_float<T>(expf(to_float(q.v[k]) - shift) * inv_d);
       store_vec(yr, c, q);
     } else {
-      yr[c] = from_float<T>(expf(to_float(xr[c]) - shift) * inv_d);
+      yr[c] = from_float<T>(expf(to_float(src[c]) - shift) * inv_d);
     }
   }
 }
@@ -208,9 +232,16 @@ __global__ void __launch_bounds__(kBlockVecThreads)
 // Launch helpers: the dtype and the plan become template arguments
 // ==========================================================================================
 
-// The instantiation for `cols_per_lane` values per lane: the buckets 1, 2, 4, ..., 32 tried
-// in turn (a template needs the count at compile time); with kVec, only those holding whole
-// vectors per lane exist (a float4 per lane from 65 columns on, 8 halves from 129).
+template <typename T, int kColsPerLane, bool kVec, int kGroup>
+void launch_registers(const void* x, void* y, int rows, int cols) {
+  launch<warp_registers_kernel<T, kColsPerLane, kVec, kGroup>>(
+      dim3(ceil_div(rows, kWarpRegistersBlock / kGroup)), dim3(kWarpRegistersBlock), 0,
+      static_cast<const T*>(x), static_cast<T*>(y), rows, cols);
+}
+
+// Whole-warp groups: the instantiation for `cols_per_lane` values per lane, the buckets 1, 2,
+// 4, ..., 32 tried in turn (a template needs the count at compile time); with kVec, only those
+// holding whole vectors per lane exist (a float4 per lane from 65 columns on, 8 halves from 129).
 template <typename T, bool kVec, int kColsPerLane = 1>
 void launch_warp_bucket(int cols_per_lane, const void* x, void* y, int rows, int cols) {
   if constexpr (kColsPerLane > kMaxColsPerLane) {
@@ -219,36 +250,68 @@ void launch_warp_bucket(int cols_per_lane, const void* x, void* y, int rows, int
   } else {
     if constexpr (!kVec || kColsPerLane % Vec<T>::kWidth == 0) {
       if (cols_per_lane == kColsPerLane)
-        return launch<warp_registers_kernel<T, kColsPerLane, kVec>>(
-            dim3(ceil_div(rows, kWarpRegistersRows)), dim3(kWarpRegistersBlock), 0,
-            static_cast<const T*>(x), static_cast<T*>(y), rows, cols);
+        return launch_registers<T, kColsPerLane, kVec, kLanes>(x, y, rows, cols);
     }
     launch_warp_bucket<T, kVec, 2 * kColsPerLane>(cols_per_lane, x, y, rows, cols);
   }
 }
 
-template <typename T>
-void launch_warp_plan(const FastPlan& plan, const void* x, void* y, int rows, int cols) {
-  if (plan.vectorized) return launch_warp_bucket<T, true>(plan.cols_per_lane, x, y, rows, cols);
-  launch_warp_bucket<T, false>(plan.cols_per_lane, x, y, rows, cols);
+// Narrow groups (lane_groups' rows of at most 16 accesses): one access per lane, a 16-byte
+// vector with kVec, else one entry.
+template <typename T, bool kVec>
+void launch_narrow_group(int group_width, const void* x, void* y, int rows, int cols) {
+  constexpr int kPerLane = kVec ? Vec<T>::kWidth : 1;
+  switch (group_width) {
+    case 1:
+      return launch_registers<T, kPerLane, kVec, 1>(x, y, rows, cols);
+    case 2:
+      return launch_registers<T, kPerLane, kVec, 2>(x, y, rows, cols);
+    case 4:
+      return launch_registers<T, kPerLane, kVec, 4>(x, y, rows, cols);
+    case 8:
+      return launch_registers<T, kPerLane, kVec, 8>(x, y, rows, cols);
+    case 16:
+      return launch_registers<T, kPerLane, kVec, 16>(x, y, rows, cols);
+    default:
+      break;
+  }
+  throw std::logic_error("lane_groups: no kernel for groups of " + std::to_string(group_width) +
+                         " lanes");
 }
 
-template <typename T>
-void launch_block_plan(const FastPlan& plan, const void* x, void* y, int rows, int cols) {
-  const auto xt = static_cast<const T*>(x);
-  const auto yt = static_cast<T*>(y);
-  if (plan.vectorized)
-    return launch<block_vec_kernel<T, true>>(dim3(rows), dim3(kBlockVecThreads), 0, xt, yt, cols);
-  launch<block_vec_kernel<T, false>>(dim3(rows), dim3(kBlockVecThreads), 0, xt, yt, cols);
+template <typename T, bool kVec>
+void launch_register_plan(const FastPlan& plan, const void* x, void* y, int rows, int cols) {
+  if (plan.group_width < kLanes)
+    return launch_narrow_group<T, kVec>(plan.group_width, x, y, rows, cols);
+  launch_warp_bucket<T, kVec>(plan.cols_per_lane, x, y, rows, cols);
+}
+
+// block_vec or block_cached (kCached: the row in dynamic shared memory, opted in above 48 KiB).
+template <typename T, bool kVec, bool kCached>
+void launch_block(const void* x, void* y, int rows, int cols) {
+  constexpr auto kKernel = block_vec_kernel<T, kVec, kCached>;
+  const std::size_t bytes = kCached ? cached_shared_bytes(cols, sizeof(T)) : kCachedScratchBytes;
+  if (bytes > kDefaultDynamicSharedBytes) allow_dynamic_shared_bytes<kKernel>(bytes);
+  launch<kKernel>(dim3(rows), dim3(kBlockVecThreads), bytes, static_cast<const T*>(x),
+                  static_cast<T*>(y), cols);
 }
 
 // Runs `plan` on `a`, with T the C++ type of a.dtype.
 void run_plan(const FastPlan& plan, const RowArgs& a) {
   with_element_type(a.dtype, [&](auto tag) {
     using T = decltype(tag);
-    if (plan.path == FastPath::warp_registers)
-      return launch_warp_plan<T>(plan, a.x, a.y, a.rows, a.cols);
-    launch_block_plan<T>(plan, a.x, a.y, a.rows, a.cols);
+    const bool vec = plan.vectorized;
+    switch (plan.path) {
+      case FastPath::warp_registers:
+        if (vec) return launch_register_plan<T, true>(plan, a.x, a.y, a.rows, a.cols);
+        return launch_register_plan<T, false>(plan, a.x, a.y, a.rows, a.cols);
+      case FastPath::block_vec:
+        if (vec) return launch_block<T, true, false>(a.x, a.y, a.rows, a.cols);
+        return launch_block<T, false, false>(a.x, a.y, a.rows, a.cols);
+      case FastPath::block_cached:
+        if (vec) return launch_block<T, true, true>(a.x, a.y, a.rows, a.cols);
+        return launch_block<T, false, true>(a.x, a.y, a.rows, a.cols);
+    }
   });
 }
 
@@ -264,13 +327,28 @@ void Kernels<kThisBackend>::warp_registers(const RowArgs& a) {
 }
 
 template <>
+void Kernels<kThisBackend>::lane_groups(const RowArgs& a) {
+  run_plan(lane_groups_plan(a.x, a.y, a.cols, a.dtype), a);
+}
+
+template <>
 void Kernels<kThisBackend>::block_vec(const RowArgs& a) {
   run_plan(block_vec_plan(a.x, a.y, a.cols, a.dtype), a);
 }
 
 template <>
+void Kernels<kThisBackend>::block_cached(const RowArgs& a) {
+  run_plan(block_cached_plan(a.x, a.y, a.cols, a.dtype), a);
+}
+
+template <>
+std::size_t Kernels<kThisBackend>::max_dynamic_shared_bytes() {
+  return max_dynamic_shared_bytes_optin();
+}
+
+template <>
 void Kernels<kThisBackend>::fast_softmax(const RowArgs& a) {
-  run_plan(plan_fast_softmax(a.x, a.y, a.cols, a.dtype), a);
+  run_plan(plan_fast_softmax(a.x, a.y, a.cols, a.dtype, max_dynamic_shared_bytes()), a);
 }
 
 }  // namespace wb::ch03

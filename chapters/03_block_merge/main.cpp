@@ -167,7 +167,12 @@ int main(int argc, char** argv) {
          }}};
     for (Dtype t : dtypes)
       ch01::report_softmax(options.backend, steps, ladder, "ch02", rows, cols, options.seed, t);
-    const char* dispatched = to_string(plan_fast_softmax(nullptr, nullptr, cols, Dtype::fp32).path);
+    // The kernel backend's device decides block_cached's limit (cpu: the simulator's H100).
+    const Backend device = options.backend == Backend::cpu ? Backend::sim : options.backend;
+    const FastPlan plan = select_kernel_backend(device, [&](auto b) {
+      return plan_fast_softmax(nullptr, nullptr, cols, Dtype::fp32,
+                               Kernels<decltype(b)::value>::max_dynamic_shared_bytes());
+    });
     std::cout
         << "  The merge tree is shallower than chapter 02's chain (a slice of\n"
            "  cols / threads updates, then log2(threads) merges), so d' collects fewer\n"
@@ -175,11 +180,13 @@ int main(int argc, char** argv) {
            "  The fast rungs: warp_registers (cols <= "
         << kWarpRegistersMaxCols
         << ", the row in registers, x read once),\n"
-           "  block_vec (16-byte vectors, x read twice) and fast_softmax, the dispatcher:\n"
-           "  here it runs "
-        << dispatched
-        << " (see block_merge.md, \"The fast rungs\"). On fp16 and bf16\n"
-           "  x is rounded first: the CPU steps and the fp64 reference see the same values.\n\n";
+           "  lane_groups (short rows several to a warp), block_vec (16-byte vectors, x read\n"
+           "  twice), block_cached (the row in shared memory, x read once) and fast_softmax,\n"
+           "  the dispatcher: here it runs "
+        << to_string(plan.path) << " with groups of " << plan.group_width
+        << " lanes\n  (0: a block per row; see block_merge.md, \"The fast rungs\"). On fp16 and "
+           "bf16\n  x is rounded first: the CPU steps and the fp64 reference see the same "
+           "values.\n\n";
     if (dtypes.size() > 1 || dtypes[0] != Dtype::fp32)
       std::cout << "  16-bit outputs carry their own rounding, half an ulp: a relative 2^-8\n"
                    "  (3.9e-3) for bf16, 2^-11 (4.9e-4) for fp16 down to its smallest normal,\n"

@@ -226,20 +226,22 @@ void launch_warp(const LayerNormArgs& a) {
       a.rstd, a.rows, a.cols, a.eps);
 }
 
-// Narrow groups (cols <= 16): several rows per warp, one value per lane.
-template <typename T>
+// Narrow groups (rows of at most 16 accesses): several rows per warp, one access per lane, a
+// 16-byte vector with kVec (4 floats, 8 halves), else one value.
+template <typename T, bool kVec>
 void launch_warp_narrow(const LayerNormArgs& a, int group_width) {
+  constexpr int kPerLane = kVec ? Vec<T>::kWidth : 1;
   switch (group_width) {
     case 1:
-      return launch_warp<T, 1, 1, false>(a);
+      return launch_warp<T, kPerLane, 1, kVec>(a);
     case 2:
-      return launch_warp<T, 1, 2, false>(a);
+      return launch_warp<T, kPerLane, 2, kVec>(a);
     case 4:
-      return launch_warp<T, 1, 4, false>(a);
+      return launch_warp<T, kPerLane, 4, kVec>(a);
     case 8:
-      return launch_warp<T, 1, 8, false>(a);
+      return launch_warp<T, kPerLane, 8, kVec>(a);
     case 16:
-      return launch_warp<T, 1, 16, false>(a);
+      return launch_warp<T, kPerLane, 16, kVec>(a);
     default:
       break;
   }
@@ -308,11 +310,14 @@ std::size_t Kernels<kThisBackend>::max_dynamic_shared_bytes() {
 
 template <>
 void Kernels<kThisBackend>::warp_per_row(const LayerNormArgs& a) {
-  const WarpShape shape = warp_shape(a.cols);
-  const bool vec = can_vectorize(a) && shape.cols_per_lane % vec_width(a.dtype) == 0;
+  const bool vec = can_vectorize(a);
+  const RowLanes shape = warp_shape(a.cols, vec ? vec_width(a.dtype) : 1);
   with_element_type(a.dtype, [&](auto tag) {
     using T = decltype(tag);
-    if (shape.group_width < kLanes) return launch_warp_narrow<T>(a, shape.group_width);
+    if (shape.group_width < kLanes) {
+      if (vec) return launch_warp_narrow<T, true>(a, shape.group_width);
+      return launch_warp_narrow<T, false>(a, shape.group_width);
+    }
     if (vec) return launch_warp_full<T, true>(a, shape.cols_per_lane);
     launch_warp_full<T, false>(a, shape.cols_per_lane);
   });

@@ -11,6 +11,7 @@
 #include "chapters/07_welford_layernorm/welford.hpp"
 #include "common/backend.hpp"
 #include "common/dtype.hpp"
+#include "common/row_lanes.hpp"
 #include "common/rung.hpp"
 #include "common/rung_args.hpp"
 
@@ -43,26 +44,18 @@ static_assert(kBlockThreads % kLanes == 0 && kBlockWarps <= kLanes,
 inline constexpr int kVec = kVecBytes / static_cast<int>(sizeof(float));
 inline constexpr std::uintptr_t kVecAlignment = kVecBytes;
 
-/// How warp_per_row maps a row onto lanes: a group of group_width lanes (a power of 2 up to
-/// 32) serves one row, each lane holding cols_per_lane values (a power of 2 up to 32).
-struct WarpShape {
-  int group_width;
-  int cols_per_lane;
-  int rows_per_block() const { return kWarpBlockThreads / group_width; }
-};
-
-inline int next_pow2(int v) {
-  int p = 1;
-  while (p < v) p *= 2;
-  return p;
+/// How warp_per_row maps a row onto lanes: common/row_lanes.hpp's rule, a group of lanes per
+/// row, each lane holding whole accesses of `width` elements (a 16-byte vector where the row can
+/// take vectors, else 1). Short rows use narrow groups, several rows per warp; longer rows the
+/// whole warp, ceil(cols / 32) values per lane rounded up to a power of 2 (one kernel
+/// instantiation per shape). Requires 1 <= cols <= kWarpMaxCols.
+inline RowLanes warp_shape(int cols, int width = 1) {
+  return row_lanes(cols, width);
 }
 
-/// Short rows use narrow groups, several rows per warp (cols <= 32: one value per lane);
-/// longer rows use the whole warp with ceil(cols / 32) values per lane, rounded up to a power
-/// of 2 (one kernel instantiation per power). Requires 1 <= cols <= kWarpMaxCols.
-inline WarpShape warp_shape(int cols) {
-  if (cols <= kLanes) return {next_pow2(cols), 1};
-  return {kLanes, next_pow2((cols + kLanes - 1) / kLanes)};
+/// Rows one block of warp_per_row serves in `shape`.
+inline int rows_per_block(const RowLanes& shape) {
+  return kWarpBlockThreads / shape.group_width;
 }
 
 /// block_cached's dynamic shared memory: the kBlockWarps warp states (rounded up to keep the

@@ -172,10 +172,9 @@ void print_dispatch(Backend backend, Dtype dtype) {
     std::string how;
     bool vec = cols % width == 0;
     if (s == Strategy::warp_per_row) {
-      const WarpShape w = warp_shape(cols);
+      const RowLanes w = warp_shape(cols, vec ? width : 1);
       how = std::to_string(w.group_width) + " lanes x " + std::to_string(w.cols_per_lane) +
-            " registers per row, " + std::to_string(w.rows_per_block()) + " rows per block";
-      vec = vec && w.cols_per_lane % width == 0;
+            " registers per row, " + std::to_string(rows_per_block(w)) + " rows per block";
     } else if (s == Strategy::block_cached) {
       const std::size_t bytes = cached_shared_bytes(cols, elem_bytes);
       how = "256 threads per row, " + std::to_string(bytes) + " B shared" +

@@ -1,0 +1,35 @@
+// How a row held in registers is spread over the lanes of a warp: chapter 03's register
+// softmax rungs and chapter 07's warp_per_row LayerNorm share the rule.
+#pragma once
+
+namespace wb {
+
+/// The smallest power of 2 >= v (v >= 1).
+inline int next_pow2(int v) {
+  int p = 1;
+  while (p < v) p *= 2;
+  return p;
+}
+
+/// A group of group_width lanes (a power of 2, at most 32, aligned within the warp) serves one
+/// row; each lane holds cols_per_lane of its values (a power of 2) in registers.
+struct RowLanes {
+  int group_width;
+  int cols_per_lane;
+};
+
+// [row_lanes]
+/// The narrowest group in which each lane holds whole accesses of `width` elements (a 16-byte
+/// vector, or 1 for scalar accesses): one access per lane while the row has at most 32 of them,
+/// so short rows fill a warp with 32 / group_width rows; then the whole warp, each lane holding
+/// the next power of 2 of accesses. Every value has a register, and neither half the group nor
+/// half the registers would hold the row.
+inline RowLanes row_lanes(int cols, int width = 1) {
+  constexpr int kLanes = 32;
+  const int accesses = (cols + width - 1) / width;
+  const int group = next_pow2(accesses) < kLanes ? next_pow2(accesses) : kLanes;
+  return {group, width * next_pow2((accesses + group - 1) / group)};
+}
+// [row_lanes]
+
+}  // namespace wb
