@@ -37,41 +37,12 @@
 
 #include "chapters/08_fa2_at_speed/fa2_at_speed.hpp"
 #include "chapters/08_fa2_at_speed/fast_tiles.cuh"
+#include "chapters/08_fa2_at_speed/warp_tile.cuh"
 #include "common/ptx.cuh"
 #include "common/shared_memory.cuh"
 
 namespace wb::ch08 {
 namespace {  // kernels have internal linkage: one copy per backend's translation unit
-
-constexpr int kLanes = 32;
-constexpr unsigned kAllLanes = 0xffffffffu;
-constexpr int kGroupLanes = 4;                 // lanes t = 0..3 holding one row's columns
-constexpr float kLog2e = 1.4426950408889634f;  // 1 / ln 2: e^x = 2^(x log2(e))
-
-/// What one warp carries from K/V tile to K/V tile for its 16 rows, in the accumulator layout:
-/// lane (g, t) holds rows g and g + 8 (h = 0, 1) and, of each 8 columns, columns 2t and 2t + 1.
-template <int D>
-struct WarpState {
-  float acc[D / 8][4];  // SS, the unnormalized output (chapter 06's eq. 1): column group n
-  float m[2];           // running max of rows g, g + 8 (unscaled scores in fa2_scheduled)
-  float l[2];           // this lane's share of the running denominators (its columns only)
-};
-
-/// e^{m_old - m_new} in fa2_scheduled's units: 2^{(m_old - m_new) scale log2(e)}, 0 when
-/// m_old = -inf (nothing summed yet), as ch05::rescale.
-__device__ __forceinline__ float rescale_exp2(float m_old, float m_new, float scale_log2) {
-  return m_old == -INFINITY ? 0.f : exp2f((m_old - m_new) * scale_log2);
-}
-
-/// The max over the 4 lanes of a row's group (lanes 4g .. 4g + 3).
-__device__ __forceinline__ float group_max(float x) {
-  x = fmaxf(x, __shfl_xor_sync(kAllLanes, x, 1));
-  return fmaxf(x, __shfl_xor_sync(kAllLanes, x, 2));
-}
-__device__ __forceinline__ float group_sum(float x) {
-  x += __shfl_xor_sync(kAllLanes, x, 1);
-  return x + __shfl_xor_sync(kAllLanes, x, 2);
-}
 
 /// One K/V tile for the warp's 16 rows from w0: S~ = Q K^T into registers, the online softmax
 /// on them (chapter 06's eq. 3), then O += P~ V with P~ re-packed from the same registers.
@@ -84,61 +55,15 @@ __device__ __forceinline__ void attend_tile(const std::uint32_t (&qa)[D / 16][4]
                                             WarpState<D>& st) {
   constexpr bool kSw = Recipe::kSwizzle, kLd = Recipe::kLdmatrix;
   constexpr int kKeyGroups = kKeys / 8;  // S~'s n-tiles of 8 keys
-  const int lane = threadIdx.x, g = lane / 4, t = lane % 4;
 
   // S~ = Q K^T: s[n] is the 16 x 8 block of keys [j0 + 8n, j0 + 8n + 8).
   float s[kKeyGroups][4] = {};
-  for (int ks = 0; ks < D / 16; ++ks) {
-    for (int n = 0; n < kKeyGroups; n += 2) {
-      std::uint32_t b0[2], b1[2];
-      load_b_of_k<D, kSw, kLd>(b0, b1, k_tile, 8 * n, 16 * ks, lane);
-      ptx::mma_m16n8k16<T>(s[n], qa[ks], b0, s[n]);
-      ptx::mma_m16n8k16<T>(s[n + 1], qa[ks], b1, s[n + 1]);
-    }
-  }
-
-  // [register_softmax]
-  // Scale and mask (eq. 6 of chapter 06); s[n][e] is row g + 8 (e / 2), key j0 + 8n + 2t + e % 2.
-  // fa2_scheduled keeps the scores unscaled (eq. 5) and masks only the tiles that need it.
-  float m_tile[2] = {-INFINITY, -INFINITY};
-  for (int n = 0; n < kKeyGroups; ++n) {
-    for (int e = 0; e < 4; ++e) {
-      float x = Recipe::kScheduled ? s[n][e] : scale * s[n][e];
-      if (masked) {
-        const int i = w0 + g + 8 * (e / 2), j = j0 + 8 * n + 2 * t + e % 2;
-        if (j >= shape.lk || (causal && !ch04::causal_visible(i, j, shape.lq, shape.lk)))
-          x = -INFINITY;
-      }
-      s[n][e] = x;
-      m_tile[e / 2] = fmaxf(m_tile[e / 2], x);
-    }
-  }
-  const float scale_log2 = scale * kLog2e;
-  float alpha[2], shift[2];
-  for (int h = 0; h < 2; ++h) {
-    const float m_new = fmaxf(st.m[h], group_max(m_tile[h]));  // chapter 06's eq. (3)
-    if constexpr (Recipe::kScheduled) {
-      alpha[h] = rescale_exp2(st.m[h], m_new, scale_log2);
-      shift[h] = ch01::exp_shift(m_new) * scale_log2;  // eq. (5)
-    } else {
-      alpha[h] = ch05::rescale(st.m[h], m_new);
-      shift[h] = ch01::exp_shift(m_new);
-    }
-    st.m[h] = m_new;
-  }
-  float rowsum[2] = {0.f, 0.f};  // of the float P~, before it is rounded for the product
-  for (int n = 0; n < kKeyGroups; ++n) {
-    for (int e = 0; e < 4; ++e) {
-      const float p = Recipe::kScheduled ? exp2f(fmaf(s[n][e], scale_log2, -shift[e / 2]))
-                                         : expf(s[n][e] - shift[e / 2]);
-      s[n][e] = p;  // P~, in S~'s registers
-      rowsum[e / 2] += p;
-    }
-  }
-  for (int h = 0; h < 2; ++h) st.l[h] = st.l[h] * alpha[h] + rowsum[h];
-  for (int n = 0; n < D / 8; ++n)
-    for (int e = 0; e < 4; ++e) st.acc[n][e] *= alpha[e / 2];  // SS e^{m - m_new}
-  // [register_softmax]
+  tile_scores<T, D, kSw, kLd>(qa, k_tile, 0, s);
+  // Eq. (6) of chapter 06: row w0 + r against key j0 + c, and the keys past lk.
+  softmax_on_scores<Recipe::kScheduled>(s, st, scale, masked, [&](int r, int c) {
+    const int i = w0 + r, j = j0 + c;
+    return j >= shape.lk || (causal && !ch04::causal_visible(i, j, shape.lq, shape.lk));
+  });
 
   // + P~ V, 16 keys at a time. Eq. (1): the A fragment of keys [16 kk, 16 kk + 16) is the
   // accumulators of key groups 2 kk (columns 0-7 of A) and 2 kk + 1 (columns 8-15), each row
@@ -152,12 +77,7 @@ __device__ __forceinline__ void attend_tile(const std::uint32_t (&qa)[D / 16][4]
     pa[2] = ptx::pack_pair<T>(s[2 * kk + 1][0], s[2 * kk + 1][1]);
     pa[3] = ptx::pack_pair<T>(s[2 * kk + 1][2], s[2 * kk + 1][3]);
     // [exercise]
-    for (int n = 0; n < D / 8; n += 2) {
-      std::uint32_t b0[2], b1[2];
-      load_b_of_v<D, kSw, kLd>(b0, b1, v_tile, 16 * kk, 8 * n, lane);
-      ptx::mma_m16n8k16<T>(st.acc[n], pa, b0, st.acc[n]);
-      ptx::mma_m16n8k16<T>(st.acc[n + 1], pa, b1, st.acc[n + 1]);
-    }
+    accumulate_pv<T, D, kSw, kLd>(pa, v_tile, 16 * kk, st);
   }
 }
 
@@ -209,9 +129,7 @@ __global__ void __launch_bounds__(Recipe::kWarps* kLanes)
     load_a<D, kSw, Recipe::kLdmatrix>(qa[ks], q_tile, warp * kWarpRows, 16 * ks, lane);
 
   WarpState<D> st;
-  for (int n = 0; n < D / 8; ++n)
-    for (int e = 0; e < 4; ++e) st.acc[n][e] = 0.f;
-  for (int h = 0; h < 2; ++h) st.m[h] = -INFINITY, st.l[h] = 0.f;
+  st.clear();
 
   // The last key the warp's last row sees (eq. 6): a tile past it is masked for all 16 rows.
   const int warp_last_key = causal ? w0 + kWarpRows - 1 + (lk - lq) : lk - 1;

@@ -1,0 +1,137 @@
+// Chapter 08's warp-level attention step, in pieces: S~ = Q K^T for some keys of a shared K
+// tile into mma.m16n8k16 accumulators, the online softmax on those registers (chapter 06's
+// eq. 3, the row statistics by two shuffles), and O += P~ V from a shared V tile. The rungs'
+// attend_tile (fa2_fast_kernels.cuh) puts them together with the re-pack of eq. (1); chapter
+// 09's tensor-core decode kernel does the same with 16 keys per warp. Device code only
+// (this file compiles to nothing by itself).
+// Test: ctest --test-dir build -R "08_fa2_at_speed|09_flash_decoding" --output-on-failure
+#pragma once
+
+#include "common/kernel.cuh"
+
+#include <cstdint>
+
+#include "chapters/01_safe_softmax/softmax.hpp"
+#include "chapters/05_fa1_subsum/fa1.hpp"
+#include "chapters/08_fa2_at_speed/fa2_at_speed.hpp"
+#include "chapters/08_fa2_at_speed/fast_tiles.cuh"
+#include "common/ptx.cuh"
+
+namespace wb::ch08 {
+namespace {  // device code with internal linkage: one copy per backend's translation unit
+
+constexpr int kLanes = 32;
+constexpr unsigned kAllLanes = 0xffffffffu;
+constexpr float kLog2e = 1.4426950408889634f;  // 1 / ln 2: e^x = 2^(x log2(e))
+
+/// What one warp carries from K/V tile to K/V tile for its 16 rows, in the accumulator layout:
+/// lane (g, t) holds rows g and g + 8 (h = 0, 1) and, of each 8 columns, columns 2t and 2t + 1.
+template <int D>
+struct WarpState {
+  float acc[D / 8][4];  // SS, the unnormalized output (chapter 06's eq. 1): column group n
+  float m[2];           // running max of rows g, g + 8 (unscaled scores in fa2_scheduled)
+  float l[2];           // this lane's share of the running denominators (its columns only)
+
+  /// Nothing seen yet: SS = 0, m = -inf, l = 0.
+  __device__ void clear() {
+    for (int n = 0; n < D / 8; ++n)
+      for (int e = 0; e < 4; ++e) acc[n][e] = 0.f;
+    for (int h = 0; h < 2; ++h) m[h] = -INFINITY, l[h] = 0.f;
+  }
+};
+
+/// e^{m_old - m_new} in fa2_scheduled's units: 2^{(m_old - m_new) scale log2(e)}, 0 when
+/// m_old = -inf (nothing summed yet), as ch05::rescale.
+__device__ __forceinline__ float rescale_exp2(float m_old, float m_new, float scale_log2) {
+  return m_old == -INFINITY ? 0.f : exp2f((m_old - m_new) * scale_log2);
+}
+
+/// The max over the 4 lanes of a row's group (lanes 4g .. 4g + 3).
+__device__ __forceinline__ float group_max(float x) {
+  x = fmaxf(x, __shfl_xor_sync(kAllLanes, x, 1));
+  return fmaxf(x, __shfl_xor_sync(kAllLanes, x, 2));
+}
+__device__ __forceinline__ float group_sum(float x) {
+  x += __shfl_xor_sync(kAllLanes, x, 1);
+  return x + __shfl_xor_sync(kAllLanes, x, 2);
+}
+
+/// S~ += Q K^T for keys [key0, key0 + 8 kGroups) of a (.., D) K tile in shared memory: s[n] is
+/// the 16 x 8 block of keys key0 + 8n .. + 8 for the warp's 16 rows (qa: their A fragments).
+template <typename T, int D, bool kSw, bool kLd, int kGroups>
+__device__ __forceinline__ void tile_scores(const std::uint32_t (&qa)[D / 16][4], const T* k_tile,
+                                            int key0, float (&s)[kGroups][4]) {
+  static_assert(kGroups % 2 == 0, "key groups come in pairs (one ldmatrix .x4)");
+  const int lane = threadIdx.x;
+  for (int ks = 0; ks < D / 16; ++ks) {
+    for (int n = 0; n < kGroups; n += 2) {
+      std::uint32_t b0[2], b1[2];
+      load_b_of_k<D, kSw, kLd>(b0, b1, k_tile, key0 + 8 * n, 16 * ks, lane);
+      ptx::mma_m16n8k16<T>(s[n], qa[ks], b0, s[n]);
+      ptx::mma_m16n8k16<T>(s[n + 1], qa[ks], b1, s[n + 1]);
+    }
+  }
+}
+
+// [register_softmax]
+/// Chapter 06's eq. (3) on a warp's S~ registers: scaled (not in fa2_scheduled, which keeps the
+/// scores unscaled, eq. 5), masked where `masked` and is_masked(r, c) say so (row r < 16 of the
+/// warp, key c < 8 kGroups of the block), the rows' new max by two shuffles, SS and l rescaled,
+/// and s overwritten by P~ = e^{s - m_new}. s[n][e] is row g + 8 (e / 2), key 8n + 2t + e % 2.
+template <bool kScheduled, int kGroups, int D, typename IsMasked>
+__device__ __forceinline__ void softmax_on_scores(float (&s)[kGroups][4], WarpState<D>& st,
+                                                  float scale, bool masked, IsMasked is_masked) {
+  const int lane = threadIdx.x, g = lane / 4, t = lane % 4;
+  float m_tile[2] = {-INFINITY, -INFINITY};
+  for (int n = 0; n < kGroups; ++n) {
+    for (int e = 0; e < 4; ++e) {
+      float x = kScheduled ? s[n][e] : scale * s[n][e];
+      if (masked && is_masked(g + 8 * (e / 2), 8 * n + 2 * t + e % 2)) x = -INFINITY;
+      s[n][e] = x;
+      m_tile[e / 2] = fmaxf(m_tile[e / 2], x);
+    }
+  }
+  const float scale_log2 = scale * kLog2e;
+  float alpha[2], shift[2];
+  for (int h = 0; h < 2; ++h) {
+    const float m_new = fmaxf(st.m[h], group_max(m_tile[h]));  // chapter 06's eq. (3)
+    if constexpr (kScheduled) {
+      alpha[h] = rescale_exp2(st.m[h], m_new, scale_log2);
+      shift[h] = ch01::exp_shift(m_new) * scale_log2;  // eq. (5)
+    } else {
+      alpha[h] = ch05::rescale(st.m[h], m_new);
+      shift[h] = ch01::exp_shift(m_new);
+    }
+    st.m[h] = m_new;
+  }
+  float rowsum[2] = {0.f, 0.f};  // of the float P~, before it is rounded for the product
+  for (int n = 0; n < kGroups; ++n) {
+    for (int e = 0; e < 4; ++e) {
+      const float p = kScheduled ? exp2f(fmaf(s[n][e], scale_log2, -shift[e / 2]))
+                                 : expf(s[n][e] - shift[e / 2]);
+      s[n][e] = p;  // P~, in S~'s registers
+      rowsum[e / 2] += p;
+    }
+  }
+  for (int h = 0; h < 2; ++h) st.l[h] = st.l[h] * alpha[h] + rowsum[h];
+  for (int n = 0; n < D / 8; ++n)
+    for (int e = 0; e < 4; ++e) st.acc[n][e] *= alpha[e / 2];  // SS e^{m - m_new}
+}
+// [register_softmax]
+
+/// SS += P~ V for keys [key0, key0 + 16) of a (.., D) V tile in shared memory; pa: P~'s A
+/// fragment for those keys (eq. 1).
+template <typename T, int D, bool kSw, bool kLd>
+__device__ __forceinline__ void accumulate_pv(const std::uint32_t (&pa)[4], const T* v_tile,
+                                              int key0, WarpState<D>& st) {
+  const int lane = threadIdx.x;
+  for (int n = 0; n < D / 8; n += 2) {
+    std::uint32_t b0[2], b1[2];
+    load_b_of_v<D, kSw, kLd>(b0, b1, v_tile, key0, 8 * n, lane);
+    ptx::mma_m16n8k16<T>(st.acc[n], pa, b0, st.acc[n]);
+    ptx::mma_m16n8k16<T>(st.acc[n + 1], pa, b1, st.acc[n + 1]);
+  }
+}
+
+}  // namespace
+}  // namespace wb::ch08
