@@ -344,10 +344,15 @@ std::vector<KernelCase> kernel_cases() {
     // GQA 3 with lq 3: 9 group rows, stream_kv's blocks of 4, 4 and 1; d = 24: 3 vectors of
     // fp16 (6 of fp32) over a key's 2 (4) lanes, one (two) of the 4 (8) vectors empty
     add({2, 6, 2, 3, 77, 24}, {77, 40}, causal, {1, 3});
+    // mma_kv's tiles (d = 64 or 128): 16 group rows of 4 heads x lq 4 (causal rows seeing
+    // different key counts), a ragged batch whose caches end inside a 64-key tile, several
+    // tiles per split; in race mode, in 16 bits (cp.async, the barriers around its buffers).
+    add({2, 8, 2, 4, 150, 64}, {150, 70}, causal, {1, 2});
     if (test::small_shapes()) {  // race mode: one ragged batch, splits with no key among them
       add({3, 8, 2, 2, 100, 32}, {100, 0, 37}, causal, {6});
       continue;
     }
+    add({2, 8, 2, 4, 300, 128}, {300, 5}, causal, {1, 3});
     add({3, 8, 2, 5, 1000, 32}, {1000, 0, 517}, causal, {1, 4, 40});
     add({2, 2, 2, 16, 4097, 128}, {4097, 33}, causal, {9});
     add({1, 4, 4, 1, 4097, 16}, {}, causal, {100});  // 100 splits of 2 tiles: lanes hold 4
@@ -363,8 +368,13 @@ void every_rung_equals_the_cpu_step() {
     const Case& c = kc.c;
     for (Dtype dtype : {Dtype::fp32, Dtype::fp16, Dtype::bf16}) {
       // The long caches and race mode in fp32 only: the 16-bit types differ in the loads and
-      // the final rounding, which the short caches cover (the suite's time).
-      if ((test::small_shapes() || c.shape.lk > 1000) && dtype != Dtype::fp32) continue;
+      // the final rounding, which the short caches cover (the suite's time); but mma_kv, 16-bit
+      // only, runs its tile shapes (d = 64, 128) in race mode in fp16.
+      const bool tensor_core_shape = c.shape.d == 64 || c.shape.d == 128;
+      if (c.shape.lk > 1000 && dtype != Dtype::fp32) continue;
+      if (test::small_shapes() && dtype != Dtype::fp32 &&
+          !(tensor_core_shape && dtype == Dtype::fp16))
+        continue;
       // Outlier keys everywhere; on the short caches also scores offset by 1e4 (an exp of an
       // unshifted lse would overflow) and a steep ramp (one split holds nearly all the mass),
       // in the 16-bit types up to 100 keys (those inputs test the merge's arithmetic, which is
@@ -386,11 +396,12 @@ void every_rung_equals_the_cpu_step() {
                                     ", splits " + std::to_string(splits);
           CAPTURE(where);
           for (const Rung<DecodeArgs>& rung : ladder) {
+            if (!rung.limits.takes(dtype)) continue;  // mma_kv: fp16 and bf16
             CAPTURE(std::string(rung.name));
             // Fresh buffers per rung: an output one rung wrote cannot stand in for another's.
             DecodeBuffers buffers(B, in, c.lengths, c.shape, splits, opt.scale, c.causal, dtype);
-            if (!rung.limits.takes_head_dim(c.shape.d)) {  // stream_kv: d a multiple of 8
-              CHECK(!why_refused(rung, buffers.args).empty());
+            if (!rung.limits.takes_head_dim(c.shape.d)) {       // stream_kv: d a multiple of 8,
+              CHECK(!why_refused(rung, buffers.args).empty());  // mma_kv: 64 or 128
               continue;
             }
             // one_split is a single range, the split rungs the CPU step's even split.
@@ -403,16 +414,21 @@ void every_rung_equals_the_cpu_step() {
             const DecodeOut got = buffers.download();
             const DecodeResult out{got.o, got.lse};
             // The combine kernel's merges (none for one_split's single range), and those inside
-            // a block of stream_kv before it writes its partial.
-            const bool streams = std::string(rung.name) == "stream_kv";
-            const int depth = (n == 1 ? 0 : combine_depth(n)) + (streams ? kStreamBlockMerges : 0);
+            // a block of stream_kv or mma_kv (its key slots' or warps' states, all at once)
+            // before it writes its partial.
+            const std::string name = rung.name;
+            const bool merges_in_block = name == "stream_kv" || name == "mma_kv";
+            const int depth =
+                (n == 1 ? 0 : combine_depth(n)) + (merges_in_block ? kStreamBlockMerges : 0);
             const double floor =
                 split_floor(r.score_error, c.shape.lk, r.max_abs_partial_lse, depth, n);
             // The policy: twice the CPU step's error plus the floor (the kernel sums in
             // butterflies and with fmaf, CUDA's expf and logf differ from glibc's by an ulp or
-            // two), plus the 16-bit rounding of O.
+            // two), plus the 16-bit rounding of O; on tensor cores P~ is rounded to the type
+            // for P~ V too (chapter 06's eq. 8: u sum p |v| more, within u o_weight).
+            const double roundings = (name == "mma_kv" ? 2 : 1) * rounding;
             WB_CHECK_WITHIN(ref::compare_weighted(out.o, r.o, w),
-                            chain_bound(cpu_o.max_abs, floor + rounding));
+                            chain_bound(cpu_o.max_abs, floor + roundings));
             WB_CHECK_WITHIN(
                 compare(out.lse, r.lse),
                 split_lse_floor(r.score_error, c.shape.lk, r.max_abs_partial_lse, depth, n));
@@ -431,6 +447,7 @@ void rungs_refuse_what_they_cannot_take() {
   const AttentionInputs in = inputs_of(ok, ScoreKind::randn, kSeed);
   DecodeBuffers buffers(B, in, {}, ok, 2, 1.f, false, Dtype::fp32);
   for (const Rung<DecodeArgs>& rung : ladder) {
+    if (!rung.limits.takes(Dtype::fp32)) continue;  // mma_kv: below
     CAPTURE(std::string(rung.name));
     DecodeArgs a = buffers.args;
     CHECK(why_refused(rung, a).empty());
@@ -451,11 +468,27 @@ void rungs_refuse_what_they_cannot_take() {
   }
   // stream_kv loads whole 16-byte vectors of a row: d a multiple of 8.
   for (const Rung<DecodeArgs>& rung : ladder) {
+    if (!rung.limits.takes(Dtype::fp32)) continue;
     DecodeArgs a = buffers.args;
     a.shape.d = 12;
     CAPTURE(std::string(rung.name));
     CHECK(why_refused(rung, a).empty() == (std::string(rung.name) != "stream_kv"));
   }
+  // mma_kv: fp16 or bf16, d = 64 or 128 (its tiles' template instantiations), and 16-byte
+  // aligned q, k, v (its cp.async and ldmatrix rows); each refused in one line.
+  const Rung<DecodeArgs>* mma = find_rung(ladder, "mma_kv");
+  REQUIRE(mma != nullptr);
+  CHECK(why_refused(*mma, buffers.args).find("fp32") != std::string::npos);
+  const DecodeShape tc{1, 4, 2, 1, 8, 64};
+  DecodeBuffers half(B, inputs_of(tc, ScoreKind::randn, kSeed), {}, tc, 2, 1.f, false, Dtype::fp16);
+  CHECK(why_refused(*mma, half.args).empty());
+  DecodeArgs a = half.args;
+  a.shape.d = 96;
+  CHECK(why_refused(*mma, a).find("d = 96") != std::string::npos);
+  a = half.args;
+  a.k = static_cast<const unsigned char*>(half.args.k) + 2;  // one element off 16 bytes
+  CHECK_THROWS_WITH_AS(run_rung(*mma, a), "mma_kv: q, k and v must be 16-byte aligned",
+                       std::invalid_argument);
 }
 
 }  // namespace

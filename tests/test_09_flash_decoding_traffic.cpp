@@ -13,7 +13,7 @@ namespace {
 using namespace wb;
 }  // namespace
 
-TEST_CASE("both decoding rungs move the bytes their formulas state, on odd shapes" *
+TEST_CASE("every decoding rung moves the bytes its formula states, on odd shapes" *
           doctest::test_suite("profile")) {
   const Ladder<DecodeArgs> ladder = ch09::kernel_ladder<Backend::sim>();
   struct Case {
@@ -23,10 +23,13 @@ TEST_CASE("both decoding rungs move the bytes their formulas state, on odd shape
   };
   // One key; GQA 4 with lq 5 (20 group rows: a full and a short row tile), a sequence of 0
   // keys and a short one, more splits than tiles; lq 16 over GQA 2 with 3 splits of odd
-  // lengths (a short last tile, causal cuts inside a split).
+  // lengths (a short last tile, causal cuts inside a split); mma_kv's d = 64 and 128 with 20
+  // group rows, a cache ending inside a 64-key tile and one of 0 keys.
   const std::vector<Case> cases = {{{1, 1, 1, 1, 1, 8}, {}, 3},
                                    {{3, 8, 2, 5, 130, 24}, {130, 0, 37}, 7},
-                                   {{2, 4, 2, 16, 301, 40}, {301, 75}, 3}};
+                                   {{2, 4, 2, 16, 301, 40}, {301, 75}, 3},
+                                   {{2, 8, 2, 5, 200, 64}, {200, 0}, 2},
+                                   {{1, 4, 2, 3, 77, 128}, {}, 1}};
   std::vector<std::string> took;
   for (const Case& c : cases)
     for (Dtype t : {Dtype::fp32, Dtype::fp16})

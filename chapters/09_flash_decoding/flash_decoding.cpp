@@ -96,6 +96,10 @@ Traffic split_kv_traffic(const DecodeArgs& a) {
   return with_combine(a, split_traffic(a, a.splits, kBlockRows));
 }
 
+Traffic mma_kv_traffic(const DecodeArgs& a) {
+  return with_combine(a, split_traffic(a, a.splits, kMmaRows));
+}
+
 Traffic stream_kv_traffic(const DecodeArgs& a) {
   const DecodeShape& s = a.shape;
   return with_combine(a, split_traffic(a, a.splits, stream_rows(s.group() * s.lq)));

@@ -46,6 +46,9 @@ inline constexpr int kBlockRows = 16;
 /// The most query rows of one block of the streaming kernel (stream_kv): each lane holds its
 /// columns of every row's output in registers, 16 per row in fp16.
 inline constexpr int kStreamMaxRows = 4;
+/// Query rows of one block of the tensor-core rung (mma_kv): one m16 tile of mma.sync, zeros
+/// past a group's last row.
+inline constexpr int kMmaRows = 16;
 /// The 16-byte vectors of one key's row each lane of stream_kv loads (of K and of V): two, so
 /// that a key takes half as many lanes and its score half as many shuffles to sum.
 inline constexpr int kStreamVecs = 2;
@@ -471,6 +474,9 @@ struct Kernels {
   /// a.splits blocks per (KV head, up to 4 group rows), each warp streaming its own keys of the
   /// block's range into registers, writing the partials (stream_kernel.cuh).
   static void stream_partials(const DecodeArgs& a);
+  /// a.splits blocks per (KV head, 16 group rows) on tensor cores, the 4 warps splitting each
+  /// K/V tile's keys, writing the partials (mma_kernel.cuh). fp16 or bf16, d = 64 or 128.
+  static void mma_partials(const DecodeArgs& a);
   /// The combine kernel: merges each row's partials into o and lse, eq. (4).
   static void combine(const DecodeArgs& a);
   /// Where the streaming kernel's blocks for `shape` and `dtype` run at once: this backend's
@@ -485,6 +491,11 @@ struct Kernels {
   /// The streaming kernel's partials, then the combine.
   static void stream_kv(const DecodeArgs& a) {
     stream_partials(a);
+    combine(a);
+  }
+  /// The tensor-core kernel's partials, then the combine.
+  static void mma_kv(const DecodeArgs& a) {
+    mma_partials(a);
     combine(a);
   }
 };
@@ -521,6 +532,11 @@ Traffic split_kv_traffic(const DecodeArgs& a);
 /// splits, then the combine.
 Traffic stream_kv_traffic(const DecodeArgs& a);
 
+/// mma_kv's traffic: the tensor-core kernel at a.splits splits (blocks of kMmaRows group rows,
+/// each reading its Q rows and its range's keys once, as split_kv's blocks of 16), then the
+/// combine.
+Traffic mma_kv_traffic(const DecodeArgs& a);
+
 /// The rungs' limits: any head dimension up to 128 (the lanes' output columns), fp32 and the
 /// 16-bit types (widened on load), the causal mask, batch x hkv <= 65535 (grid.y).
 inline RungLimits decode_limits(unsigned outputs) {
@@ -553,7 +569,14 @@ Ladder<DecodeArgs> kernel_ladder() {
            "each warp streams its own keys from global memory into registers, 16-byte loads "
            "several keys deep, no shared tiles or barriers in the loop; lanes and warps merge "
            "by the same monoid",
-           stream_limits(partials), &Kernels<B>::stream_kv, &stream_kv_traffic}};
+           stream_limits(partials), &Kernels<B>::stream_kv, &stream_kv_traffic},
+          {"mma_kv",
+           "a block's 16 group rows on tensor cores: mma.sync m16n8k16 over K/V tiles that "
+           "cp.async double-buffers (chapter 08's pieces), the 4 warps splitting each tile's "
+           "keys and merging by the monoid",
+           attention_limits({Dtype::fp16, Dtype::bf16}, 0, {64, 128}, ch04::kMaxBatchHeads,
+                            /*causal=*/true, partials),
+           &Kernels<B>::mma_kv, &mma_kv_traffic}};
 }
 
 }  // namespace wb::ch09

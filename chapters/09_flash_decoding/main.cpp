@@ -194,13 +194,14 @@ void report_table(Backend backend, const Ladder<DecodeArgs>& ladder, const Atten
   }
   t.print(std::cout);
   print_skipped(skipped);
-  // The combine kernel's depth of merges and stream_kv's inside a block (the random tree's is
-  // larger, the CPU eq. (4)'s 1), and one rounding of a 16-bit O.
+  // The combine kernel's depth of merges and stream_kv's (mma_kv's) inside a block (the random
+  // tree's is larger, the CPU eq. (4)'s 1), and one rounding of a 16-bit O (mma_kv: and of P~).
   const int depth = combine_depth(splits) + kStreamBlockMerges;
-  std::cout << "  stated floors of the kernels: O "
-            << sci(split_floor(r.score_error, shape.lk, r.max_abs_partial_lse, depth, splits) +
-                   ch06::unit_roundoff(dtype))
-            << ", logsumexp "
+  const double o_floor = split_floor(r.score_error, shape.lk, r.max_abs_partial_lse, depth, splits);
+  std::cout << "  stated floors of the kernels: O " << sci(o_floor + ch06::unit_roundoff(dtype));
+  if (dtype != Dtype::fp32)
+    std::cout << " (mma_kv " << sci(o_floor + 2 * ch06::unit_roundoff(dtype)) << ")";
+  std::cout << ", logsumexp "
             << sci(split_lse_floor(r.score_error, shape.lk, r.max_abs_partial_lse, depth, splits))
             << " (w = sum p |v|; flash_decoding.md, section \"Errors\")\n\n";
 }
@@ -217,7 +218,7 @@ int run_bench(const Ladder<DecodeArgs>& ladder, const BenchOptions& options,
   // Decoding is bound by reading the cache: K and V once, Q read and O written once.
   const double bytes =
       double(dtype_bytes(dtype)) * (2.0 * double(shape.kv_elems()) + 2.0 * double(shape.q_elems()));
-  std::cout << "split_kv and stream_kv with " << splits
+  std::cout << "split_kv, stream_kv and mma_kv with " << splits
             << " splits per sequence (eq. 7 for stream_kv, or --splits)\n";
   bench_ladder(bench, rungs_taking(ladder, dtype), buffers.args,
                decode_shape_string(shape.batch, shape.hq, shape.hkv, shape.lq, shape.lk, shape.d) +

@@ -34,6 +34,7 @@
 
 #include "chapters/04_fused_qk_softmax/attention_tiles.cuh"
 #include "chapters/09_flash_decoding/flash_decoding.hpp"
+#include "chapters/09_flash_decoding/state_merge.cuh"
 #include "common/vector_types.cuh"
 
 namespace wb::ch09 {
@@ -58,8 +59,8 @@ __host__ __device__ int stream_slots(int d) {
 /// each row's largest m.
 template <typename T>
 std::size_t stream_shared_bytes(int rows, int d) {
-  const std::size_t states = std::size_t(kStreamWarps) * stream_slots<T>(d) * rows;
-  return sizeof(float) * (std::size_t(rows) * d + states * (d + 2) + states + rows);
+  return sizeof(float) * (std::size_t(rows) * d +
+                          block_partial_floats(kStreamWarps * stream_slots<T>(d), rows, d + 2));
 }
 
 // q: (batch, hq, lq, d) of T; k, v: (batch, hkv, lk, d) of T; lengths: (batch) or nullptr;
@@ -190,34 +191,7 @@ __global__ void __launch_bounds__(kStreamThreads)
 #pragma unroll
         for (int w = 0; w < W; ++w) st[2 + col[e] + w] = ss[r][e * W + w];
   }
-  __syncthreads();  // every state is written
-  // The block's partial: all its states at once, eq. (4) on (m, l, SS). Thread t < n_states
-  // weighs state t of each row, e^{m_t - M} (M the row's largest m); then thread c < d sums
-  // column c of SS, and l, with those weights.
-  float* weights = states + std::size_t(n_states) * R * (d + 2);  // (n_states x R)
-  float* row_max = weights + n_states * R;                         // (R)
-  if (tid < n_states)
-    for (int r = 0; r < rows; ++r) {
-      float m_row = -INFINITY;
-      for (int t = 0; t < n_states; ++t) m_row = fmaxf(m_row, states[(t * R + r) * (d + 2)]);
-      weights[tid * R + r] = ch05::rescale(states[(tid * R + r) * (d + 2)], m_row);
-      if (tid == 0) row_max[r] = m_row;
-    }
-  __syncthreads();  // the weights are written
-  if (tid >= d) return;
-  for (int r = 0; r < rows; ++r) {
-    float l_row = 0.f, o = 0.f;
-    for (int t = 0; t < n_states; ++t) {
-      const float* st = states + (t * R + r) * (d + 2);
-      const float weight = weights[t * R + r];
-      l_row = fmaf(st[1], weight, l_row);
-      o = fmaf(st[2 + tid], weight, o);
-    }
-    const std::size_t at = (row0 + r) * splits + s;
-    if (tid == 0) lse_partial[at] = ch06::logsumexp(row_max[r], l_row);
-    // A split that saw no key is the merge's identity: the combine reads only its logsumexp.
-    if (l_row > 0.f) o_partial[at * d + tid] = o * (1.f / l_row);
-  }
+  write_block_partial(states, n_states, R, rows, d, d + 2, row0, splits, s, o_partial, lse_partial);
 }
 
 /// Calls f(std::integral_constant<int, R>{}) for R = stream_rows(group_rows).
