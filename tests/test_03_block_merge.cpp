@@ -148,8 +148,9 @@ TEST_SUITE("cpu") {
     // Up to 1024 columns, lane_groups: with vectors (cols a multiple of the width, 4 floats or
     // 8 halves, and aligned pointers) one vector per lane in a group of the next power of 2 of
     // vectors up to 32 lanes, then the whole warp with a power of 2 of vectors each; without,
-    // the same in single entries. Past 1024, block_cached while the row and the warps' pairs
-    // fit in the 232448 bytes an H100 block may opt in to, block_vec beyond.
+    // warp_registers' plan (the warp, a power of 2 of entries each). Past 1024, block_cached while
+    // the row and the warps' pairs fit in the 232448 bytes an H100 block may opt in to, block_vec
+    // beyond.
     alignas(16) static unsigned char buffer[32];
     const void* aligned = buffer;
     constexpr std::size_t kSm90 = 232448;
@@ -165,7 +166,7 @@ TEST_SUITE("cpu") {
     const FastPath reg = FastPath::warp_registers, cached = FastPath::block_cached;
     const FastPath block = FastPath::block_vec;
     const Lanes none = {0, 0, false}, none_vec = {0, 0, true};
-    const Expect expected[] = {{1, reg, {1, 1, false}, {1, 1, false}},
+    const Expect expected[] = {{1, reg, {32, 1, false}, {32, 1, false}},
                                {8, reg, {2, 4, true}, {1, 8, true}},
                                {24, reg, {8, 4, true}, {4, 8, true}},
                                {32, reg, {8, 4, true}, {4, 8, true}},

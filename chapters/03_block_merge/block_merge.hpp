@@ -267,14 +267,14 @@ inline FastPlan warp_registers_plan(const void* x, const void* y, int cols, Dtyp
           can_vectorize(x, y, cols, t) && per_lane % vec_width(t) == 0};
 }
 
-/// lane_groups on rows of `cols` entries: common/row_lanes.hpp's groups, each lane holding
-/// whole accesses (16-byte vectors wherever can_vectorize(), else single entries). A row of at
-/// most 16 accesses takes a group of that many lanes rounded up to a power of 2, several rows
-/// per warp; from 17 accesses on it is warp_registers' plan, with vectors from one per lane.
+/// lane_groups on rows of `cols` entries: where can_vectorize(), common/row_lanes.hpp's groups
+/// of lanes holding whole 16-byte vectors: a row of at most 16 vectors takes a group of that
+/// many lanes rounded up to a power of 2, several rows per warp; from 17 vectors on it is
+/// warp_registers' plan. Rows that cannot take vectors keep warp_registers' plan.
 inline FastPlan lane_groups_plan(const void* x, const void* y, int cols, Dtype t) {
-  const bool vec = can_vectorize(x, y, cols, t);
-  const RowLanes lanes = row_lanes(cols, vec ? vec_width(t) : 1);
-  return {FastPath::warp_registers, lanes.group_width, lanes.cols_per_lane, vec};
+  if (!can_vectorize(x, y, cols, t)) return warp_registers_plan(x, y, cols, t);
+  const RowLanes lanes = row_lanes(cols, vec_width(t));
+  return {FastPath::warp_registers, lanes.group_width, lanes.cols_per_lane, true};
 }
 
 /// block_vec on rows of `cols` entries: vectors wherever can_vectorize().

@@ -17,7 +17,8 @@
 //                   each lane holds cols_per_lane = next_pow2(ceil(cols / 32)) floats
 //                   (1, 2, 4, ..., 32: a template parameter)
 //   lane_groups     the same kernel with groups of G = 1, 2, 4, 8, 16 or 32 lanes per row
-//                   (row_lanes in common/row_lanes.hpp): 128 / G rows per block
+//                   holding 16-byte vectors (row_lanes in common/row_lanes.hpp): 128 / G
+//                   rows per block; rows that take no vectors run warp_registers' plan
 //   block_vec       one block of 256 threads per row; rows blocks; 64 bytes of dynamic
 //                   shared memory (the warps' (m, d) pairs)
 //   block_cached    the same, plus the row: cols elements of dynamic shared memory, opted in
@@ -256,22 +257,21 @@ void launch_warp_bucket(int cols_per_lane, const void* x, void* y, int rows, int
   }
 }
 
-// Narrow groups (lane_groups' rows of at most 16 accesses): one access per lane, a 16-byte
-// vector with kVec, else one entry.
-template <typename T, bool kVec>
+// Narrow groups (lane_groups' aligned rows of at most 16 vectors): one 16-byte vector per lane.
+template <typename T>
 void launch_narrow_group(int group_width, const void* x, void* y, int rows, int cols) {
-  constexpr int kPerLane = kVec ? Vec<T>::kWidth : 1;
+  constexpr int kPerLane = Vec<T>::kWidth;
   switch (group_width) {
     case 1:
-      return launch_registers<T, kPerLane, kVec, 1>(x, y, rows, cols);
+      return launch_registers<T, kPerLane, true, 1>(x, y, rows, cols);
     case 2:
-      return launch_registers<T, kPerLane, kVec, 2>(x, y, rows, cols);
+      return launch_registers<T, kPerLane, true, 2>(x, y, rows, cols);
     case 4:
-      return launch_registers<T, kPerLane, kVec, 4>(x, y, rows, cols);
+      return launch_registers<T, kPerLane, true, 4>(x, y, rows, cols);
     case 8:
-      return launch_registers<T, kPerLane, kVec, 8>(x, y, rows, cols);
+      return launch_registers<T, kPerLane, true, 8>(x, y, rows, cols);
     case 16:
-      return launch_registers<T, kPerLane, kVec, 16>(x, y, rows, cols);
+      return launch_registers<T, kPerLane, true, 16>(x, y, rows, cols);
     default:
       break;
   }
@@ -281,8 +281,10 @@ void launch_narrow_group(int group_width, const void* x, void* y, int rows, int 
 
 template <typename T, bool kVec>
 void launch_register_plan(const FastPlan& plan, const void* x, void* y, int rows, int cols) {
-  if (plan.group_width < kLanes)
-    return launch_narrow_group<T, kVec>(plan.group_width, x, y, rows, cols);
+  if constexpr (kVec) {
+    if (plan.group_width < kLanes)
+      return launch_narrow_group<T>(plan.group_width, x, y, rows, cols);
+  }
   launch_warp_bucket<T, kVec>(plan.cols_per_lane, x, y, rows, cols);
 }
 
