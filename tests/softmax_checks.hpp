@@ -136,7 +136,16 @@ inline std::vector<SoftmaxCase> softmax_cases(const std::vector<Dtype>& dtypes =
   std::vector<SoftmaxCase> cases;
   for (Dtype t : dtypes)
     for (const RowShape& s : softmax_kernel_shapes())
-      for (InputKind kind : all_input_kinds()) cases.push_back({s, kind, t});
+      for (InputKind kind : all_input_kinds()) {
+        // The large irregular shape is there for its size (many rows, odd columns); the
+        // smaller shapes take every kind, so it takes the kinds that stress the arithmetic
+        // (the suite's time: it is 1.4 million entries per rung).
+        const bool large = s.rows * s.cols > 1000000;
+        if (large && (kind == InputKind::ones || kind == InputKind::arange ||
+                      kind == InputKind::neg_inf_entries))
+          continue;
+        cases.push_back({s, kind, t});
+      }
   return cases;
 }
 
