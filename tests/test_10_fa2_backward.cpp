@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "chapters/04_fused_qk_softmax/attention_naive.hpp"
 #include "chapters/06_fa2_rescaled/fa2.hpp"
 #include "chapters/10_fa2_backward/fa2_backward.hpp"
 #include "common/attention_inputs.hpp"
@@ -72,7 +73,7 @@ std::string describe(const Case& c) {
 
 /// The case's inputs: Q, K, V of its kind, dO randn, and the forward's O and logsumexp from
 /// chapter 06's CPU FA2 (float): what a training step hands the backward; in fp32 also the P
-/// a standard forward stores (the standard rung's input). For a 16-bit type, Q, K, V, dO and
+/// a standard forward stores (chapter 04's naive attention: the standard rung's input). For a 16-bit type, Q, K, V, dO and
 /// O rounded to it: the values its kernels read, on which the CPU step and the fp64 reference
 /// run too.
 BackwardInputs backward_inputs(const Case& c, Dtype type = Dtype::fp32) {
@@ -83,7 +84,7 @@ BackwardInputs backward_inputs(const Case& c, Dtype type = Dtype::fp32) {
   const ch06::Fa2Result fwd = ch06::attention_fa2(in.qkv, c.shape, {scale, c.causal, 16, 32});
   in.o = round_elements(fwd.o, type);
   in.lse = fwd.lse;
-  if (type == Dtype::fp32) in.p = standard_forward_p(in.qkv, c.shape, scale, c.causal);
+  if (type == Dtype::fp32) in.p = ch04::attention_naive(in.qkv, c.shape, scale, c.causal).p;
   return in;
 }
 

@@ -201,24 +201,11 @@ void launch_fast(const AttentionArgs& a) {
 
 template <typename Recipe>
 void launch_recipe(const AttentionArgs& a) {
-  constexpr std::uintptr_t kLoadBytes = 16;  // the tile loads move 16 bytes at a time
-  for (const void* p : {a.q, a.k, a.v}) {
-    if (reinterpret_cast<std::uintptr_t>(p) % kLoadBytes != 0)
-      throw std::invalid_argument(std::string(Recipe::kName) +
-                                  ": q, k and v must be 16-byte aligned");
-  }
   if (Recipe::kScheduled && !(a.scale > 0.f))
     throw std::invalid_argument(std::string(Recipe::kName) + ": the softmax scale must be " +
                                 "positive (the row max is taken over unscaled scores)");
-  // The tile shapes are compiled for d = 64 and 128 only: any other d would index past them.
-  const bool half = a.dtype == Dtype::fp16;
-  if (a.shape.d == 64)
-    half ? launch_fast<__half, 64, Recipe>(a) : launch_fast<__nv_bfloat16, 64, Recipe>(a);
-  else if (a.shape.d == 128)
-    half ? launch_fast<__half, 128, Recipe>(a) : launch_fast<__nv_bfloat16, 128, Recipe>(a);
-  else
-    throw std::invalid_argument(std::string(Recipe::kName) + ": head dimension d = " +
-                                std::to_string(a.shape.d) + " is not one it takes (64 or 128)");
+  with_tile_shape(Recipe::kName, a.dtype, a.shape.d, {a.q, a.k, a.v},
+                  [&](auto t, auto d) { launch_fast<decltype(t), decltype(d)::value, Recipe>(a); });
 }
 
 }  // namespace

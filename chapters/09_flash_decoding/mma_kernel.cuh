@@ -27,8 +27,6 @@
 #include "common/kernel.cuh"
 
 #include <cstdint>
-#include <stdexcept>
-#include <string>
 
 #include "chapters/04_fused_qk_softmax/attention_tiles.cuh"
 #include "chapters/08_fa2_at_speed/fast_tiles.cuh"
@@ -176,20 +174,8 @@ void launch_mma(const DecodeArgs& a) {
 
 template <>
 void Kernels<kThisBackend>::mma_partials(const DecodeArgs& a) {
-  constexpr std::uintptr_t kLoadBytes = 16;  // the tile loads move 16 bytes at a time
-  for (const void* p : {a.q, a.k, a.v})
-    if (reinterpret_cast<std::uintptr_t>(p) % kLoadBytes != 0)
-      throw std::invalid_argument("mma_kv: q, k and v must be 16-byte aligned");
-  const bool half = a.dtype == Dtype::fp16;
-  if (a.dtype != Dtype::fp16 && a.dtype != Dtype::bf16)
-    throw std::invalid_argument("mma_kv: takes fp16 or bf16 elements");
-  if (a.shape.d == 64)
-    half ? launch_mma<__half, 64>(a) : launch_mma<__nv_bfloat16, 64>(a);
-  else if (a.shape.d == 128)
-    half ? launch_mma<__half, 128>(a) : launch_mma<__nv_bfloat16, 128>(a);
-  else
-    throw std::invalid_argument("mma_kv: head dimension d = " + std::to_string(a.shape.d) +
-                                " is not one it takes (64 or 128)");
+  ch08::with_tile_shape("mma_kv", a.dtype, a.shape.d, {a.q, a.k, a.v},
+                        [&](auto t, auto d) { launch_mma<decltype(t), decltype(d)::value>(a); });
 }
 
 }  // namespace wb::ch09

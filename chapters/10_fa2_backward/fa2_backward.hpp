@@ -114,35 +114,6 @@ inline void add_subnormal_terms(ref::AttentionGrads& r, const AttentionInputs& q
 // CPU step 1: the standard backward, P stored
 // ------------------------------------------------------------------------------------------
 
-/// The P a standard forward stores for head `b` (lq x lk, row-major, into p): chapter 01's
-/// safe softmax of each row of scale Q K^T with the masked keys at -inf (a fully masked row:
-/// P = 0). Chapter 05's `standard` rung computes the same.
-inline void standard_forward_p(const AttentionInputs& in, AttentionShape shape, float scale,
-                               bool causal, int b, float* p) {
-  const int lq = shape.lq, lk = shape.lk, d = shape.d;
-  const float* q = in.q.data() + std::size_t(b) * lq * d;
-  const float* k = in.k.data() + std::size_t(b) * lk * d;
-  for (int i = 0; i < lq; ++i) {
-    float* p_i = p + std::size_t(i) * lk;
-    for (int j = 0; j < lk; ++j) {
-      float dot = 0.f;
-      for (int t = 0; t < d; ++t) dot += q[std::size_t(i) * d + t] * k[std::size_t(j) * d + t];
-      p_i[j] = causal && !ch04::causal_visible(i, j, lq, lk) ? -INFINITY : scale * dot;
-    }
-    ch01::softmax_safe(p_i, p_i, 1, lk);
-  }
-}
-
-/// standard_forward_p for every head: (bh, lq, lk), what the standard backward rung reads.
-inline std::vector<float> standard_forward_p(const AttentionInputs& in, AttentionShape shape,
-                                             float scale, bool causal) {
-  std::vector<float> p(std::size_t(shape.bh) * shape.lq * shape.lk);
-  for (int b = 0; b < shape.bh; ++b)
-    standard_forward_p(in, shape, scale, causal, b,
-                       p.data() + std::size_t(b) * shape.lq * shape.lk);
-  return p;
-}
-
 // [standard_backward]
 /// The backward as autograd runs it: per head, S and P (lq x lk) computed and stored as the
 /// forward leaves them, then dP (lq x lk), D = rowsum(P * dP) by its definition, dS in place
@@ -162,7 +133,15 @@ inline BackwardOut attention_backward_standard(const AttentionInputs& in,
     const float* k = in.k.data() + std::size_t(b) * lk * d;
     const float* v = in.v.data() + std::size_t(b) * lk * d;
     const float* dob = d_o.data() + std::size_t(b) * lq * d;
-    standard_forward_p(in, shape, scale, causal, b, p.data());  // the forward's P
+    for (int i = 0; i < lq; ++i) {  // the forward's P, by chapter 01's safe softmax
+      float* p_i = p.data() + std::size_t(i) * lk;
+      for (int j = 0; j < lk; ++j) {
+        float dot = 0.f;
+        for (int t = 0; t < d; ++t) dot += q[std::size_t(i) * d + t] * k[std::size_t(j) * d + t];
+        p_i[j] = causal && !ch04::causal_visible(i, j, lq, lk) ? -INFINITY : scale * dot;
+      }
+      ch01::softmax_safe(p_i, p_i, 1, lk);  // a fully masked row: P = 0
+    }
     for (int i = 0; i < lq; ++i) {
       const float* p_i = p.data() + std::size_t(i) * lk;
       float* ds_i = dp.data() + std::size_t(i) * lk;

@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "chapters/04_fused_qk_softmax/attention_naive.hpp"
 #include "chapters/06_fa2_rescaled/fa2.hpp"
 #include "chapters/10_fa2_backward/fa2_backward.hpp"
 #include "common/attention_inputs.hpp"
@@ -41,7 +42,8 @@ void print_intro() {
 }
 
 /// The forward's O and logsumexp (chapter 06's CPU FA2) and a seeded dO for `qkv`, and with
-/// `keep_p` in fp32 the P a standard forward stores (the standard rung's input); for a 16-bit
+/// `keep_p` in fp32 the P a standard forward stores (chapter 04's naive attention: the standard
+/// rung's input); for a 16-bit
 /// type Q, K, V, dO and O rounded to it (what its kernels read, and what the CPU steps and the
 /// fp64 reference then run on).
 BackwardInputs forward_for(const AttentionInputs& qkv_in, AttentionShape shape, float scale,
@@ -54,7 +56,7 @@ BackwardInputs forward_for(const AttentionInputs& qkv_in, AttentionShape shape, 
                     fwd.lse,
                     round_elements(randn(shape.q_elems(), seed + 1), type),
                     {}};
-  if (keep_p && type == Dtype::fp32) in.p = standard_forward_p(qkv, shape, scale, causal);
+  if (keep_p && type == Dtype::fp32) in.p = ch04::attention_naive(qkv, shape, scale, causal).p;
   return in;
 }
 
