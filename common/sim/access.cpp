@@ -71,34 +71,76 @@ struct Region {
 
 // ---- Profile records ---------------------------------------------------------------------
 
-struct RequestKey {
-  unsigned warp;
-  const void* pc;
-  std::uint32_t k;  // the k-th execution of the instruction by each lane
-  bool operator==(const RequestKey& o) const { return warp == o.warp && pc == o.pc && k == o.k; }
-};
-struct RequestKeyHash {
-  std::size_t operator()(const RequestKey& key) const {
-    return std::hash<const void*>()(key.pc) ^ (std::size_t(key.warp) << 40) ^
-           (std::size_t(key.k) * 0x9e3779b97f4a7c15ull);
+/// The access sites (instructions) met so far, numbered densely in the order they were met.
+/// Every profiled access looks its pc up, so this is a flat table with linear probing and a
+/// multiplicative hash: std::unordered_map's prime modulo cost a fifth of a profiled run.
+class SiteIds {
+ public:
+  std::uint32_t id(const void* pc) {
+    if (2 * (pcs_.size() + 1) > slots_.size()) grow();
+    std::size_t i = slot_of(pc);
+    for (; slots_[i].pc != nullptr; i = (i + 1) & (slots_.size() - 1)) {
+      if (slots_[i].pc == pc) return slots_[i].id;
+    }
+    slots_[i] = Slot{pc, static_cast<std::uint32_t>(pcs_.size())};
+    pcs_.push_back(pc);
+    return slots_[i].id;
   }
+  const void* pc(std::uint32_t id) const { return pcs_[id]; }
+
+ private:
+  struct Slot {
+    const void* pc = nullptr;  // never a real pc: pcs are return addresses
+    std::uint32_t id = 0;
+  };
+  std::size_t slot_of(const void* pc) const {
+    const auto h = reinterpret_cast<std::uintptr_t>(pc) * 0x9e3779b97f4a7c15ull;
+    return static_cast<std::size_t>(h >> 32) & (slots_.size() - 1);
+  }
+  void grow() {
+    slots_.assign(slots_.empty() ? 1024 : 2 * slots_.size(), Slot{});
+    for (std::uint32_t id = 0; id < pcs_.size(); ++id) {
+      std::size_t i = slot_of(pcs_[id]);
+      while (slots_[i].pc != nullptr) i = (i + 1) & (slots_.size() - 1);
+      slots_[i] = Slot{pcs_[id], id};
+    }
+  }
+  std::vector<Slot> slots_;       // a power of two, at most half full
+  std::vector<const void*> pcs_;  // by id
 };
 
+/// One warp-wide request of an instruction, filled lane by lane. Only the lanes in `mask` are
+/// meaningful: a request is reused without clearing its arrays.
 struct OpenRequest {
   Space space = Space::global;
   bool store = false;
+  bool closed = false;
   int buffer = -1;  // index into the launch's buffers (global)
   std::uintptr_t base = 0;  // the shared array or dynamic memory the request reads (shared)
   unsigned mask = 0;
-  std::uintptr_t address[32] = {};
-  std::uint32_t bytes[32] = {};
+  std::uintptr_t address[32];
+  std::uint32_t bytes[32];
+};
+
+/// One instruction's open requests in one warp. The simulator runs a thread until it waits
+/// (a barrier, a warp collective), so lane 0 may issue many requests of an instruction before
+/// lane 1 issues its first: the k-th execution by each lane joins request k, which closes when
+/// every live lane of the warp has joined it.
+struct SiteRequests {
+  std::uint32_t block = 0;            // the block (by count) this state belongs to
+  std::uint32_t executions[32];       // per lane: its executions so far, the k of its next
+  std::uint32_t first = 0;            // the k of requests[0]
+  std::size_t head = 0, end = 0;      // requests[head, end) are live; before head all closed
+  std::vector<OpenRequest> requests;  // reused: end, not size(), is where they stop
 };
 
 struct LaunchRecord {
   LaunchProfile profile;
-  std::unordered_map<const void*, TrafficCounts> by_pc;
+  std::vector<TrafficCounts> by_site_id;         // by SiteIds id; sites not met have no requests
   std::map<std::string, TrafficCounts> by_site;  // WMMA tile operations (they know their site)
   std::unordered_map<unsigned, std::size_t> buffer_index;  // Buffer::id -> profile.buffers
+  const void* slot_buffer = nullptr;                       // the last buffer_slot() answer, a cache
+  int slot = -1;
 };
 
 // ---- State ---------------------------------------------------------------------------------
@@ -114,6 +156,7 @@ struct State {
   std::string kernel;  // launch.kernel without anonymous namespaces
   std::set<std::string> kernels;  // every kernel launched so far, by that name
   const StaticObject* shared_array_ok = nullptr;  // the last __shared__ array this launch may use
+  Region last_static;  // the static object the last access to one hit (a cache; none: untracked)
   std::vector<unsigned char> dynamic_written;
   std::unordered_map<std::uintptr_t, std::vector<unsigned char>> static_written;  // by array lo
   std::uintptr_t stack_lo = 0, stack_hi = 0;
@@ -122,8 +165,10 @@ struct State {
   bool profiling = false;
   bool tracing = false;  // profiling, and keeping every global access and shared request
   std::vector<LaunchRecord> records;
-  std::vector<std::unordered_map<const void*, std::uint32_t>> executions;  // per thread
-  std::unordered_map<RequestKey, OpenRequest, RequestKeyHash> open;
+  SiteIds sites;
+  std::uint32_t block_count = 0;  // blocks begun while profiling: SiteRequests::block
+  std::vector<std::vector<SiteRequests>> warp_sites;        // [warp][site id]
+  std::vector<std::pair<unsigned, std::uint32_t>> touched;  // (warp, site) of this block
 };
 
 State& state() {
@@ -257,8 +302,8 @@ Region static_region(std::uintptr_t a, std::size_t bytes, bool store, const void
 
 /// Classifies [a, a + bytes); local memory returns false. Faults for memory a kernel may not
 /// touch.
-bool classify(std::uintptr_t a, std::size_t bytes, bool store, const void* pc, Region& r) {
-  State& s = state();
+bool classify(State& s, std::uintptr_t a, std::size_t bytes, bool store, const void* pc,
+              Region& r) {
   if (a >= s.stack_lo && a < s.stack_hi) return false;  // registers and local memory
   const auto params = reinterpret_cast<std::uintptr_t>(s.launch.params);
   if (a >= params && a < params + s.launch.params_bytes) return false;  // the kernel's arguments
@@ -273,6 +318,12 @@ bool classify(std::uintptr_t a, std::size_t bytes, bool store, const void* pc, R
   }
   const Buffer* b = s.last_buffer;
   if (b == nullptr || a < b->lo || a >= b->hi) {
+    // The built-in variables and __shared__ arrays are read as often as the buffers.
+    if (s.last_static.kind != Region::Kind::untracked_constant && a >= s.last_static.lo &&
+        a < s.last_static.hi) {
+      r = s.last_static;
+      return true;
+    }
     b = nullptr;
     auto after = s.buffers.upper_bound(a);
     if (after != s.buffers.begin() && a < std::prev(after)->second.hi) b = &std::prev(after)->second;
@@ -289,6 +340,7 @@ bool classify(std::uintptr_t a, std::size_t bytes, bool store, const void* pc, R
   }
   if (in_program_image(a)) {
     r = static_region(a, bytes, store, pc);
+    if (r.kind != Region::Kind::untracked_constant) s.last_static = r;
     return true;
   }
   out_of_bounds(a, bytes, store, miss_reason(a), pc);
@@ -312,7 +364,7 @@ const std::vector<std::uintptr_t>& units_touched(const Parts& parts, std::size_t
   for (const auto& [a, n] : parts) {
     for (std::uintptr_t id = a / unit; id <= (a + n - 1) / unit; ++id) ids.push_back(id);
   }
-  std::sort(ids.begin(), ids.end());
+  if (!std::is_sorted(ids.begin(), ids.end())) std::sort(ids.begin(), ids.end());  // mostly sorted
   ids.erase(std::unique(ids.begin(), ids.end()), ids.end());
   return ids;
 }
@@ -371,12 +423,13 @@ void trace_shared(LaunchRecord& rec, const std::uintptr_t (&address)[32], std::u
   }
 }
 
-void close_request(const RequestKey& key, const OpenRequest& q) {
-  State& s = state();
+void close_request(State& s, std::uint32_t site, const OpenRequest& q) {
   LaunchRecord& rec = s.records.back();
   // Lanes in phases of 128 bytes: 32 lanes of up to 4 bytes, 16 of 8, 8 of 16.
   std::uint32_t widest = 0;
-  for (unsigned lane = 0; lane < 32; ++lane) widest = std::max(widest, q.bytes[lane]);
+  for (unsigned lane = 0; lane < 32; ++lane) {
+    if (q.mask >> lane & 1u) widest = std::max(widest, q.bytes[lane]);
+  }
   const unsigned lanes_per_phase =
       q.space == Space::global || widest <= kBankBytes
           ? 32u
@@ -387,20 +440,39 @@ void close_request(const RequestKey& key, const OpenRequest& q) {
   for (unsigned lane = 0; lane < 32; ++lane) {
     if (q.mask >> lane & 1u) phases[lane / lanes_per_phase].emplace_back(q.address[lane], q.bytes[lane]);
   }
-  add_request(rec, rec.by_pc[key.pc], q.space, q.store, q.buffer, phases);
+  if (site >= rec.by_site_id.size()) rec.by_site_id.resize(site + 1);
+  add_request(rec, rec.by_site_id[site], q.space, q.store, q.buffer, phases);
   if (s.tracing && q.space == Space::shared)
     trace_shared(rec, q.address, q.base, q.mask, q.bytes, lanes_per_phase, q.store, false);
 }
 
 int buffer_slot(LaunchRecord& rec, const Buffer* b) {
   if (b == nullptr) return -1;
+  if (b == rec.slot_buffer) return rec.slot;
   auto [it, inserted] = rec.buffer_index.emplace(b->id, rec.profile.buffers.size());
   if (inserted) rec.profile.buffers.push_back(BufferTraffic{b->name, b->hi - b->lo, 0, 0});
-  return static_cast<int>(it->second);
+  rec.slot_buffer = b;
+  rec.slot = static_cast<int>(it->second);
+  return rec.slot;
 }
 
-void record(const Region& r, std::uintptr_t a, std::size_t bytes, bool store, const void* pc) {
-  State& s = state();
+/// The open requests of instruction `site` in `warp`, reset when first met in this block.
+SiteRequests& site_requests(State& s, unsigned warp, std::uint32_t site) {
+  std::vector<SiteRequests>& sites = s.warp_sites[warp];
+  if (site >= sites.size()) sites.resize(site + 1);
+  SiteRequests& sr = sites[site];
+  if (sr.block != s.block_count) {
+    sr.block = s.block_count;
+    std::fill(std::begin(sr.executions), std::end(sr.executions), 0u);
+    sr.first = 0;
+    sr.head = sr.end = 0;
+    s.touched.emplace_back(warp, site);
+  }
+  return sr;
+}
+
+void record(State& s, const Region& r, std::uintptr_t a, std::size_t bytes, bool store,
+            const void* pc) {
   if (r.space == Space::global && r.buffer == nullptr) return;  // constants: not traffic
   const unsigned linear = wb_sim_current.linear, warp = wb_sim_current.warp;
   if (s.tracing && r.space == Space::global) {
@@ -410,8 +482,16 @@ void record(const Region& r, std::uintptr_t a, std::size_t bytes, bool store, co
         GlobalAccess{b.x + g.x * (b.y + g.y * b.z), linear, buffer_slot(s.records.back(), r.buffer),
                      a - r.buffer->lo, static_cast<std::uint32_t>(bytes), store});
   }
-  const RequestKey key{warp, pc, s.executions[linear][pc]++};
-  OpenRequest& q = s.open[key];
+  const std::uint32_t site = s.sites.id(pc);
+  SiteRequests& sr = site_requests(s, warp, site);
+  const std::size_t slot = sr.executions[wb_sim_current.lane]++ - sr.first;
+  if (slot == sr.end) {  // the first lane to run this execution opens its request
+    if (sr.end == sr.requests.size()) sr.requests.emplace_back();
+    OpenRequest& fresh = sr.requests[sr.end++];
+    fresh.mask = 0;
+    fresh.closed = false;
+  }
+  OpenRequest& q = sr.requests[slot];
   q.space = r.space;
   q.store = store;
   q.buffer = buffer_slot(s.records.back(), r.buffer);
@@ -420,15 +500,27 @@ void record(const Region& r, std::uintptr_t a, std::size_t bytes, bool store, co
   q.address[wb_sim_current.lane] = a;
   q.bytes[wb_sim_current.lane] = static_cast<std::uint32_t>(bytes);
   if (q.mask == live_lanes(warp)) {
-    close_request(key, q);
-    s.open.erase(key);
+    close_request(s, site, q);
+    q.closed = true;
+    while (sr.head < sr.end && sr.requests[sr.head].closed) ++sr.head;
+    if (sr.head == sr.end) {  // all closed: the next execution starts at requests[0]
+      sr.first += static_cast<std::uint32_t>(sr.end);
+      sr.head = sr.end = 0;
+    }
   }
 }
 
+/// At the end of a block: the requests some live lane never joined (it diverged or exited).
 void close_open_requests() {
   State& s = state();
-  for (const auto& [key, q] : s.open) close_request(key, q);
-  s.open.clear();
+  for (const auto& [warp, site] : s.touched) {
+    SiteRequests& sr = s.warp_sites[warp][site];
+    for (std::size_t i = sr.head; i < sr.end; ++i) {
+      if (!sr.requests[i].closed) close_request(s, site, sr.requests[i]);
+    }
+    sr.head = sr.end = 0;
+  }
+  s.touched.clear();
 }
 
 }  // namespace
@@ -478,6 +570,7 @@ void access_launch_begin(const LaunchInfo& launch) {
   s.launch = launch;
   s.kernel = without_anonymous_namespaces(launch.kernel);
   s.shared_array_ok = nullptr;
+  s.last_static = Region{};
   s.kernels.insert(s.kernel);
   s.last_buffer = nullptr;
   if (s.profiling) {
@@ -496,8 +589,10 @@ void access_block_begin() {
   s.dynamic_written.assign(s.launch.dynamic_shared_bytes, 0);
   for (auto& [lo, written] : s.static_written) std::fill(written.begin(), written.end(), 0);
   if (s.profiling) {
-    s.executions.assign(s.launch.block.x * s.launch.block.y * s.launch.block.z, {});
-    s.open.clear();
+    const unsigned threads = s.launch.block.x * s.launch.block.y * s.launch.block.z;
+    if (s.warp_sites.size() < (threads + 31) / 32) s.warp_sites.resize((threads + 31) / 32);
+    ++s.block_count;  // every SiteRequests met from here on is reset first
+    s.touched.clear();
   }
 }
 
@@ -532,7 +627,7 @@ void on_access(const void* address, std::size_t bytes, bool store, const void* p
   State& s = state();
   const auto a = reinterpret_cast<std::uintptr_t>(address);
   Region r;
-  if (!classify(a, bytes, store, pc, r)) return;
+  if (!classify(s, a, bytes, store, pc, r)) return;
   if (a + bytes > r.hi) {
     char buf[64];
     std::snprintf(buf, sizeof buf, "%zu of its bytes lie past the end of ",
@@ -553,7 +648,7 @@ void on_access(const void* address, std::size_t bytes, bool store, const void* p
                    buf + what_of(r) + (r.space == Space::shared ? " since the block started" : ""), pc);
     }
   }
-  if (s.profiling && s.tile_depth == 0) record(r, a, bytes, store, pc);
+  if (s.profiling && s.tile_depth == 0) record(s, r, a, bytes, store, pc);
 }
 
 void begin_tile_elements() { ++state().tile_depth; }
@@ -565,7 +660,7 @@ void on_tile_access(const TileAccess& tile) {
   const RuntimeScope own;
   const auto base = reinterpret_cast<std::uintptr_t>(tile.base);
   Region r;
-  if (!classify(base, tile.row_bytes, tile.store, nullptr, r)) return;
+  if (!classify(s, base, tile.row_bytes, tile.store, nullptr, r)) return;
   LaunchRecord& rec = s.records.back();
   // ldmatrix's phases: for each 16-byte column of chunks, rows 0-7, then rows 8-15.
   std::vector<std::vector<std::pair<std::uintptr_t, std::size_t>>> phases;
@@ -588,7 +683,7 @@ void on_ldmatrix(const void* const (&rows)[32], Site site) {
   const RuntimeScope own;
   const auto first = reinterpret_cast<std::uintptr_t>(rows[0]);
   Region r;
-  if (!classify(first, kTileChunkBytes, false, nullptr, r)) return;
+  if (!classify(s, first, kTileChunkBytes, false, nullptr, r)) return;
   LaunchRecord& rec = s.records.back();
   // One phase per matrix: the 8 lanes that give its rows, 16 bytes each. (Reused, as a kernel
   // issues one ldmatrix per fragment: no allocation per request.)
@@ -647,16 +742,26 @@ std::vector<LaunchProfile> stop_profile() {
   s.profiling = false;
   s.tracing = false;
   // One addr2line run for every instruction of every launch.
+  // Sites a launch never met have no requests: every request counts one.
+  const auto met = [](const TrafficCounts& c) {
+    const std::uint64_t requests = c.global_load.requests + c.global_store.requests +
+                                   c.shared_load.requests + c.shared_store.requests;
+    return requests > 0;
+  };
   std::vector<const void*> pcs;
   for (const detail::LaunchRecord& rec : s.records) {
-    for (const auto& [pc, counts] : rec.by_pc) pcs.push_back(pc);
+    for (std::uint32_t site = 0; site < rec.by_site_id.size(); ++site) {
+      if (met(rec.by_site_id[site])) pcs.push_back(s.sites.pc(site));
+    }
   }
   const std::vector<std::string> lines = detail::kernel_lines(pcs);
   std::size_t next = 0;
   std::vector<LaunchProfile> out;
   for (detail::LaunchRecord& rec : s.records) {
     std::map<std::string, TrafficCounts> by_line = rec.by_site;
-    for (const auto& [pc, counts] : rec.by_pc) by_line[lines[next++]] += counts;
+    for (const TrafficCounts& counts : rec.by_site_id) {
+      if (met(counts)) by_line[lines[next++]] += counts;
+    }
     for (auto& [where, counts] : by_line) rec.profile.lines.push_back(LineTraffic{where, counts});
     std::stable_sort(rec.profile.lines.begin(), rec.profile.lines.end(),
                      [](const LineTraffic& a, const LineTraffic& b) {
