@@ -314,6 +314,11 @@ struct AttentionCase {
 };
 
 /// Every shape times every score kind, under each of `masks`, in each of `dtypes`.
+/// The kernel shapes of this run: kAttentionKernelShapes, or their race-mode subset.
+inline const std::vector<AttentionShape>& attention_kernel_shapes() {
+  return small_shapes() ? kAttentionKernelRaceShapes : kAttentionKernelShapes;
+}
+
 inline std::vector<AttentionCase> attention_cases(const std::vector<AttentionShape>& shapes,
                                                   const std::vector<bool>& masks = {false},
                                                   const std::vector<Dtype>& dtypes = {

@@ -20,6 +20,12 @@ inline const std::vector<AttentionShape> kAttentionCpuShapes = {
 inline const std::vector<AttentionShape> kAttentionKernelShapes = {
     {1, 1, 1, 1},     {2, 17, 127, 59}, {1, 127, 17, 16}, {1, 9, 1000, 16},
     {1, 40, 300, 64}, {1, 33, 65, 128}, {2, 8, 33, 96},   {1, 300, 31, 1}};
+/// Race mode and the instrumented twin check every access and run several times slower: the
+/// edges that change which accesses a kernel makes (one row and one key; tiles short in both
+/// directions with bh > 1 and an odd d; lq > lk; the largest d) at the smallest sizes that
+/// hold them. The longer rows of the list above run in the sim tests.
+inline const std::vector<AttentionShape> kAttentionKernelRaceShapes = {
+    {1, 1, 1, 1}, {2, 17, 127, 59}, {1, 127, 17, 16}, {1, 33, 65, 128}};
 
 /// Keys masked by head (tests/attention_checks.hpp, KeyMask::by_head) need three heads: one
 /// fully masked, one with its first 40 keys masked, one unmasked. lk = 1 and 33 leave the

@@ -120,7 +120,7 @@ test::RungError fused_rung_error(const test::AttentionRungRun& run) {
 // The kernel shapes, and keys masked by head (fully masked rows, masked K tiles).
 template <Backend B>
 void every_kernel_equals_the_fused_cpu_step() {
-  std::vector<test::AttentionCase> cases = test::attention_cases(test::kAttentionKernelShapes);
+  std::vector<test::AttentionCase> cases = test::attention_cases(test::attention_kernel_shapes());
   for (const test::AttentionCase& c : test::masked_attention_cases(
            test::small_shapes() ? test::kAttentionMaskedKernelRaceShapes
                            : test::kAttentionMaskedKernelShapes))

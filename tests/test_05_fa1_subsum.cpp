@@ -218,7 +218,7 @@ test::RungError rung_error(const test::AttentionRungRun& run) {
 // The kernel shapes, and keys masked by head (fully masked rows, masked first tiles).
 template <Backend B>
 void kernel_equals_the_tiled_cpu_step() {
-  std::vector<test::AttentionCase> cases = test::attention_cases(test::kAttentionKernelShapes);
+  std::vector<test::AttentionCase> cases = test::attention_cases(test::attention_kernel_shapes());
   for (const test::AttentionCase& c : test::masked_attention_cases(
            test::small_shapes() ? test::kAttentionMaskedKernelRaceShapes
                            : test::kAttentionMaskedKernelShapes))

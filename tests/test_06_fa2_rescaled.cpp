@@ -179,7 +179,7 @@ test::Tiles rung_tiles(const Rung<AttentionArgs>& rung, int d) {
 /// (but in race mode).
 std::vector<test::AttentionCase> ladder_cases() {
   std::vector<test::AttentionCase> cases =
-      test::attention_cases(test::kAttentionKernelShapes, {false, true});
+      test::attention_cases(test::attention_kernel_shapes(), {false, true});
   for (const test::AttentionCase& c :
        test::attention_cases(test::small_shapes() ? kTensorCoreRaceShapes : kTensorCoreShapes,
                              {false, true}, {Dtype::fp16, Dtype::bf16}))
