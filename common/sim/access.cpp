@@ -109,29 +109,32 @@ class SiteIds {
   std::vector<const void*> pcs_;  // by id
 };
 
-/// One warp-wide request of an instruction, filled lane by lane. Only the lanes in `mask` are
-/// meaningful: a request is reused without clearing its arrays.
-struct OpenRequest {
-  Space space = Space::global;
-  bool store = false;
-  bool closed = false;
-  int buffer = -1;  // index into the launch's buffers (global)
-  std::uintptr_t base = 0;  // the shared array or dynamic memory the request reads (shared)
-  unsigned mask = 0;
-  std::uintptr_t address[32];
-  std::uint32_t bytes[32];
-};
-
 /// One instruction's open requests in one warp. The simulator runs a thread until it waits
 /// (a barrier, a warp collective), so lane 0 may issue many requests of an instruction before
 /// lane 1 issues its first: the k-th execution by each lane joins request k, which closes when
-/// every live lane of the warp has joined it.
+/// every live lane of the warp has joined it. Each lane appends to a log of its own (lane 0's
+/// thousand accesses are written one after another, not a thousand requests apart), and a
+/// request gathers its lanes when it closes. k counts from the last time every request was
+/// closed, when the logs start again.
 struct SiteRequests {
+  struct LaneAccess {
+    std::uintptr_t address;
+    std::uint32_t bytes;
+  };
+  /// What the request is, as the last lane to join it saw (all lanes of one instruction read
+  /// the same kind of memory), and who joined.
+  struct Request {
+    std::uintptr_t base;  // the shared array or dynamic memory the request reads (shared)
+    int buffer;           // index into the launch's buffers (global)
+    Space space;
+    bool store;
+    bool closed;
+    unsigned char joined;  // lanes that have made their k-th execution
+  };
   std::uint32_t block = 0;            // the block (by count) this state belongs to
-  std::uint32_t executions[32];       // per lane: its executions so far, the k of its next
-  std::uint32_t first = 0;            // the k of requests[0]
-  std::size_t head = 0, end = 0;      // requests[head, end) are live; before head all closed
-  std::vector<OpenRequest> requests;  // reused: end, not size(), is where they stop
+  std::size_t head = 0;               // requests before it are closed
+  std::vector<Request> requests;      // by k
+  std::vector<LaneAccess> lanes[32];  // lanes[l][k]: lane l's k-th execution
 };
 
 struct LaunchRecord {
@@ -423,13 +426,30 @@ void trace_shared(LaunchRecord& rec, const std::uintptr_t (&address)[32], std::u
   }
 }
 
-void close_request(State& s, std::uint32_t site, const OpenRequest& q) {
+/// The lanes that have joined request k of `sr`: those whose log reaches past k.
+unsigned joined_mask(const SiteRequests& sr, std::size_t k) {
+  unsigned mask = 0;
+  for (unsigned lane = 0; lane < 32; ++lane) {
+    if (sr.lanes[lane].size() > k) mask |= 1u << lane;
+  }
+  return mask;
+}
+
+/// Counts request k of instruction `site`, joined by the lanes of `mask`.
+void close_request(State& s, std::uint32_t site, const SiteRequests& sr, std::size_t k,
+                   unsigned mask) {
   LaunchRecord& rec = s.records.back();
-  // Lanes in phases of 128 bytes: 32 lanes of up to 4 bytes, 16 of 8, 8 of 16.
+  const SiteRequests::Request& q = sr.requests[k];
+  std::uintptr_t address[32] = {};
+  std::uint32_t bytes[32] = {};
   std::uint32_t widest = 0;
   for (unsigned lane = 0; lane < 32; ++lane) {
-    if (q.mask >> lane & 1u) widest = std::max(widest, q.bytes[lane]);
+    if (!(mask >> lane & 1u)) continue;
+    address[lane] = sr.lanes[lane][k].address;
+    bytes[lane] = sr.lanes[lane][k].bytes;
+    widest = std::max(widest, bytes[lane]);
   }
+  // Lanes in phases of 128 bytes: 32 lanes of up to 4 bytes, 16 of 8, 8 of 16.
   const unsigned lanes_per_phase =
       q.space == Space::global || widest <= kBankBytes
           ? 32u
@@ -438,12 +458,12 @@ void close_request(State& s, std::uint32_t site, const OpenRequest& q) {
   phases.resize((32 + lanes_per_phase - 1) / lanes_per_phase);
   for (Parts& p : phases) p.clear();
   for (unsigned lane = 0; lane < 32; ++lane) {
-    if (q.mask >> lane & 1u) phases[lane / lanes_per_phase].emplace_back(q.address[lane], q.bytes[lane]);
+    if (mask >> lane & 1u) phases[lane / lanes_per_phase].emplace_back(address[lane], bytes[lane]);
   }
   if (site >= rec.by_site_id.size()) rec.by_site_id.resize(site + 1);
   add_request(rec, rec.by_site_id[site], q.space, q.store, q.buffer, phases);
   if (s.tracing && q.space == Space::shared)
-    trace_shared(rec, q.address, q.base, q.mask, q.bytes, lanes_per_phase, q.store, false);
+    trace_shared(rec, address, q.base, mask, bytes, lanes_per_phase, q.store, false);
 }
 
 int buffer_slot(LaunchRecord& rec, const Buffer* b) {
@@ -456,6 +476,13 @@ int buffer_slot(LaunchRecord& rec, const Buffer* b) {
   return rec.slot;
 }
 
+/// Every request closed (or the block over): the logs start again at k = 0.
+void restart(SiteRequests& sr) {
+  sr.head = 0;
+  sr.requests.clear();
+  for (auto& log : sr.lanes) log.clear();
+}
+
 /// The open requests of instruction `site` in `warp`, reset when first met in this block.
 SiteRequests& site_requests(State& s, unsigned warp, std::uint32_t site) {
   std::vector<SiteRequests>& sites = s.warp_sites[warp];
@@ -463,9 +490,7 @@ SiteRequests& site_requests(State& s, unsigned warp, std::uint32_t site) {
   SiteRequests& sr = sites[site];
   if (sr.block != s.block_count) {
     sr.block = s.block_count;
-    std::fill(std::begin(sr.executions), std::end(sr.executions), 0u);
-    sr.first = 0;
-    sr.head = sr.end = 0;
+    restart(sr);
     s.touched.emplace_back(warp, site);
   }
   return sr;
@@ -484,30 +509,23 @@ void record(State& s, const Region& r, std::uintptr_t a, std::size_t bytes, bool
   }
   const std::uint32_t site = s.sites.id(pc);
   SiteRequests& sr = site_requests(s, warp, site);
-  const std::size_t slot = sr.executions[wb_sim_current.lane]++ - sr.first;
-  if (slot == sr.end) {  // the first lane to run this execution opens its request
-    if (sr.end == sr.requests.size()) sr.requests.emplace_back();
-    OpenRequest& fresh = sr.requests[sr.end++];
-    fresh.mask = 0;
-    fresh.closed = false;
-  }
-  OpenRequest& q = sr.requests[slot];
+  std::vector<SiteRequests::LaneAccess>& log = sr.lanes[wb_sim_current.lane];
+  const std::size_t k = log.size();
+  log.push_back({a, static_cast<std::uint32_t>(bytes)});
+  if (k == sr.requests.size()) sr.requests.push_back({});  // the first lane to make it opens it
+  SiteRequests::Request& q = sr.requests[k];
   q.space = r.space;
   q.store = store;
   q.buffer = buffer_slot(s.records.back(), r.buffer);
   q.base = r.lo;
-  q.mask |= 1u << wb_sim_current.lane;
-  q.address[wb_sim_current.lane] = a;
-  q.bytes[wb_sim_current.lane] = static_cast<std::uint32_t>(bytes);
-  if (q.mask == live_lanes(warp)) {
-    close_request(s, site, q);
-    q.closed = true;
-    while (sr.head < sr.end && sr.requests[sr.head].closed) ++sr.head;
-    if (sr.head == sr.end) {  // all closed: the next execution starts at requests[0]
-      sr.first += static_cast<std::uint32_t>(sr.end);
-      sr.head = sr.end = 0;
-    }
-  }
+  const unsigned live = live_lanes(warp);
+  if (++q.joined < __builtin_popcount(live)) return;
+  const unsigned mask = joined_mask(sr, k);
+  if (mask != live) return;  // an exited lane joined: closed with the block
+  close_request(s, site, sr, k, mask);
+  q.closed = true;
+  while (sr.head < sr.requests.size() && sr.requests[sr.head].closed) ++sr.head;
+  if (sr.head == sr.requests.size()) restart(sr);
 }
 
 /// At the end of a block: the requests some live lane never joined (it diverged or exited).
@@ -515,10 +533,10 @@ void close_open_requests() {
   State& s = state();
   for (const auto& [warp, site] : s.touched) {
     SiteRequests& sr = s.warp_sites[warp][site];
-    for (std::size_t i = sr.head; i < sr.end; ++i) {
-      if (!sr.requests[i].closed) close_request(s, site, sr.requests[i]);
+    for (std::size_t k = sr.head; k < sr.requests.size(); ++k) {
+      if (!sr.requests[k].closed) close_request(s, site, sr, k, joined_mask(sr, k));
     }
-    sr.head = sr.end = 0;
+    restart(sr);
   }
   s.touched.clear();
 }
