@@ -84,6 +84,26 @@ std::string refusal(const RungLimits& limits, const AttentionArgs& a) {
   return "";
 }
 
+namespace {
+
+/// A paged cache's page size and table (DecodeArgs::block_table); "" for a contiguous one.
+std::string paging_refusal(const DecodeArgs& a) {
+  if (a.block_table == nullptr && a.block_table_host == nullptr) return "";
+  if (a.block_table == nullptr || a.block_table_host == nullptr)
+    return "the block table and its host copy must be given together";
+  if (a.page_keys < kPageKeyMultiple || a.page_keys % kPageKeyMultiple != 0)
+    return "page_keys = " + std::to_string(a.page_keys) + " is not a positive multiple of " +
+           std::to_string(kPageKeyMultiple);
+  const std::size_t entries = std::size_t(a.shape.batch) * std::size_t(pages_per_sequence(a));
+  for (std::size_t e = 0; e < entries; ++e)
+    if (a.block_table_host[e] < 0 || a.block_table_host[e] >= a.pages)
+      return "block_table[" + std::to_string(e) + "] = " + std::to_string(a.block_table_host[e]) +
+             " is outside [0, pages = " + std::to_string(a.pages) + ")";
+  return "";
+}
+
+}  // namespace
+
 std::string refusal(const RungLimits& limits, const DecodeArgs& a) {
   if (std::string why = dtype_refusal(limits, a.dtype); !why.empty()) return why;
   const DecodeShape& s = a.shape;
@@ -104,6 +124,7 @@ std::string refusal(const RungLimits& limits, const DecodeArgs& a) {
     if (a.lengths_host[b] < 0 || a.lengths_host[b] > s.lk)
       return "lengths[" + std::to_string(b) + "] = " + std::to_string(a.lengths_host[b]) +
              " is outside [0, lk = " + std::to_string(s.lk) + "]";
+  if (std::string why = paging_refusal(a); !why.empty()) return why;
   const unsigned need = limits.outputs;
   if (a.q == nullptr || a.k == nullptr || a.v == nullptr || ((need & kWritesO) && !a.o) ||
       ((need & kWritesLse) && !a.lse) ||

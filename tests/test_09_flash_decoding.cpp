@@ -2,8 +2,9 @@
 // associativity), split-KV on the CPU against chapter 06's FA2 per sequence under the 2x
 // policy for every split count (more splits than keys included), random cuts and random merge
 // trees, GQA group sizes 1, 4 and 8, per-sequence lengths (0 included), causal; a merge that
-// forgets the rescale fails; the split rule; then both kernels against the CPU step in fp32,
-// fp16 and bf16.
+// forgets the rescale fails; the split rule; a paged cache's layout (eq. 9); then every kernel
+// against the CPU step in fp32, fp16 and bf16, and on a paged cache against itself on the
+// contiguous one, bit for bit.
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -312,6 +313,34 @@ TEST_SUITE("cpu") {
     CHECK(stream_key_lanes(24, 8) == 2);    // 3 vectors over 2 lanes, one of them empty
     CHECK(stream_key_lanes(8, 8) == 1);     // one vector, the second empty
   }
+
+  TEST_CASE("a paged cache holds every key once and gives the contiguous cache back") {
+    // lk 100 in pages of 32: 4 per sequence, the last holding 4 keys and 28 empty slots.
+    const DecodeShape shape{3, 4, 2, 1, 100, 8};
+    const AttentionInputs in = inputs_of(shape, ScoreKind::randn, kSeed);
+    const PagedCache paged = page_cache(in, shape, 32, /*spare=*/5, kSeed);
+    CHECK(paged.pages == 3 * 4 + 5);
+    REQUIRE(paged.table.size() == 3 * 4);
+    std::vector<int> sorted = paged.table;  // a page belongs to one sequence
+    std::sort(sorted.begin(), sorted.end());
+    CHECK(std::adjacent_find(sorted.begin(), sorted.end()) == sorted.end());
+    CHECK(sorted.front() >= 0);
+    CHECK(sorted.back() < paged.pages);
+    // Every key lands where eq. (9) says, and the round trip is exact.
+    const AttentionInputs back = unpage_cache(in, paged, shape);
+    CHECK(back.k == in.k);
+    CHECK(back.v == in.v);
+    // The slots no key fills: every element of the pool but the keys' is NaN.
+    const std::size_t keys = std::size_t(shape.batch) * shape.hkv * shape.lk * shape.d;
+    const auto nans =
+        std::count_if(paged.k.begin(), paged.k.end(), [](float x) { return std::isnan(x); });
+    CHECK(std::size_t(nans) == paged.k.size() - keys);
+    // Key 37 of KV head 1 of sequence 2: page table[2][1], slot 5.
+    const CacheRows rows{paged.table.data(), 32, 4, shape.hkv, shape.lk, shape.d};
+    const std::size_t at = rows(2, 1, 37);
+    CHECK(at == ((std::size_t(paged.table[2 * 4 + 1]) * 2 + 1) * 32 + 5) * shape.d);
+    CHECK(paged.k[at] == in.k[((std::size_t(2) * 2 + 1) * 100 + 37) * shape.d]);
+  }
 }
 
 // ------------------------------------------------------------------------------------------
@@ -493,8 +522,94 @@ void rungs_refuse_what_they_cannot_take() {
                        std::invalid_argument);
 }
 
+/// A paged case: the cache's shape and lengths, the page size, the split count.
+struct PagedCase {
+  DecodeShape shape;
+  std::vector<int> lengths;
+  int page_keys;
+  int splits;
+};
+
+// A paged cache (eq. 9) moves where each key lies, not what a kernel computes from it: every
+// rung's O and logsumexp on a paged copy of the cache are its results on the contiguous cache,
+// bit for bit. Pages of 32 keys (a page per K/V tile), 64 (one mma_kv tile) and 96 (mma_kv's
+// 64-key tiles straddle pages), from a shuffled pool with spare pages whose every unused slot
+// holds NaN; lengths ending inside a page, a sequence of no key, causal rows, several splits.
+template <Backend B>
+void a_paged_cache_gives_the_contiguous_bits() {
+  const std::vector<PagedCase> cases =
+      test::small_shapes() ? std::vector<PagedCase>{{{2, 4, 1, 4, 100, 64}, {100, 37}, 32, 2},
+                                                    {{1, 4, 1, 1, 130, 64}, {}, 96, 1}}
+                           : std::vector<PagedCase>{{{3, 8, 2, 2, 200, 64}, {200, 0, 97}, 32, 3},
+                                                    {{2, 4, 1, 1, 300, 128}, {300, 161}, 96, 2},
+                                                    {{2, 6, 2, 3, 130, 24}, {130, 64}, 64, 1}};
+  const Ladder<DecodeArgs> ladder = kernel_ladder<B>();
+  for (const PagedCase& pc : cases) {
+    for (bool causal : {false, true}) {
+      for (Dtype dtype : {Dtype::fp32, Dtype::fp16}) {
+        const DecodeShape& shape = pc.shape;
+        const std::string where = to_string(shape) + ", pages of " + std::to_string(pc.page_keys) +
+                                  (causal ? ", causal" : "") + ", " + to_string(dtype);
+        CAPTURE(where);
+        const AttentionInputs in =
+            ch06::round_inputs(inputs_of(shape, ScoreKind::outliers, kSeed), dtype);
+        const PagedCache paged = page_cache(in, shape, pc.page_keys, /*spare=*/3, kSeed);
+        const float scale = default_scale(shape.d);
+        for (const Rung<DecodeArgs>& rung : ladder) {
+          if (!rung.limits.takes(dtype) || !rung.limits.takes_head_dim(shape.d)) continue;
+          CAPTURE(std::string(rung.name));
+          DecodeBuffers contiguous(B, in, pc.lengths, shape, pc.splits, scale, causal, dtype);
+          run_rung(rung, contiguous.args);
+          const DecodeOut want = contiguous.download();
+          DecodeBuffers pool(B, AttentionInputs{in.q, paged.k, paged.v}, pc.lengths, shape,
+                             pc.splits, scale, causal, dtype);
+          const DeviceBuffer<int> table(B, paged.table);
+          use_paged_cache(pool.args, paged, table.data());
+          REQUIRE(why_refused(rung, pool.args).empty());
+          run_rung(rung, pool.args);
+          const DecodeOut got = pool.download();
+          // == on floats: a NaN (a slot no key fills, read) never passes.
+          CHECK(got.o == want.o);
+          CHECK(got.lse == want.lse);
+        }
+      }
+    }
+  }
+}
+
+// A page size that is not a multiple of 32 (a tile would straddle two pages), a table entry
+// outside the pool, a table without its host copy: one line each, before any launch.
+template <Backend B>
+void rungs_refuse_a_bad_page_table() {
+  const DecodeShape shape{2, 4, 2, 1, 100, 64};
+  const AttentionInputs in = inputs_of(shape, ScoreKind::randn, kSeed);
+  const PagedCache paged = page_cache(in, shape, 32, 0, kSeed);
+  DecodeBuffers pool(B, AttentionInputs{in.q, paged.k, paged.v}, {}, shape, 2, 1.f, false,
+                     Dtype::fp16);
+  const DeviceBuffer<int> table(B, paged.table);
+  use_paged_cache(pool.args, paged, table.data());
+  for (const Rung<DecodeArgs>& rung : kernel_ladder<B>()) {
+    CAPTURE(std::string(rung.name));
+    CHECK(why_refused(rung, pool.args).empty());
+    DecodeArgs a = pool.args;
+    a.page_keys = 48;
+    CHECK(why_refused(rung, a) == "page_keys = 48 is not a positive multiple of 32");
+    a = pool.args;
+    a.pages = paged.pages - 1;  // the table names a page the pool no longer has
+    CHECK(why_refused(rung, a).find("is outside [0, pages = 7)") != std::string::npos);
+    a = pool.args;
+    a.block_table_host = nullptr;
+    CHECK(why_refused(rung, a) == "the block table and its host copy must be given together");
+  }
+}
+
 }  // namespace
 
+WB_KERNEL_TEST_CASE("a paged KV cache gives every decoding rung the contiguous cache's bits",
+                    a_paged_cache_gives_the_contiguous_bits)
+WB_KERNEL_TEST_CASE(
+    "the decoding rungs refuse page sizes off the tile and table entries outside the pool",
+    rungs_refuse_a_bad_page_table)
 WB_KERNEL_TEST_CASE(
     "every decoding rung equals the CPU split-KV step for every split count in fp32 fp16 and "
     "bf16",

@@ -67,10 +67,11 @@ __device__ void load_tile(const T* __restrict__ src, int first, int rows, int li
 }
 
 /// By cp.async, eq. (4): the same chunks, copied without passing through registers; they land
-/// at the caller's cp_async_wait (then __syncthreads makes them visible to the block).
+/// at the caller's cp_async_wait (then __syncthreads makes them visible to the block). They
+/// land in the tile's rows from `tile_row` on (a tile filled in pieces: chapter 09's pages).
 template <int D, bool Swizzle, typename T>
-__device__ void load_tile_async(const T* __restrict__ src, int first, int rows, int limit,
-                                T* tile) {
+__device__ void load_tile_async(const T* __restrict__ src, int first, int rows, int limit, T* tile,
+                                int tile_row = 0) {
   using Layout = TileLayout<D, Swizzle>;
   constexpr int kChunksPerRow = D / kChunkElements;
   const int threads = blockDim.x * blockDim.y, tid = threadIdx.y * blockDim.x + threadIdx.x;
@@ -79,7 +80,7 @@ __device__ void load_tile_async(const T* __restrict__ src, int first, int rows, 
     const bool inside = first + r < limit;
     // A row past the matrix reads nothing (src is any valid address then) and lands as zeros.
     const T* from = inside ? src + std::size_t(first + r) * D + col : src;
-    ptx::cp_async_16(tile + Layout::offset(r, col), from, inside);
+    ptx::cp_async_16(tile + Layout::offset(tile_row + r, col), from, inside);
   }
 }
 

@@ -1,7 +1,8 @@
 // Chapter 09 kernels: Flash-Decoding, split-KV attention and the combine.
 //
 // Computes: O = softmax(scale Q K^T + causal mask) V and logsumexp per query row, for
-//           Q: (batch, hq, lq, d) against a KV cache K, V: (batch, hkv, lk, d) of which
+//           Q: (batch, hq, lq, d) against a KV cache K, V: (batch, hkv, lk, d), or paged
+//           (eq. 9 of flash_decoding.md: a block table into a pool of pages), of which
 //           sequence b uses its first lengths[b] keys; query head h reads KV head h / (hq / hkv)
 //           (eq. 5 of flash_decoding.md); elements fp32, fp16 or bf16, float arithmetic. A row
 //           that sees no key gives O = 0 and logsumexp = -inf.
@@ -19,7 +20,8 @@
 // Limits: lq, lk >= 1, any value; 1 <= d <= 128; hq a multiple of hkv; batch x hkv <= 65535
 //           (grid.y); lengths in [0, lk]: the rungs' limits (kernel_ladder), checked before
 //           every launch (the kernel clamps a length into [0, lk] all the same).
-// Memory traffic: split_traffic and combine_traffic (flash_decoding.cpp): Q once per block,
+// Memory traffic: split_traffic and combine_traffic (flash_decoding.cpp), for a contiguous
+//           cache (a paged one adds each thread's read of the table per tile): Q once per block,
 //           K and V once per key a block loads, a split's O row written (and read by the
 //           combine) only where that split saw a key, two reads of each split's logsumexp.
 // Test: ctest --test-dir build -R 09_flash_decoding --output-on-failure
@@ -45,7 +47,8 @@ constexpr int kThreads = kWarps * kWarpLanes;
 static_assert(kTileKeys == ch04::kTileKeys, "the K/V tile of ch04::SharedTiles");
 static_assert(kRowsPerWarp * kWarps == kBlockRows, "every block row has a warp");
 
-// q: (batch, hq, lq, d) of T; k, v: (batch, hkv, lk, d) of T; lengths: (batch) or nullptr.
+// q: (batch, hq, lq, d) of T; k, v: the cache, rows addressed by `cache` (eq. 9) of T;
+// lengths: (batch) or nullptr.
 // kPartial: o is o_partial (batch, hq, lq, splits, d) of float and lse is lse_partial
 // (batch, hq, lq, splits); otherwise o (batch, hq, lq, d) of T and lse (batch, hq, lq), with
 // one split. Block (blockIdx.x, blockIdx.y): split blockIdx.x / row_tiles, rows
@@ -54,7 +57,7 @@ static_assert(kRowsPerWarp * kWarps == kBlockRows, "every block row has a warp")
 template <typename T, bool kPartial>
 __global__ void __launch_bounds__(kThreads)
     split_kernel(const T* __restrict__ q, const T* __restrict__ k, const T* __restrict__ v,
-                 const int* __restrict__ lengths, void* __restrict__ o_out,
+                 CacheRows cache, const int* __restrict__ lengths, void* __restrict__ o_out,
                  float* __restrict__ lse_out, DecodeShape shape, int splits, int row_tiles,
                  float scale, bool causal) {
   using Out = typename std::conditional<kPartial, float, T>::type;
@@ -71,7 +74,6 @@ __global__ void __launch_bounds__(kThreads)
   if (warp == 0 && lane == 0)
     length[0] = lengths == nullptr ? shape.lk : max(0, min(lengths[b], shape.lk));
   const std::size_t group_row0 = (std::size_t(b) * shape.hq + std::size_t(kv) * g) * lq;
-  const std::size_t kv0 = (std::size_t(b) * shape.hkv + kv) * shape.lk * d;
   const ch04::SharedTiles smem(kBlockRows, d);
   ch04::load_rows(q + group_row0 * d, r0, kBlockRows, group_rows, d, d, smem.q);
   __syncthreads();  // length (and the Q tile) visible to every thread
@@ -83,8 +85,9 @@ __global__ void __launch_bounds__(kThreads)
   for (int t = 0; t < kRowsPerWarp; ++t) m[t] = -INFINITY, l[t] = 0.f;
   for (int j0 = keys.j0; j0 < keys.j1; j0 += kTileKeys) {
     __syncthreads();  // the previous K/V tile is no longer read
-    ch04::load_rows(k + kv0, j0, kTileKeys, keys.j1, d, d + 1, smem.k);
-    ch04::load_rows(v + kv0, j0, kTileKeys, keys.j1, d, d, smem.v);
+    const std::size_t tile = cache(b, kv, j0);  // 32 consecutive rows, eq. (9)
+    ch04::load_rows(k + tile, 0, kTileKeys, keys.j1 - j0, d, d + 1, smem.k);
+    ch04::load_rows(v + tile, 0, kTileKeys, keys.j1 - j0, d, d, smem.v);
     __syncthreads();  // the K/V tile is complete
     const int j = j0 + lane;
 #pragma unroll
@@ -211,7 +214,7 @@ void launch_split(const DecodeArgs& a, int splits) {
   launch<split_kernel<T, kPartial>>(
       dim3(splits * row_tiles, s.batch * s.hkv), dim3(kWarpLanes, kWarps),
       ch04::SharedTiles::bytes(kBlockRows, s.d), static_cast<const T*>(a.q),
-      static_cast<const T*>(a.k), static_cast<const T*>(a.v), a.lengths,
+      static_cast<const T*>(a.k), static_cast<const T*>(a.v), cache_rows(a), a.lengths,
       kPartial ? static_cast<void*>(a.o_partial) : a.o, kPartial ? a.lse_partial : a.lse, s, splits,
       row_tiles, a.scale, a.causal);
 }

@@ -1,10 +1,13 @@
-// Chapter 09: the traffic formulas of the split, streaming and combine kernels
-// (decode_kernels.cuh, stream_kernel.cuh), which the profile suite holds against the simulator's
-// counts.
+// Chapter 09: the paged cache's copies (eq. 9), and the traffic formulas of the split,
+// streaming and combine kernels (decode_kernels.cuh, stream_kernel.cuh), which the profile
+// suite holds against the simulator's counts.
 #include "chapters/09_flash_decoding/flash_decoding.hpp"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
+#include <numeric>
+#include <random>
 #include <string>
 
 namespace wb::ch09 {
@@ -23,6 +26,58 @@ bool sees_a_key(KeyRange keys, int i, int len, const DecodeShape& s, bool causal
 }
 
 }  // namespace
+
+namespace {
+
+/// Every key's row of K and V from layout `from` (eq. 9) to layout `to`.
+void copy_keys(const DecodeShape& shape, const CacheRows& from, const AttentionInputs& src,
+               const CacheRows& to, std::vector<float>& k, std::vector<float>& v) {
+  for (int b = 0; b < shape.batch; ++b)
+    for (int kv = 0; kv < shape.hkv; ++kv)
+      for (int j = 0; j < shape.lk; ++j) {
+        const auto f = std::ptrdiff_t(from(b, kv, j)), t = std::ptrdiff_t(to(b, kv, j));
+        std::copy(src.k.begin() + f, src.k.begin() + f + shape.d, k.begin() + t);
+        std::copy(src.v.begin() + f, src.v.begin() + f + shape.d, v.begin() + t);
+      }
+}
+
+CacheRows contiguous_rows(const DecodeShape& shape) {
+  return {nullptr, 1, 0, shape.hkv, shape.lk, shape.d};
+}
+
+CacheRows paged_rows(const PagedCache& p, const DecodeShape& shape) {
+  return {p.table.data(), p.page_keys, (shape.lk + p.page_keys - 1) / p.page_keys,
+          shape.hkv,      shape.lk,    shape.d};
+}
+
+}  // namespace
+
+PagedCache page_cache(const AttentionInputs& in, const DecodeShape& shape, int page_keys, int spare,
+                      std::uint64_t seed) {
+  const int per_sequence = (shape.lk + page_keys - 1) / page_keys;
+  PagedCache p;
+  p.page_keys = page_keys;
+  p.pages = shape.batch * per_sequence + spare;
+  std::vector<int> pool(std::size_t(p.pages));
+  std::iota(pool.begin(), pool.end(), 0);
+  std::mt19937_64 rng(seed);
+  std::shuffle(pool.begin(), pool.end(), rng);
+  p.table.assign(pool.begin(), pool.begin() + std::ptrdiff_t(shape.batch) * per_sequence);
+  const std::size_t elems = std::size_t(p.pages) * shape.hkv * std::size_t(page_keys) * shape.d;
+  p.k.assign(elems, NAN);
+  p.v.assign(elems, NAN);
+  copy_keys(shape, contiguous_rows(shape), in, paged_rows(p, shape), p.k, p.v);
+  return p;
+}
+
+AttentionInputs unpage_cache(const AttentionInputs& in, const PagedCache& paged,
+                             const DecodeShape& shape) {
+  AttentionInputs out{in.q, std::vector<float>(shape.kv_elems()),
+                      std::vector<float>(shape.kv_elems())};
+  copy_keys(shape, paged_rows(paged, shape), AttentionInputs{{}, paged.k, paged.v},
+            contiguous_rows(shape), out.k, out.v);
+  return out;
+}
 
 Traffic split_traffic(const DecodeArgs& a, int splits, int block_rows) {
   const DecodeShape& s = a.shape;

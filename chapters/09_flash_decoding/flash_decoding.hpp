@@ -12,6 +12,7 @@
 // query head h reads KV head h / g, g = hq / hkv (grouped-query attention)            eq. (5)
 // causal, per sequence of len keys: row i sees key j iff j <= i + (len - lq)          eq. (6)
 // splits = max(1, min(floor(sms x blocks_per_sm / base_blocks), ceil(tiles / 4)))     eq. (7)
+// paged cache: key j of sequence b in page table[b][j / page_keys], slot j % page_keys  eq. (9)
 #pragma once
 
 #include <algorithm>
@@ -103,6 +104,66 @@ __host__ __device__ inline float combine_weight(float lse_s, float lse) {
 __host__ __device__ inline int kv_head(int h, int group) {
   return h / group;
 }
+
+// [cache_rows]
+/// Where key j of KV head kv of sequence b lies in K (and in V), as an element offset, eq. (9):
+/// contiguous (batch, hkv, lk, d): ((b hkv + kv) lk + j) d; paged (pages, hkv, page_keys, d):
+/// ((table[b P + j / page_keys] hkv + kv) page_keys + j % page_keys) d, P = pages per
+/// sequence. A page holds whole K/V tiles of 32 keys (kPageKeyMultiple), so the rows of a tile
+/// that starts at a multiple of 32 are consecutive either way: a kernel looks a tile up once.
+struct CacheRows {
+  const int* table;  ///< (batch, P), or nullptr: contiguous
+  int page_keys, pages_per_sequence;
+  int hkv, lk, d;
+  __host__ __device__ std::size_t operator()(int b, int kv, int j) const {
+    if (table == nullptr) return ((std::size_t(b) * hkv + kv) * lk + j) * d;
+    const int page = table[std::size_t(b) * pages_per_sequence + j / page_keys];
+    return ((std::size_t(page) * hkv + kv) * page_keys + j % page_keys) * d;
+  }
+};
+// [cache_rows]
+static_assert(kTileKeys == kPageKeyMultiple, "a page holds whole K/V tiles");
+
+/// The cache of `a` as its kernels address it (the device's table), or as the host does.
+inline CacheRows cache_rows(const DecodeArgs& a, bool host = false) {
+  const bool paged = a.block_table != nullptr;
+  return {paged ? (host ? a.block_table_host : a.block_table) : nullptr,
+          paged ? a.page_keys : 1,
+          paged ? pages_per_sequence(a) : 0,
+          a.shape.hkv,
+          a.shape.lk,
+          a.shape.d};
+}
+
+/// A paged copy of a contiguous cache (DecodeArgs::block_table): K and V as
+/// (pages, hkv, page_keys, d) and the table, (batch, pages per sequence).
+struct PagedCache {
+  std::vector<float> k, v;
+  std::vector<int> table;
+  int page_keys = 0;
+  int pages = 0;
+};
+
+/// Pages of `page_keys` keys for every sequence, taken from a pool of batch x P + `spare`
+/// pages in a random order (the seed's), as an allocator hands them out. The slots no key
+/// fills (past lk in a sequence's last page, the spare pages) hold NaN: a kernel that reads
+/// one where it should not gets a NaN in its output.
+PagedCache page_cache(const AttentionInputs& in, const DecodeShape& shape, int page_keys, int spare,
+                      std::uint64_t seed);
+
+/// Points `a`, whose k and v hold `paged`'s pool, at its table (`device_table`, the table on
+/// a's backend).
+inline void use_paged_cache(DecodeArgs& a, const PagedCache& paged, const int* device_table) {
+  a.block_table = device_table;
+  a.block_table_host = paged.table.data();
+  a.page_keys = paged.page_keys;
+  a.pages = paged.pages;
+}
+
+/// The contiguous cache back from a paged one, eq. (9) on the CPU: in's q with the paged K, V
+/// gathered into (batch, hkv, lk, d).
+AttentionInputs unpage_cache(const AttentionInputs& in, const PagedCache& paged,
+                             const DecodeShape& shape);
 
 // ------------------------------------------------------------------------------------------
 // CPU step: split-KV attention, any split, any merge order

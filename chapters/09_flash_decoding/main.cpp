@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstdint>
 #include <iostream>
+#include <optional>
 #include <random>
 #include <string>
 #include <vector>
@@ -146,9 +147,27 @@ struct Row {
 
 // The previous step, the CPU split-KV (eq. 4 and a random merge tree) and every rung that
 // takes the type, on `in` rounded to `dtype`, against the fp64 reference of those values.
+/// The kernels' buffers over `in`, its cache paged (eq. 9) into pages of `page_keys` keys
+/// from a shuffled pool with one spare page when page_keys > 0.
+struct KernelBuffers {
+  PagedCache paged;
+  DecodeBuffers buffers;
+  std::optional<DeviceBuffer<int>> table;
+  KernelBuffers(Backend backend, const AttentionInputs& in, const std::vector<int>& lengths,
+                const DecodeShape& shape, int splits, bool causal, Dtype dtype, int page_keys,
+                std::uint64_t seed)
+      : paged(page_keys > 0 ? page_cache(in, shape, page_keys, 1, seed) : PagedCache{}),
+        buffers(backend, page_keys > 0 ? AttentionInputs{in.q, paged.k, paged.v} : in, lengths,
+                shape, splits, default_scale(shape.d), causal, dtype) {
+    if (page_keys == 0) return;
+    table.emplace(backend, paged.table);
+    use_paged_cache(buffers.args, paged, table->data());
+  }
+};
+
 void report_table(Backend backend, const Ladder<DecodeArgs>& ladder, const AttentionInputs& in,
                   const DecodeShape& shape, const std::vector<int>& lengths, int splits,
-                  bool causal, Dtype dtype, std::uint64_t seed) {
+                  int page_keys, bool causal, Dtype dtype, std::uint64_t seed) {
   const DecodeOptions opt{default_scale(shape.d), causal};
   std::vector<Row> rows;
   const auto cpu = [&](const std::string& name, auto&& f) {
@@ -166,11 +185,11 @@ void report_table(Backend backend, const Ladder<DecodeArgs>& ladder, const Atten
       [&] { return attention_split_kv(in, shape, lengths, opt, split, {&tree}); });
   std::vector<std::string> skipped;
   if (backend != Backend::cpu) {
-    DecodeBuffers buffers(backend, in, lengths, shape, splits, opt.scale, causal, dtype);
+    KernelBuffers kb(backend, in, lengths, shape, splits, causal, dtype, page_keys, seed);
     for (auto& run : run_ladder(
-             backend, rungs_taking(ladder, dtype), buffers.args,
+             backend, rungs_taking(ladder, dtype), kb.buffers.args,
              [&](const Rung<DecodeArgs>&) {
-               const DecodeOut o = buffers.download();
+               const DecodeOut o = kb.buffers.download();
                return DecodeResult{o.o, o.lse};
              },
              &skipped))
@@ -183,8 +202,9 @@ void report_table(Backend backend, const Ladder<DecodeArgs>& ladder, const Atten
   std::cout << (causal ? "Causal: " : "") << "O and logsumexp against fp64 on (" << to_string(shape)
             << "), lengths";
   for (int len : lengths) std::cout << " " << len;
-  std::cout << ", " << splits << " splits, randn, " << to_string(dtype) << ", seed " << seed
-            << ":\n";
+  std::cout << ", " << splits << " splits, randn, " << to_string(dtype) << ", seed " << seed;
+  if (page_keys > 0) std::cout << ", the kernels on a paged cache (pages of " << page_keys << ")";
+  std::cout << ":\n";
   Table t({"implementation", "O err (units of w)", "O vs previous", "logsumexp err", "ms"});
   for (const Row& row : rows) {
     const ErrorReport o = ref::compare_weighted(row.out.o, r.o, w);
@@ -207,22 +227,24 @@ void report_table(Backend backend, const Ladder<DecodeArgs>& ladder, const Atten
 }
 
 int run_bench(const Ladder<DecodeArgs>& ladder, const BenchOptions& options,
-              const DecodeShape& shape, int splits, bool causal, Dtype dtype, std::uint64_t seed) {
+              const DecodeShape& shape, int splits, int page_keys, bool causal, Dtype dtype,
+              std::uint64_t seed) {
   Bench bench("09_flash_decoding", "decode", options);
   const AttentionInputs in = {
       bench_input(std::int64_t(shape.batch) * shape.hq * shape.lq, shape.d, seed),
       bench_input(std::int64_t(shape.batch) * shape.hkv * shape.lk, shape.d, seed + 1),
       bench_input(std::int64_t(shape.batch) * shape.hkv * shape.lk, shape.d, seed + 2)};
-  DecodeBuffers buffers(Backend::cuda, in, {}, shape, splits, default_scale(shape.d), causal,
-                        dtype);
+  KernelBuffers kb(Backend::cuda, in, {}, shape, splits, causal, dtype, page_keys, seed);
   // Decoding is bound by reading the cache: K and V once, Q read and O written once.
   const double bytes =
       double(dtype_bytes(dtype)) * (2.0 * double(shape.kv_elems()) + 2.0 * double(shape.q_elems()));
   std::cout << "split_kv, stream_kv and mma_kv with " << splits
-            << " splits per sequence (eq. 7 for stream_kv, or --splits)\n";
-  bench_ladder(bench, rungs_taking(ladder, dtype), buffers.args,
+            << " splits per sequence (eq. 7 for stream_kv, or --splits)"
+            << (page_keys > 0 ? ", the cache paged (eq. 9)" : "") << "\n";
+  bench_ladder(bench, rungs_taking(ladder, dtype), kb.buffers.args,
                decode_shape_string(shape.batch, shape.hq, shape.hkv, shape.lq, shape.lk, shape.d) +
-                   (causal ? " causal" : ""),
+                   (causal ? " causal" : "") +
+                   (page_keys > 0 ? " paged " + std::to_string(page_keys) : ""),
                Work::moving(bytes));
   return bench.finish();
 }
@@ -233,7 +255,7 @@ int main(int argc, char** argv) {
   Cli cli("ch09",
           "Chapter 09: Flash-Decoding, split-KV attention on the CPU and as CUDA kernels "
           "(fp32, fp16 and bf16 elements, float arithmetic).");
-  int batch = 0, hq = 0, hkv = 0, lq = 0, lk = 0, d = 0, splits = 0;
+  int batch = 0, hq = 0, hkv = 0, lq = 0, lk = 0, d = 0, splits = 0, page_keys = 0;
   bool causal = false, full = false;
   std::string dtype = "fp32";
   cli.option("--batch", &batch, "sequences (default 3; 1 on cuda)", ch04::kMaxBatchHeads)
@@ -244,6 +266,10 @@ int main(int argc, char** argv) {
       .option("--d", &d, "head dimension (default 64; 128 on cuda)", ch04::kMaxHeadDim)
       .option("--splits", &splits, "key ranges per sequence (default: eq. (7) for the device)",
               kMaxSplits)
+      .option("--page-keys", &page_keys,
+              "the kernels read a paged copy of the cache, pages of this many keys (a multiple "
+              "of 32) from a shuffled pool, eq. (9) (default: contiguous)",
+              1 << 20)
       .flag("--full", &full,
             "every sequence uses all lk keys (default: seeded lengths in [1, lk], "
             "the first full; --bench always uses full ones)")
@@ -270,6 +296,13 @@ int main(int argc, char** argv) {
   if (!options.bench.enabled && !options.profile && (causal || dtype != "fp32"))
     return cli.error(
         "--causal and --dtype only apply with --bench or --profile (the report runs both)");
+  if (page_keys % kPageKeyMultiple != 0)
+    return cli.error("--page-keys = " + std::to_string(page_keys) + " is not a multiple of " +
+                     std::to_string(kPageKeyMultiple) + " (a K/V tile would straddle two pages)");
+  if (page_keys > 0 && options.profile)
+    return cli.error(
+        "--page-keys applies to the report and --bench (the traffic formulas count a contiguous "
+        "cache)");
   const Ladder<DecodeArgs> ladder = select_kernel_backend(options.backend, make_ladder);
   const Dtype type = dtypes_of_option(dtype).front();
   // eq. (7) on the device that runs the kernels (the simulator models an H100)
@@ -279,7 +312,8 @@ int main(int argc, char** argv) {
       });
   if (options.bench.enabled)
     return run_guarded(cli, [&] {
-      return run_bench(ladder, options.bench, shape, n_splits, causal, type, options.seed);
+      return run_bench(ladder, options.bench, shape, n_splits, page_keys, causal, type,
+                       options.seed);
     });
   const std::vector<int> lengths =
       full ? std::vector<int>{} : ragged_lengths(shape.batch, shape.lk, options.seed);
@@ -317,7 +351,7 @@ int main(int argc, char** argv) {
         for (Dtype t : dtypes_of_option(options.backend == Backend::cpu ? "fp32" : "all"))
           for (bool c : {false, true})
             report_table(options.backend, ladder, ch06::round_inputs(randn, t), shape, lengths,
-                         n_splits, c, t, options.seed);
+                         n_splits, page_keys, c, t, options.seed);
         print_sim_time_note(std::cout, options.backend);
       },
       "Next: chapter 10, the FlashAttention-2 backward pass (chapters/10_fa2_backward, docs page\n"

@@ -52,7 +52,20 @@ constexpr int mma_shared_elements() {
   return 2 * 2 * kMmaKeys * D + kMmaRows * D;
 }
 
-// q: (batch, hq, lq, D); k, v: (batch, hkv, lk, D), all of T; lengths: (batch) or nullptr;
+/// Keys [t0, t0 + 64) of the cache below j1 into a K or V tile by cp.async (zeros past j1), in
+/// two halves of 32 rows: a page of a paged cache holds whole halves, not whole tiles (eq. 9).
+template <int D, typename T>
+__device__ void load_cache_tile_async(const T* __restrict__ base, const CacheRows& cache, int b,
+                                      int kv, int t0, int j1, T* tile) {
+  for (int h = 0; h < kMmaKeys; h += kTileKeys) {
+    const int j = t0 + h;
+    const T* src = j < j1 ? base + cache(b, kv, j) : base;  // past j1: read nothing
+    ch08::load_tile_async<D, true>(src, 0, kTileKeys, j1 - j, tile, h);
+  }
+}
+
+// q: (batch, hq, lq, D); k, v: the cache, rows addressed by `cache` (eq. 9), all of T;
+// lengths: (batch) or nullptr;
 // o_partial (batch, hq, lq, splits, D), lse_partial (batch, hq, lq, splits) of float. Block
 // (blockIdx.x, blockIdx.y): split blockIdx.x / row_tiles, group rows
 // [16 (blockIdx.x % row_tiles), + 16) of KV head blockIdx.y % hkv of sequence blockIdx.y / hkv;
@@ -60,7 +73,7 @@ constexpr int mma_shared_elements() {
 template <typename T, int D>
 __global__ void __launch_bounds__(kMmaThreads)
     mma_kernel(const T* __restrict__ q, const T* __restrict__ k, const T* __restrict__ v,
-               const int* __restrict__ lengths, float* __restrict__ o_partial,
+               CacheRows cache, const int* __restrict__ lengths, float* __restrict__ o_partial,
                float* __restrict__ lse_partial, DecodeShape shape, int splits, int row_tiles,
                float scale, bool causal) {
   constexpr int kTileElements = kMmaKeys * D;  // one K or V tile, swizzled rows of D
@@ -77,7 +90,6 @@ __global__ void __launch_bounds__(kMmaThreads)
   if (warp == 0 && lane == 0)
     length[0] = lengths == nullptr ? shape.lk : max(0, min(lengths[b], shape.lk));
   const std::size_t row0 = (std::size_t(b) * shape.hq + std::size_t(kv) * g) * lq + r0;
-  const std::size_t kv0 = (std::size_t(b) * shape.hkv + kv) * shape.lk * D;
   ch08::load_tile<D, true>(q + row0 * D, 0, kMmaRows, rows, q_tile);  // zeros past `rows`
   __syncthreads();  // the length and the Q tile visible to every thread
   const int len = length[0];
@@ -92,17 +104,16 @@ __global__ void __launch_bounds__(kMmaThreads)
 
   // [mma_decode]
   if (tiles > 0) {
-    ch08::load_tile_async<D, true>(k + kv0, keys.j0, kMmaKeys, keys.j1, smem);
-    ch08::load_tile_async<D, true>(v + kv0, keys.j0, kMmaKeys, keys.j1, smem + kTileElements);
+    load_cache_tile_async<D>(k, cache, b, kv, keys.j0, keys.j1, smem);
+    load_cache_tile_async<D>(v, cache, b, kv, keys.j0, keys.j1, smem + kTileElements);
   }
   ptx::cp_async_commit();
   for (int jt = 0; jt < tiles; ++jt) {
     const int t0 = keys.j0 + jt * kMmaKeys;
     if (jt + 1 < tiles) {  // chapter 08's eq. (4): the next tile lands while this one computes
       T* next = smem + (jt + 1) % 2 * 2 * kTileElements;
-      ch08::load_tile_async<D, true>(k + kv0, t0 + kMmaKeys, kMmaKeys, keys.j1, next);
-      ch08::load_tile_async<D, true>(v + kv0, t0 + kMmaKeys, kMmaKeys, keys.j1,
-                                     next + kTileElements);
+      load_cache_tile_async<D>(k, cache, b, kv, t0 + kMmaKeys, keys.j1, next);
+      load_cache_tile_async<D>(v, cache, b, kv, t0 + kMmaKeys, keys.j1, next + kTileElements);
     }
     ptx::cp_async_commit();
     ptx::cp_async_wait<1>();  // all but the newest group: tile jt has landed
@@ -162,8 +173,8 @@ void launch_mma(const DecodeArgs& a) {
   const int row_tiles = ceil_div(s.group() * s.lq, kMmaRows);
   launch<kKernel>(dim3(a.splits * row_tiles, s.batch * s.hkv), dim3(ch04::kWarpLanes, kMmaWarps),
                   bytes, static_cast<const T*>(a.q), static_cast<const T*>(a.k),
-                  static_cast<const T*>(a.v), a.lengths, a.o_partial, a.lse_partial, s, a.splits,
-                  row_tiles, a.scale, a.causal);
+                  static_cast<const T*>(a.v), cache_rows(a), a.lengths, a.o_partial, a.lse_partial,
+                  s, a.splits, row_tiles, a.scale, a.causal);
 }
 
 }  // namespace

@@ -63,7 +63,8 @@ std::size_t stream_shared_bytes(int rows, int d) {
                           block_partial_floats(kStreamWarps * stream_slots<T>(d), rows, d + 2));
 }
 
-// q: (batch, hq, lq, d) of T; k, v: (batch, hkv, lk, d) of T; lengths: (batch) or nullptr;
+// q: (batch, hq, lq, d) of T; k, v: the cache, rows addressed by `cache` (eq. 9) of T;
+// lengths: (batch) or nullptr;
 // o_partial (batch, hq, lq, splits, d) and lse_partial (batch, hq, lq, splits) of float.
 // Block (blockIdx.x, blockIdx.y): split blockIdx.x / row_tiles, group rows
 // [R (blockIdx.x % row_tiles), + R) of KV head blockIdx.y % hkv of sequence blockIdx.y / hkv.
@@ -73,7 +74,7 @@ std::size_t stream_shared_bytes(int rows, int d) {
 template <typename T, int R>
 __global__ void __launch_bounds__(kStreamThreads)
     stream_kernel(const T* __restrict__ q, const T* __restrict__ k, const T* __restrict__ v,
-                  const int* __restrict__ lengths, float* __restrict__ o_partial,
+                  CacheRows cache, const int* __restrict__ lengths, float* __restrict__ o_partial,
                   float* __restrict__ lse_partial, DecodeShape shape, int splits, int row_tiles,
                   float scale, bool causal) {
   constexpr int W = Vec<T>::kWidth;   // elements of one 16-byte load
@@ -96,7 +97,6 @@ __global__ void __launch_bounds__(kStreamThreads)
   __shared__ int length[1];                 // the sequence's keys in use, read once
   if (tid == 0) length[0] = lengths == nullptr ? shape.lk : max(0, min(lengths[b], shape.lk));
   const std::size_t row0 = (std::size_t(b) * shape.hq + std::size_t(kv) * g) * lq + r0;
-  const std::size_t kv0 = (std::size_t(b) * shape.hkv + kv) * shape.lk * d;
   for (int e = tid * W; e < rows * d; e += kStreamThreads * W) {  // the Q tile, once
     const Vec<T> x = load_vec(q + row0 * d, e);
 #pragma unroll
@@ -127,8 +127,9 @@ __global__ void __launch_bounds__(kStreamThreads)
 #pragma unroll
       for (int e = 0; e < kStreamVecs; ++e) {
         if (j < keys.j1 && col[e] < d) {
-          kk[u][e] = load_vec(k + kv0 + std::size_t(j) * d, col[e]);
-          vv[u][e] = load_vec(v + kv0 + std::size_t(j) * d, col[e]);
+          const std::size_t row = cache(b, kv, j);  // eq. (9)
+          kk[u][e] = load_vec(k + row, col[e]);
+          vv[u][e] = load_vec(v + row, col[e]);
         } else {
 #pragma unroll
           for (int w = 0; w < W; ++w) kk[u][e].v[w] = vv[u][e].v[w] = from_float<T>(0.f);
@@ -224,8 +225,8 @@ void Kernels<kThisBackend>::stream_partials(const DecodeArgs& a) {
       launch<stream_kernel<T, R>>(
           dim3(a.splits * row_tiles, s.batch * s.hkv), dim3(ch04::kWarpLanes, kStreamWarps),
           stream_shared_bytes<T>(R, s.d), static_cast<const T*>(a.q), static_cast<const T*>(a.k),
-          static_cast<const T*>(a.v), a.lengths, a.o_partial, a.lse_partial, s, a.splits, row_tiles,
-          a.scale, a.causal);
+          static_cast<const T*>(a.v), cache_rows(a), a.lengths, a.o_partial, a.lse_partial, s,
+          a.splits, row_tiles, a.scale, a.causal);
     });
   });
 }

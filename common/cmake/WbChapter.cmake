@@ -158,21 +158,11 @@ function(wb_add_chapter)
       FAIL_REGULAR_EXPRESSION "differs!|error")
   endif()
   # Bad input gets one line on stderr and exit code 2 (common/cmake/expect_refusal.cmake).
-  foreach(bad "unknown-option|--no-such-option|unknown option" "not-a-number|--seed,12ab|--seed expects"
-              "negative-seed|--seed,-1|--seed expects" "unknown-backend|--backend,tpu|--backend expects"
-              "access-csv-without-profile|--access-csv,a.csv|--access-csv only applies with --profile"
-              "rung-without-profile|--rung,fa2|--rung only applies with --profile")
-    string(REPLACE "|" ";" bad "${bad}")
-    list(GET bad 0 what)
-    list(GET bad 1 args)
-    list(GET bad 2 expect)
-    string(REPLACE "," ";" args "${args}")
-    add_test(NAME ${chapter}/refuses-${what}
-             COMMAND ${CMAKE_COMMAND} -D PROGRAM=$<TARGET_FILE:${ch}> -D NAME=${ch}
-                     "-D ARGS=${args}" "-D EXPECT=${expect}"
-                     -P ${PROJECT_SOURCE_DIR}/common/cmake/expect_refusal.cmake)
-    set_tests_properties(${chapter}/refuses-${what} PROPERTIES LABELS cpu)
-  endforeach()
+  wb_add_refusal_tests(${chapter} ${ch}
+    "unknown-option|--no-such-option|unknown option" "not-a-number|--seed,12ab|--seed expects"
+    "negative-seed|--seed,-1|--seed expects" "unknown-backend|--backend,tpu|--backend expects"
+    "access-csv-without-profile|--access-csv,a.csv|--access-csv only applies with --profile"
+    "rung-without-profile|--rung,fa2|--rung only applies with --profile")
   # `chNN --list --csv -`: the ladder as bench/bench_vs_torch.py reads it (common/rung_list.cpp).
   add_test(NAME ${chapter}/lists-its-ladder COMMAND ${ch} --list --csv -)
   set_tests_properties(${chapter}/lists-its-ladder PROPERTIES LABELS cpu
@@ -186,6 +176,24 @@ function(wb_add_chapter)
     wb_add_chapter_tests(${chapter} ${ch} "${test_sources}")
     _wb_add_chapter_exercise(${chapter} ${ch} "${test_sources}" "${kernels}")
   endif()
+endfunction()
+
+# Tests that program `ch` of `chapter` refuses bad input in one line with exit code 2: each
+# further argument is "what|arguments|expected words", the arguments separated by commas; the
+# test is named chapter/refuses-what.
+function(wb_add_refusal_tests chapter ch)
+  foreach(bad IN LISTS ARGN)
+    string(REPLACE "|" ";" bad "${bad}")
+    list(GET bad 0 what)
+    list(GET bad 1 args)
+    list(GET bad 2 expect)
+    string(REPLACE "," ";" args "${args}")
+    add_test(NAME ${chapter}/refuses-${what}
+             COMMAND ${CMAKE_COMMAND} -D PROGRAM=$<TARGET_FILE:${ch}> -D NAME=${ch}
+                     "-D ARGS=${args}" "-D EXPECT=${expect}"
+                     -P ${PROJECT_SOURCE_DIR}/common/cmake/expect_refusal.cmake)
+    set_tests_properties(${chapter}/refuses-${what} PROPERTIES LABELS cpu)
+  endforeach()
 endfunction()
 
 # The chapter's test files compiled once for every binary that runs them: the tests, their
