@@ -143,7 +143,7 @@ function(wb_add_chapter)
   # main.cpp compiled once for the program and its instrumented twin (which differ in the
   # kernel libraries they link, not in the program: it asks the simulator at run time).
   add_library(${ch}_program_objects OBJECT main.cpp)
-  target_link_libraries(${ch}_program_objects PRIVATE ${ch}_lib wb_warnings)
+  target_link_libraries(${ch}_program_objects PRIVATE ${ch}_lib wb_warnings wb_line_tables)
   add_executable(${ch} $<TARGET_OBJECTS:${ch}_program_objects>)
   target_link_libraries(${ch} PRIVATE ${ch}_lib wb_warnings)
   # chNN_instrumented: what `chNN --profile` runs (common/ladder_profile.hpp). The test runs
@@ -215,7 +215,8 @@ function(_wb_compile_tests_once chapter ch test_sources out)
   endforeach()
   if(shared)
     add_library(test_${chapter}_objects OBJECT ${shared})
-    target_link_libraries(test_${chapter}_objects PRIVATE ${ch}_lib wb_test_main wb_warnings)
+    target_link_libraries(test_${chapter}_objects PRIVATE ${ch}_lib wb_test_main wb_warnings
+                                                          wb_line_tables)
     list(APPEND result $<TARGET_OBJECTS:test_${chapter}_objects>)
   endif()
   set(${out} "${result}" PARENT_SCOPE)
