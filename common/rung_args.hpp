@@ -120,7 +120,7 @@ struct DecodeArgs {
   /// A paged KV cache, the layout serving engines use; null: the contiguous k and v above.
   /// Paged, k and v are (pages, hkv, page_keys, d): a pool of pages, and sequence b's keys
   /// [p page_keys, (p + 1) page_keys) lie in page block_table[b pages_per_sequence + p], with
-  /// pages_per_sequence = ceil(lk / page_keys) (chapter 09's eq. 8). A device pointer.
+  /// pages_per_sequence = ceil(lk / page_keys) (chapter 09's eq. 9). A device pointer.
   const int* block_table = nullptr;
   const int* block_table_host = nullptr;  ///< its host copy, which the checks read
   int page_keys = 0;                      ///< keys per page: a multiple of kPageKeyMultiple
@@ -131,9 +131,12 @@ struct DecodeArgs {
 /// which starts at a multiple of 32, never straddles two pages.
 inline constexpr int kPageKeyMultiple = 32;
 
-/// Pages per sequence of a paged cache: ceil(lk / page_keys).
+/// Pages per sequence of a paged cache of lk slots per sequence: ceil(lk / page_keys).
+__host__ __device__ inline int pages_per_sequence(int lk, int page_keys) {
+  return (lk + page_keys - 1) / page_keys;
+}
 inline int pages_per_sequence(const DecodeArgs& a) {
-  return (a.shape.lk + a.page_keys - 1) / a.page_keys;
+  return pages_per_sequence(a.shape.lk, a.page_keys);
 }
 
 /// Attention's backward pass (chapter 10): from Q, K, V, the forward's O and logsumexp, and

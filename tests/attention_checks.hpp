@@ -313,12 +313,12 @@ struct AttentionCase {
   KeyMask mask = KeyMask::none;  ///< keys masked with -inf scores (mask_keys); not with causal
 };
 
-/// Every shape times every score kind, under each of `masks`, in each of `dtypes`.
 /// The kernel shapes of this run: kAttentionKernelShapes, or their race-mode subset.
 inline const std::vector<AttentionShape>& attention_kernel_shapes() {
   return small_shapes() ? kAttentionKernelRaceShapes : kAttentionKernelShapes;
 }
 
+/// Every shape times every score kind, under each of `masks`, in each of `dtypes`.
 inline std::vector<AttentionCase> attention_cases(const std::vector<AttentionShape>& shapes,
                                                   const std::vector<bool>& masks = {false},
                                                   const std::vector<Dtype>& dtypes = {

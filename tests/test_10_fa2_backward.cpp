@@ -73,9 +73,9 @@ std::string describe(const Case& c) {
 
 /// The case's inputs: Q, K, V of its kind, dO randn, and the forward's O and logsumexp from
 /// chapter 06's CPU FA2 (float): what a training step hands the backward; in fp32 also the P
-/// a standard forward stores (chapter 04's naive attention: the standard rung's input). For a 16-bit type, Q, K, V, dO and
-/// O rounded to it: the values its kernels read, on which the CPU step and the fp64 reference
-/// run too.
+/// a standard forward stores (chapter 04's naive attention: the standard rung's input). For a
+/// 16-bit type, Q, K, V, dO and O rounded to it: the values its kernels read, on which the CPU
+/// step and the fp64 reference run too.
 BackwardInputs backward_inputs(const Case& c, Dtype type = Dtype::fp32) {
   const float scale = default_scale(c.shape.d);
   BackwardInputs in;

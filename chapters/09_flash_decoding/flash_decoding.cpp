@@ -25,36 +25,25 @@ bool sees_a_key(KeyRange keys, int i, int len, const DecodeShape& s, bool causal
   return keys.j1 > keys.j0 && (!causal || keys.j0 <= i + (len - s.lq));
 }
 
-}  // namespace
-
-namespace {
-
-/// Every key's row of K and V from layout `from` (eq. 9) to layout `to`.
-void copy_keys(const DecodeShape& shape, const CacheRows& from, const AttentionInputs& src,
-               const CacheRows& to, std::vector<float>& k, std::vector<float>& v) {
+/// Every key's row of K and V (k_from, v_from) from layout `from` (eq. 9) into k, v in layout
+/// `to`.
+void copy_keys(const DecodeShape& shape, const CacheRows& from, const std::vector<float>& k_from,
+               const std::vector<float>& v_from, const CacheRows& to, std::vector<float>& k,
+               std::vector<float>& v) {
   for (int b = 0; b < shape.batch; ++b)
     for (int kv = 0; kv < shape.hkv; ++kv)
       for (int j = 0; j < shape.lk; ++j) {
         const auto f = std::ptrdiff_t(from(b, kv, j)), t = std::ptrdiff_t(to(b, kv, j));
-        std::copy(src.k.begin() + f, src.k.begin() + f + shape.d, k.begin() + t);
-        std::copy(src.v.begin() + f, src.v.begin() + f + shape.d, v.begin() + t);
+        std::copy(k_from.begin() + f, k_from.begin() + f + shape.d, k.begin() + t);
+        std::copy(v_from.begin() + f, v_from.begin() + f + shape.d, v.begin() + t);
       }
-}
-
-CacheRows contiguous_rows(const DecodeShape& shape) {
-  return {nullptr, 1, 0, shape.hkv, shape.lk, shape.d};
-}
-
-CacheRows paged_rows(const PagedCache& p, const DecodeShape& shape) {
-  return {p.table.data(), p.page_keys, (shape.lk + p.page_keys - 1) / p.page_keys,
-          shape.hkv,      shape.lk,    shape.d};
 }
 
 }  // namespace
 
 PagedCache page_cache(const AttentionInputs& in, const DecodeShape& shape, int page_keys, int spare,
                       std::uint64_t seed) {
-  const int per_sequence = (shape.lk + page_keys - 1) / page_keys;
+  const int per_sequence = pages_per_sequence(shape.lk, page_keys);
   PagedCache p;
   p.page_keys = page_keys;
   p.pages = shape.batch * per_sequence + spare;
@@ -66,7 +55,8 @@ PagedCache page_cache(const AttentionInputs& in, const DecodeShape& shape, int p
   const std::size_t elems = std::size_t(p.pages) * shape.hkv * std::size_t(page_keys) * shape.d;
   p.k.assign(elems, NAN);
   p.v.assign(elems, NAN);
-  copy_keys(shape, contiguous_rows(shape), in, paged_rows(p, shape), p.k, p.v);
+  copy_keys(shape, contiguous_rows(shape), in.k, in.v, paged_rows(p.table.data(), page_keys, shape),
+            p.k, p.v);
   return p;
 }
 
@@ -74,7 +64,7 @@ AttentionInputs unpage_cache(const AttentionInputs& in, const PagedCache& paged,
                              const DecodeShape& shape) {
   AttentionInputs out{in.q, std::vector<float>(shape.kv_elems()),
                       std::vector<float>(shape.kv_elems())};
-  copy_keys(shape, paged_rows(paged, shape), AttentionInputs{{}, paged.k, paged.v},
+  copy_keys(shape, paged_rows(paged.table.data(), paged.page_keys, shape), paged.k, paged.v,
             contiguous_rows(shape), out.k, out.v);
   return out;
 }

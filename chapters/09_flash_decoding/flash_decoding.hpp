@@ -124,15 +124,18 @@ struct CacheRows {
 // [cache_rows]
 static_assert(kTileKeys == kPageKeyMultiple, "a page holds whole K/V tiles");
 
-/// The cache of `a` as its kernels address it (the device's table), or as the host does.
-inline CacheRows cache_rows(const DecodeArgs& a, bool host = false) {
-  const bool paged = a.block_table != nullptr;
-  return {paged ? (host ? a.block_table_host : a.block_table) : nullptr,
-          paged ? a.page_keys : 1,
-          paged ? pages_per_sequence(a) : 0,
-          a.shape.hkv,
-          a.shape.lk,
-          a.shape.d};
+/// The contiguous cache of `shape`, and a paged one through `table` (pages of page_keys keys).
+inline CacheRows contiguous_rows(const DecodeShape& shape) {
+  return {nullptr, 1, 0, shape.hkv, shape.lk, shape.d};
+}
+inline CacheRows paged_rows(const int* table, int page_keys, const DecodeShape& shape) {
+  return {table, page_keys, pages_per_sequence(shape.lk, page_keys), shape.hkv, shape.lk, shape.d};
+}
+
+/// The cache of `a` as its kernels address it (the device's table).
+inline CacheRows cache_rows(const DecodeArgs& a) {
+  return a.block_table == nullptr ? contiguous_rows(a.shape)
+                                  : paged_rows(a.block_table, a.page_keys, a.shape);
 }
 
 /// A paged copy of a contiguous cache (DecodeArgs::block_table): K and V as

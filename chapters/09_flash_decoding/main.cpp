@@ -145,8 +145,6 @@ struct Row {
   double ms;
 };
 
-// The previous step, the CPU split-KV (eq. 4 and a random merge tree) and every rung that
-// takes the type, on `in` rounded to `dtype`, against the fp64 reference of those values.
 /// The kernels' buffers over `in`, its cache paged (eq. 9) into pages of `page_keys` keys
 /// from a shuffled pool with one spare page when page_keys > 0.
 struct KernelBuffers {
@@ -165,6 +163,8 @@ struct KernelBuffers {
   }
 };
 
+// The previous step, the CPU split-KV (eq. 4 and a random merge tree) and every rung that
+// takes the type, on `in` rounded to `dtype`, against the fp64 reference of those values.
 void report_table(Backend backend, const Ladder<DecodeArgs>& ladder, const AttentionInputs& in,
                   const DecodeShape& shape, const std::vector<int>& lengths, int splits,
                   int page_keys, bool causal, Dtype dtype, std::uint64_t seed) {

@@ -43,9 +43,8 @@ void print_intro() {
 
 /// The forward's O and logsumexp (chapter 06's CPU FA2) and a seeded dO for `qkv`, and with
 /// `keep_p` in fp32 the P a standard forward stores (chapter 04's naive attention: the standard
-/// rung's input); for a 16-bit
-/// type Q, K, V, dO and O rounded to it (what its kernels read, and what the CPU steps and the
-/// fp64 reference then run on).
+/// rung's input); for a 16-bit type Q, K, V, dO and O rounded to it (what its kernels read, and
+/// what the CPU steps and the fp64 reference then run on).
 BackwardInputs forward_for(const AttentionInputs& qkv_in, AttentionShape shape, float scale,
                            bool causal, std::uint64_t seed, Dtype type = Dtype::fp32,
                            bool keep_p = true) {

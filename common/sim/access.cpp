@@ -142,7 +142,7 @@ struct LaunchRecord {
   std::vector<TrafficCounts> by_site_id;         // by SiteIds id; sites not met have no requests
   std::map<std::string, TrafficCounts> by_site;  // WMMA tile operations (they know their site)
   std::unordered_map<unsigned, std::size_t> buffer_index;  // Buffer::id -> profile.buffers
-  const void* slot_buffer = nullptr;                       // the last buffer_slot() answer, a cache
+  const Buffer* slot_buffer = nullptr;                     // the last buffer_slot() answer, a cache
   int slot = -1;
 };
 
@@ -759,13 +759,13 @@ std::vector<LaunchProfile> stop_profile() {
   detail::State& s = detail::state();
   s.profiling = false;
   s.tracing = false;
-  // One addr2line run for every instruction of every launch.
   // Sites a launch never met have no requests: every request counts one.
   const auto met = [](const TrafficCounts& c) {
     const std::uint64_t requests = c.global_load.requests + c.global_store.requests +
                                    c.shared_load.requests + c.shared_store.requests;
     return requests > 0;
   };
+  // One addr2line run for every instruction of every launch.
   std::vector<const void*> pcs;
   for (const detail::LaunchRecord& rec : s.records) {
     for (std::uint32_t site = 0; site < rec.by_site_id.size(); ++site) {
