@@ -204,7 +204,7 @@ void launch_recipe(const AttentionArgs& a) {
   if (Recipe::kScheduled && !(a.scale > 0.f))
     throw std::invalid_argument(std::string(Recipe::kName) + ": the softmax scale must be " +
                                 "positive (the row max is taken over unscaled scores)");
-  with_tile_shape(Recipe::kName, a.dtype, a.shape.d, {a.q, a.k, a.v},
+  with_tile_shape(Recipe::kName, a.dtype, a.shape.d, {a.q, a.k, a.v}, "q, k and v",
                   [&](auto t, auto d) { launch_fast<decltype(t), decltype(d)::value, Recipe>(a); });
 }
 

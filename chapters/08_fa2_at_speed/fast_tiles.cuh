@@ -23,16 +23,17 @@ namespace wb::ch08 {
 
 /// Calls launch(T{}, std::integral_constant<int, D>{}) with T the 16-bit type of `dtype` and D
 /// the head dimension `d`, after what kernels built from these tiles need: `rows` (the matrices
-/// they load) 16-byte aligned, as the tile loads move 16 bytes at a time; fp16 or bf16; d = 64
-/// or 128, the tile shapes compiled (any other d would index past them). Each refusal is one
-/// line naming `rung`.
+/// they load, named in the refusal by `rows_named`) 16-byte aligned, as the tile loads move 16
+/// bytes at a time; fp16 or bf16; d = 64 or 128, the tile shapes compiled (any other d would index
+/// past them). Each refusal is one line naming `rung`.
 template <typename Launch>
 void with_tile_shape(const char* rung, Dtype dtype, int d, std::initializer_list<const void*> rows,
-                     Launch&& launch) {
+                     const char* rows_named, Launch&& launch) {
   constexpr std::uintptr_t kLoadBytes = 16;
   for (const void* p : rows)
     if (reinterpret_cast<std::uintptr_t>(p) % kLoadBytes != 0)
-      throw std::invalid_argument(std::string(rung) + ": q, k and v must be 16-byte aligned");
+      throw std::invalid_argument(std::string(rung) + ": " + rows_named +
+                                  " must be 16-byte aligned");
   if (dtype != Dtype::fp16 && dtype != Dtype::bf16)
     throw std::invalid_argument(std::string(rung) + ": takes fp16 or bf16 elements");
   const auto with_d = [&](auto t) {
@@ -111,6 +112,17 @@ __device__ __forceinline__ void load_a(std::uint32_t (&a)[4], const T* tile, int
     a[2] = ptx::load_pair(tile + Layout::offset(row0 + g, col0 + 2 * t + 8));
     a[3] = ptx::load_pair(tile + Layout::offset(row0 + g + 8, col0 + 2 * t + 8));
   }
+}
+
+/// A fragment (16 x 16) of rows [row0, row0 + 16), columns [col0, col0 + 16) of a matrix whose
+/// transpose the tile holds row-major, A(m, k) = tile(col0 + k, row0 + m), by ldmatrix .trans:
+/// matrix j is a[j], stored as (k 0-7, m 0-7), (k 0-7, m 8-15), (k 8-15, m 0-7), (k 8-15, m 8-15),
+/// and transposing it gives lane (g, t) A(g, 2t..2t+1). Chapter 10's dS, from its dS^T tile.
+template <typename Layout, typename T>
+__device__ __forceinline__ void load_a_transposed(std::uint32_t (&a)[4], const T* tile, int row0,
+                                                  int col0, int lane) {
+  ptx::ldmatrix_x4_trans(
+      a, tile + Layout::offset(col0 + lane % 8 + 8 * (lane / 16), row0 + 8 * (lane / 8 % 2)));
 }
 
 /// B fragments (16 x 8) of K^T for S = Q K^T, two key groups at once: keys [key0, key0 + 8) and

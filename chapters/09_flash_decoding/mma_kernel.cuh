@@ -185,7 +185,7 @@ void launch_mma(const DecodeArgs& a) {
 
 template <>
 void Kernels<kThisBackend>::mma_partials(const DecodeArgs& a) {
-  ch08::with_tile_shape("mma_kv", a.dtype, a.shape.d, {a.q, a.k, a.v},
+  ch08::with_tile_shape("mma_kv", a.dtype, a.shape.d, {a.q, a.k, a.v}, "q, k and v",
                         [&](auto t, auto d) { launch_mma<decltype(t), decltype(d)::value>(a); });
 }
 

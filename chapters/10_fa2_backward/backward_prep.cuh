@@ -1,12 +1,13 @@
 // Chapter 10: the backward's small kernels, shared by its rungs (this file compiles to nothing
 // by itself; each kernel file includes it): the D kernel of eq. (3), which also zeroes the float
-// dQ the main kernels add into, and the 16-bit rung's final conversion of that dQ.
+// dQ the main kernels add into, and the 16-bit rungs' final conversion of that dQ.
 #pragma once
 
 #include "common/kernel.cuh"
 #include "common/vector_types.cuh"
 
 #include "chapters/04_fused_qk_softmax/attention_tiles.cuh"
+#include "common/rung_args.hpp"
 
 namespace wb::ch10 {
 namespace {  // kernels have internal linkage: one copy per backend's translation unit
@@ -50,6 +51,17 @@ void launch_dq_convert(const float* dq_accum, T* dq, std::size_t n) {
   constexpr int kThreads = 256;
   launch<dq_convert_kernel<T>>(dim3(unsigned((n + kThreads - 1) / kThreads)), dim3(kThreads), 0,
                                dq_accum, dq, n);
+}
+
+/// A 16-bit rung's three launches: the D kernel (dQ's float scratch zeroed), `main` (the rung's
+/// kernel, adding into that scratch), then dQ rounded once to T.
+template <typename T, typename Main>
+void launch_16bit_backward(const AttentionBackwardArgs& a, Main&& main) {
+  const AttentionShape& s = a.shape;
+  launch_backward_prep(static_cast<const T*>(a.o), static_cast<const T*>(a.d_o), a.d_row,
+                       a.dq_accum, s.bh * s.lq, s.d);
+  main();
+  launch_dq_convert(a.dq_accum, static_cast<T*>(a.dq), s.q_elems());
 }
 
 }  // namespace

@@ -221,17 +221,15 @@ void launch_backward_tensor_core(const AttentionBackwardArgs& a) {
 
 template <typename T>
 void launch_backward_tensor_core(const AttentionBackwardArgs& a) {
-  const AttentionShape& s = a.shape;
-  launch_backward_prep(static_cast<const T*>(a.o), static_cast<const T*>(a.d_o), a.d_row,
-                       a.dq_accum, s.bh * s.lq, s.d);
-  if (s.d == 64)
-    launch_backward_tensor_core<T, 64>(a);
-  else if (s.d == 128)
-    launch_backward_tensor_core<T, 128>(a);
-  else
+  if (a.shape.d != 64 && a.shape.d != 128)
     throw std::invalid_argument("fa2_backward_tensor_core: head dimension d = " +
-                                std::to_string(s.d) + " is not one it takes (64 or 128)");
-  launch_dq_convert(a.dq_accum, static_cast<T*>(a.dq), s.q_elems());
+                                std::to_string(a.shape.d) + " is not one it takes (64 or 128)");
+  launch_16bit_backward<T>(a, [&] {
+    if (a.shape.d == 64)
+      launch_backward_tensor_core<T, 64>(a);
+    else
+      launch_backward_tensor_core<T, 128>(a);
+  });
 }
 
 }  // namespace

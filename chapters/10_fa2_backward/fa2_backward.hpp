@@ -290,6 +290,9 @@ struct Kernels {
   /// scratch, one block per (K/V tile of kTensorCoreKeys, head) on tensor cores over the Q tiles
   /// of kTensorCoreRows, dQ added into dq_accum, then rounded into dq.
   static void fa2_backward_tensor_core(const AttentionBackwardArgs& a);
+  /// As fa2_backward_tensor_core (dk and dv 16-byte aligned too), on chapter 08's mma.sync,
+  /// ldmatrix and cp.async: S^T and dP^T in registers, only dS^T through shared memory.
+  static void fa2_backward_mma(const AttentionBackwardArgs& a);
 };
 
 // [standard_backward_traffic]
@@ -366,7 +369,8 @@ inline Traffic fa2_backward_traffic(const AttentionBackwardArgs& a) {
   return backward_tiles_traffic(a, kKernelRows, kKernelKeys, /*convert=*/false);
 }
 
-/// fa2_backward_tensor_core: Bc = Br = 64, 16-bit elements, dQ converted at the end.
+/// fa2_backward_tensor_core and fa2_backward_mma: Bc = Br = 64, 16-bit elements, dQ converted
+/// at the end.
 inline Traffic fa2_backward_tensor_core_traffic(const AttentionBackwardArgs& a) {
   return backward_tiles_traffic(a, kTensorCoreRows, kTensorCoreKeys, /*convert=*/true);
 }
@@ -391,7 +395,14 @@ Ladder<AttentionBackwardArgs> kernel_ladder() {
            "accumulation; a warp owns 16 keys; dQ added into float, then rounded",
            attention_limits({Dtype::fp16, Dtype::bf16}, 0, {64, 128}, ch04::kMaxBatchHeads,
                             /*causal=*/true, 0),
-           &Kernels<B>::fa2_backward_tensor_core, &fa2_backward_tensor_core_traffic}};
+           &Kernels<B>::fa2_backward_tensor_core, &fa2_backward_tensor_core_traffic},
+          {"fa2_backward_mma",
+           "chapter 08's mma.sync and ldmatrix on swizzled tiles: S^T, dP^T made P^T, dS^T in "
+           "registers and re-packed as A fragments, only dS^T through shared memory; Q, dO "
+           "tiles double-buffered by cp.async",
+           attention_limits({Dtype::fp16, Dtype::bf16}, 0, {64, 128}, ch04::kMaxBatchHeads,
+                            /*causal=*/true, 0),
+           &Kernels<B>::fa2_backward_mma, &fa2_backward_tensor_core_traffic}};
 }
 
 }  // namespace wb::ch10

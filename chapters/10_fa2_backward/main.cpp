@@ -216,7 +216,7 @@ int main(int argc, char** argv) {
   std::string dtype = "fp32";
   AttentionShapeOptions shape_options{{16, 4096, 4096, 64}, {2, 300, 257, 64}};
   shape_options.add_to(cli, ch04::kMaxBatchHeads, ch04::kMaxHeadDim,
-                       "; the tensor-core rung takes 64 or 128");
+                       "; the 16-bit rungs take 64 or 128");
   cli.option("--memory-length", &memory_length,
              "lq = lk of the CPU memory comparison (default 4096)", 8192)
       .flag("--causal", &causal,

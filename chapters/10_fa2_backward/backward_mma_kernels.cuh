@@ -1,0 +1,282 @@
+// Chapter 10 kernel, the last rung: the FlashAttention-2 backward on mma.sync, built from
+// chapter 08's primitives.
+//
+// Computes: dQ, dK, dV as backward_tensor_core_kernels.cuh, for Q, K, V, O, dO in __half or
+//           __nv_bfloat16 with float accumulation; the gradients written in the input type.
+// Changed since fa2_backward_tensor_core: the products are mma.sync.m16n8k16 (common/ptx.cuh),
+//           whose accumulator layout the PTX ISA states, so each lane knows which (key, row) of
+//           S^T and dP^T it holds. The elementwise step (eqs. 6 and 4) runs on those registers,
+//           and P^T and dS^T are re-packed in registers as the A fragments of dV += P^T dO and
+//           dK += dS^T Q (chapter 08's eq. 1 with keys as rows, eq. 10 here): no float staging
+//           tile. Only dS^T goes to shared memory, for dQ = dS K, where ldmatrix .trans reads it
+//           back as dS's A fragments (eq. 11). Tiles are swizzled (chapter 08's eq. 3) and read by
+//           ldmatrix; the Q and dO tiles are double-buffered by cp.async (the next Q tile lands
+//           while this one computes, chapter 08's eq. 4); the mask's compares run only where a
+//           warp's 16 x 16 block of (key, row) pairs needs them; dQ is added into from the
+//           accumulators, as FlashAttention-2 does.
+// Launch shape: the D kernel and the conversion as backward_prep.cuh; the main kernel grid
+//           (ceil(lk / 64), bh), block (32, 4): Bc = 64 keys per block (warp y owns keys
+//           16 y .. 16 y + 15, and rows 16 y .. 16 y + 15 of each Q tile for dQ), Q tiles of
+//           Br = 64 rows, 16 at a time. Dynamic shared memory: the K and V tiles, two (Q, dO)
+//           tile pairs (64 swizzled rows of d elements each), the dS^T tile (64 x 64) and two
+//           (lse, D) pairs of the Q tile: 57 KiB at d = 64, 105 KiB at d = 128 (opted in).
+// Limits: lq, lk >= 1, any value; d = 64 or 128; bh <= 65535; fp16 or bf16; q, k, v, d_o, dk
+//           and dv 16-byte aligned (the launcher checks).
+// Memory traffic: fa2_backward_tensor_core's (the same tiles; cp.async zero-fills the rows past
+//           lq and lk without reading them), fa2_backward_tensor_core_traffic.
+// Test: ctest --test-dir build -R 10_fa2_backward --output-on-failure
+#pragma once
+
+#include "common/kernel.cuh"
+
+#include <cstdint>
+
+#include "chapters/04_fused_qk_softmax/attention_tiles.cuh"
+#include "chapters/08_fa2_at_speed/fast_tiles.cuh"
+#include "chapters/10_fa2_backward/backward_prep.cuh"
+#include "chapters/10_fa2_backward/fa2_backward.hpp"
+#include "common/ptx.cuh"
+#include "common/shared_memory.cuh"
+
+namespace wb::ch10 {
+namespace {  // kernels have internal linkage: one copy per backend's translation unit
+
+constexpr int kMmaWarps = 4;
+constexpr int kMmaLanes = ch04::kWarpLanes;
+constexpr int kMmaThreads = kMmaWarps * kMmaLanes;
+constexpr int kWarpKeys = 16;   // a warp's keys: the m of S^T's mma, the k of dQ's
+constexpr int kChunkRows = 16;  // Q rows a warp takes at a time: two n8 of S^T, the k of dV's
+constexpr int kDqColumns = 64;  // dQ columns accumulated at a time (32 floats per lane)
+static_assert(kMmaWarps * kWarpKeys == kTensorCoreKeys, "Bc = warps x 16 keys");
+static_assert(kMmaWarps * kChunkRows == kTensorCoreRows, "dQ: a warp per 16 rows of the Q tile");
+
+/// The swizzled tiles: K, V, Q and dO rows of D elements; dS^T, 64 keys by 64 rows.
+template <int D>
+using RowTile = ch08::TileLayout<D, true>;
+using DsTile = ch08::TileLayout<kTensorCoreRows, true>;
+
+/// The shared-memory layout (bytes from the start), T the element type.
+template <typename T, int D>
+struct MmaBwdTiles {
+  static constexpr int kBc = kTensorCoreKeys, kBr = kTensorCoreRows;
+  static constexpr int kKvTile = kBc * D * int(sizeof(T));  // a K or V tile
+  static constexpr int kQTile = kBr * D * int(sizeof(T));   // a Q or dO tile
+  static constexpr int kK = 0, kV = kKvTile;
+  static constexpr int kQ = 2 * kKvTile;  // buffer u: Q at kQ + 2 u kQTile, dO right after
+  static constexpr int kDsT = kQ + 4 * kQTile;
+  static constexpr int kStats = kDsT + kBc * kBr * int(sizeof(T));  // buffer u: lse, D floats
+  static constexpr int kBytes = kStats + 2 * 2 * kBr * int(sizeof(float));
+  static_assert(kKvTile % 16 == 0 && kQTile % 16 == 0, "16-byte aligned tiles for cp.async");
+};
+
+/// The A fragment of a 16 x 16 block held as two accumulators (columns 0-7 and 8-15), each
+/// element rounded to T: chapter 08's eq. (1), here with keys as the rows (eq. 10).
+template <typename T>
+__device__ __forceinline__ void pack_a(std::uint32_t (&a)[4], const float (&c)[2][4]) {
+  a[0] = ptx::pack_pair<T>(c[0][0], c[0][1]);
+  a[1] = ptx::pack_pair<T>(c[0][2], c[0][3]);
+  a[2] = ptx::pack_pair<T>(c[1][0], c[1][1]);
+  a[3] = ptx::pack_pair<T>(c[1][2], c[1][3]);
+}
+
+// q, d_o: (bh, lq, D); k, v, dk, dv: (bh, lk, D), all of T; lse, d_row: (bh, lq); dq_accum:
+// (bh, lq, D) float, added into. Block (blockIdx.x, blockIdx.y) owns keys
+// [64 blockIdx.x, 64 blockIdx.x + 64) of head blockIdx.y. With g = lane / 4, t = lane % 4, a
+// lane holds of the warp's 16 x 16 blocks (keys, rows) the keys g, g + 8 and the rows 2t, 2t + 1,
+// 2t + 8, 2t + 9 (the accumulator layout, common/ptx.cuh).
+template <typename T, int D>
+__global__ void __launch_bounds__(kMmaThreads)
+    backward_mma_kernel(const T* __restrict__ q, const T* __restrict__ k, const T* __restrict__ v,
+                        const T* __restrict__ d_o, const float* __restrict__ lse,
+                        const float* __restrict__ d_row, float* __restrict__ dq_accum,
+                        T* __restrict__ dk, T* __restrict__ dv, AttentionShape shape, float scale,
+                        bool causal) {
+  using L = MmaBwdTiles<T, D>;
+  const int lq = shape.lq, lk = shape.lk;
+  const int b = blockIdx.y, j0 = blockIdx.x * L::kBc;
+  const int warp = threadIdx.y, lane = threadIdx.x, tid = warp * kMmaLanes + lane;
+  const int g = lane / 4, t = lane % 4;
+  const std::size_t q_off = std::size_t(b) * lq, k_off = std::size_t(b) * lk;
+
+  unsigned char* smem = dynamic_shared<unsigned char>();
+  T* k_tile = reinterpret_cast<T*>(smem + L::kK);
+  T* v_tile = reinterpret_cast<T*>(smem + L::kV);
+  T* ds_tile = reinterpret_cast<T*>(smem + L::kDsT);
+  const auto q_tile = [&](int u) { return reinterpret_cast<T*>(smem + L::kQ + 2 * u * L::kQTile); };
+  const auto do_tile = [&](int u) { return q_tile(u) + L::kBr * D; };
+  const auto lse_tile = [&](int u) {
+    return reinterpret_cast<float*>(smem + L::kStats) + 2 * u * L::kBr;
+  };
+  const auto d_tile = [&](int u) { return lse_tile(u) + L::kBr; };
+  // Q tile `it` into buffer u by cp.async (rows past lq land as zeros), and the lse and D of
+  // its row `tid` into registers: the loads are issued now and waited for only when stored.
+  float lse_next = -INFINITY, d_next = 0.f;
+  const auto load_q_tile = [&](int it, int u) {
+    const int i0 = it * L::kBr;
+    ch08::load_tile_async<D, true>(q + q_off * D, i0, L::kBr, lq, q_tile(u));
+    ch08::load_tile_async<D, true>(d_o + q_off * D, i0, L::kBr, lq, do_tile(u));
+    if (tid < L::kBr && i0 + tid < lq) {
+      lse_next = lse[q_off + i0 + tid];
+      d_next = d_row[q_off + i0 + tid];
+    }
+  };
+  const auto store_stats = [&](int u) {
+    if (tid < L::kBr) lse_tile(u)[tid] = lse_next, d_tile(u)[tid] = d_next;
+    lse_next = -INFINITY, d_next = 0.f;  // a row past lq: P = 0 there whatever its lse
+  };
+
+  const int first = first_q_tile(j0, lq, lk, L::kBr, causal);             // eq. (7)
+  const int tiles = ceil_div(lq, L::kBr) - first;                         // at least 1
+  ch08::load_tile_async<D, true>(k + k_off * D, j0, L::kBc, lk, k_tile);  // once
+  ch08::load_tile_async<D, true>(v + k_off * D, j0, L::kBc, lk, v_tile);
+  load_q_tile(first, 0);
+  ptx::cp_async_commit();
+  store_stats(0);
+
+  float dk_acc[D / 8][4] = {}, dv_acc[D / 8][4] = {};  // the warp's 16 keys x D of dK, dV
+  const int key0 = warp * kWarpKeys;                   // the warp's first key in the tile
+  for (int n = 0; n < tiles; ++n) {
+    const int i0 = (first + n) * L::kBr, u = n % 2;
+    ptx::cp_async_wait<0>();  // this thread's copies of tile n have landed
+    // ... and every thread's; the stats stored; tile n - 1's steps no longer read buffer 1 - u
+    // (its Q, dO, stats) or dS^T.
+    __syncthreads();
+    const bool has_next = n + 1 < tiles;
+    if (has_next) {  // chapter 08's eq. (4): tile n + 1 lands while tile n computes
+      load_q_tile(first + n + 1, 1 - u);
+      ptx::cp_async_commit();
+    }
+    const T* qt = q_tile(u);
+    const T* dot = do_tile(u);
+    const float* lse_t = lse_tile(u);
+    const float* d_t = d_tile(u);
+
+    // [mma_backward_step]
+    for (int r0 = 0; r0 < L::kBr && i0 + r0 < lq; r0 += kChunkRows) {  // the same in all warps
+      // S^T = K Q^T and dP^T = V dO^T for the warp's 16 keys and rows r0 .. r0 + 15, eq. (2):
+      // K and V are A fragments (keys as rows), Q and dO are read as chapter 08 reads K^T.
+      float s[2][4] = {}, dp[2][4] = {};
+      for (int ks = 0; ks < D / 16; ++ks) {
+        std::uint32_t ka[4], va[4], qb[2][2], ob[2][2];
+        ch08::load_a<D, true, true>(ka, k_tile, key0, 16 * ks, lane);
+        ch08::load_a<D, true, true>(va, v_tile, key0, 16 * ks, lane);
+        ch08::load_b_of_k<D, true, true>(qb[0], qb[1], qt, r0, 16 * ks, lane);
+        ch08::load_b_of_k<D, true, true>(ob[0], ob[1], dot, r0, 16 * ks, lane);
+        for (int h = 0; h < 2; ++h) {
+          ptx::mma_m16n8k16<T>(s[h], ka, qb[h], s[h]);
+          ptx::mma_m16n8k16<T>(dp[h], va, ob[h], dp[h]);
+        }
+      }
+      // P^T and dS^T in place, eqs. (6) and (4): s[h][e] is key g + 8 (e / 2), row
+      // r0 + 8 h + 2 t + e % 2. The compares only where the 16 x 16 block needs them: rows or
+      // keys past the end, or the block's first row not seeing its last key.
+      const int j_first = j0 + key0;
+      const bool needs_mask =
+          i0 + r0 + kChunkRows > lq || j_first + kWarpKeys > lk ||
+          (causal && !ch04::causal_visible(i0 + r0, j_first + kWarpKeys - 1, lq, lk));
+      for (int h = 0; h < 2; ++h)
+        for (int e = 0; e < 4; ++e) {
+          const int r = r0 + 8 * h + 2 * t + e % 2, i = i0 + r, j = j_first + g + 8 * (e / 2);
+          const bool masked =
+              needs_mask && (i >= lq || j >= lk || (causal && !ch04::causal_visible(i, j, lq, lk)));
+          const float p = recomputed_p(scale * s[h][e], lse_t[r], masked);
+          s[h][e] = p;
+          dp[h][e] = p * (dp[h][e] - d_t[r]);
+        }
+      std::uint32_t pa[4], dsa[4];  // P^T's and dS^T's A fragments (eq. 10), rounded to T
+      pack_a<T>(pa, s);
+      pack_a<T>(dsa, dp);
+      // dS^T to shared memory for dQ: dsa[2 h + c] is keys g + 8 c, rows r0 + 8 h + 2t, + 1.
+      for (int h = 0; h < 2; ++h)
+        for (int c = 0; c < 2; ++c)
+          *reinterpret_cast<std::uint32_t*>(
+              ds_tile + DsTile::offset(key0 + g + 8 * c, r0 + 8 * h + 2 * t)) = dsa[2 * h + c];
+      // dV += P^T dO and dK += dS^T Q, eqs. (1) and (5): dO and Q rows r0 .. r0 + 15 are B
+      // (k = row), read as chapter 08 reads V.
+      for (int c = 0; c < D / 8; c += 2) {
+        std::uint32_t b0[2], b1[2];
+        ch08::load_b_of_v<D, true, true>(b0, b1, dot, r0, 8 * c, lane);
+        ptx::mma_m16n8k16<T>(dv_acc[c], pa, b0, dv_acc[c]);
+        ptx::mma_m16n8k16<T>(dv_acc[c + 1], pa, b1, dv_acc[c + 1]);
+        ch08::load_b_of_v<D, true, true>(b0, b1, qt, r0, 8 * c, lane);
+        ptx::mma_m16n8k16<T>(dk_acc[c], dsa, b0, dk_acc[c]);
+        ptx::mma_m16n8k16<T>(dk_acc[c + 1], dsa, b1, dk_acc[c + 1]);
+      }
+    }
+    // [mma_backward_step]
+    if (has_next) store_stats(1 - u);  // its loads have had the whole step to arrive
+    __syncthreads();                   // dS^T complete: dQ needs every warp's keys
+
+    // [mma_backward_dq]
+    // dQ = scale dS K, eq. (5), for rows w0 .. w0 + 15 of the tile: dS's A fragments from the
+    // dS^T tile by ldmatrix .trans (eq. 11), K's rows as B (k = key). Added into dq_accum from
+    // the accumulators, kDqColumns columns at a time.
+    const int w0 = warp * kChunkRows;
+    if (i0 + w0 < lq) {  // the same in all lanes: a warp past lq has nothing to add
+      for (int c0 = 0; c0 < D; c0 += kDqColumns) {
+        float acc[kDqColumns / 8][4] = {};
+        for (int kk = 0; kk < L::kBc; kk += 16) {
+          std::uint32_t dsa[4];
+          ch08::load_a_transposed<DsTile>(dsa, ds_tile, w0, kk, lane);
+          for (int c = 0; c < kDqColumns / 8; c += 2) {
+            std::uint32_t b0[2], b1[2];
+            ch08::load_b_of_v<D, true, true>(b0, b1, k_tile, kk, c0 + 8 * c, lane);
+            ptx::mma_m16n8k16<T>(acc[c], dsa, b0, acc[c]);
+            ptx::mma_m16n8k16<T>(acc[c + 1], dsa, b1, acc[c + 1]);
+          }
+        }
+        for (int c = 0; c < kDqColumns / 8; ++c)
+          for (int e = 0; e < 4; ++e) {
+            const int i = i0 + w0 + g + 8 * (e / 2);
+            if (i < lq)
+              atomicAdd(dq_accum + (q_off + i) * D + c0 + 8 * c + 2 * t + e % 2, scale * acc[c][e]);
+          }
+      }
+    }
+    // [mma_backward_dq]
+  }
+
+  // The warp's dK (scaled once, here) and dV rows, written once in T from the accumulators:
+  // dk_acc[c][2 h], [2 h + 1] are key g + 8 h, columns 8 c + 2 t, + 1.
+  for (int h = 0; h < 2; ++h) {
+    const int j = j0 + key0 + g + 8 * h;
+    if (j >= lk) continue;
+    for (int c = 0; c < D / 8; ++c) {
+      const std::size_t e = (k_off + j) * D + 8 * c + 2 * t;
+      *reinterpret_cast<std::uint32_t*>(dk + e) =
+          ptx::pack_pair<T>(scale * dk_acc[c][2 * h], scale * dk_acc[c][2 * h + 1]);
+      *reinterpret_cast<std::uint32_t*>(dv + e) =
+          ptx::pack_pair<T>(dv_acc[c][2 * h], dv_acc[c][2 * h + 1]);
+    }
+  }
+}
+
+template <typename T, int D>
+void launch_backward_mma(const AttentionBackwardArgs& a) {
+  constexpr auto kKernel = backward_mma_kernel<T, D>;
+  const std::size_t bytes = MmaBwdTiles<T, D>::kBytes;
+  if (bytes > kDefaultDynamicSharedBytes) allow_dynamic_shared_bytes<kKernel>(bytes);
+  const AttentionShape& s = a.shape;
+  launch<kKernel>(dim3(ceil_div(s.lk, kTensorCoreKeys), s.bh), dim3(kMmaLanes, kMmaWarps), bytes,
+                  static_cast<const T*>(a.q), static_cast<const T*>(a.k),
+                  static_cast<const T*>(a.v), static_cast<const T*>(a.d_o), a.lse, a.d_row,
+                  a.dq_accum, static_cast<T*>(a.dk), static_cast<T*>(a.dv), s, a.scale, a.causal);
+}
+
+}  // namespace
+
+// ==========================================================================================
+// Launcher
+// ==========================================================================================
+
+template <>
+void Kernels<kThisBackend>::fa2_backward_mma(const AttentionBackwardArgs& a) {
+  ch08::with_tile_shape("fa2_backward_mma", a.dtype, a.shape.d, {a.q, a.k, a.v, a.d_o, a.dk, a.dv},
+                        "q, k, v, d_o, dk and dv", [&](auto t, auto d) {
+                          using T = decltype(t);
+                          launch_16bit_backward<T>(
+                              a, [&] { launch_backward_mma<T, decltype(d)::value>(a); });
+                        });
+}
+
+}  // namespace wb::ch10
