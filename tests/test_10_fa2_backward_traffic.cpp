@@ -2,13 +2,15 @@
 // twin, CTest 10_fa2_backward/sim-profile; tests/traffic_checks.hpp): the standard baseline's
 // lq x lk matrices and its matmuls' re-reads (64-tiles short in every direction); K and V once per
 // K/V tile, Q, dO, lse and D once per (K/V tile, Q tile) pair the causal mask leaves, dQ added into
-// as often, short last tiles read only up to lk and lq.
+// as often, short last tiles read only up to lk and lq. fa2_backward_mma's shared memory is
+// free of bank conflicts.
 #include <string>
 #include <vector>
 
 #include "chapters/10_fa2_backward/fa2_backward.hpp"
 #include "common/inputs.hpp"
 #include "common/rung_buffers.hpp"
+#include "common/sim/access.hpp"
 #include "tests/traffic_checks.hpp"
 
 namespace {
@@ -41,4 +43,33 @@ TEST_CASE("the backward rungs move the bytes their formula states, on odd shapes
         took.insert(took.end(), r.begin(), r.end());
       }
   test::check_every_rung_counted(ladder, took);
+}
+
+TEST_CASE("fa2_backward_mma reads and writes shared memory without a bank conflict" *
+          doctest::test_suite("profile")) {
+  // Chapter 08's eqs. (2) and (3) for its tiles, and the dS^T tile: a warp's 32-bit stores of
+  // dS^T pairs land in chunk h XOR g, word t (32 banks), its ldmatrix .trans reads of dS 8
+  // swizzled rows per matrix; the lse and D reads are words of 8 rows a lane group shares.
+  // Wavefronts = the conflict-free count, for the main kernel (the second of three launches).
+  const Ladder<AttentionBackwardArgs> ladder = ch10::kernel_ladder<Backend::sim>();
+  const Rung<AttentionBackwardArgs>* mma = find_rung(ladder, "fa2_backward_mma");
+  REQUIRE(mma != nullptr);
+  for (const int d : {64, 128}) {
+    const AttentionShape s{1, 130, 150, d};
+    CAPTURE(d);
+    BackwardInputs in{make_attention_inputs(ScoreKind::randn, s, 1.f, 9),
+                      randn(s.q_elems(), 10),
+                      std::vector<float>(s.rows(), 0.f),
+                      randn(s.q_elems(), 11),
+                      {}};
+    AttentionBackwardBuffers buffers(Backend::sim, in, s, 1.f, /*causal=*/true, Dtype::fp16);
+    sim::start_profile();
+    run_rung(*mma, buffers.args);
+    const std::vector<sim::LaunchProfile> launches = sim::stop_profile();
+    REQUIRE(launches.size() == 3);
+    const sim::TrafficCounts& c = launches[1].counts;
+    CHECK(c.shared_load.requests > 0);
+    CHECK(c.shared_load.units == c.shared_load.ideal_units);
+    CHECK(c.shared_store.units == c.shared_store.ideal_units);
+  }
 }
