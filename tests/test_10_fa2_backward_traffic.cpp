@@ -48,8 +48,8 @@ TEST_CASE("the backward rungs move the bytes their formula states, on odd shapes
 TEST_CASE("fa2_backward_mma reads and writes shared memory without a bank conflict" *
           doctest::test_suite("profile")) {
   // Chapter 08's eqs. (2) and (3) for its tiles, and the dS^T tile: a warp's 32-bit stores of
-  // dS^T pairs land in chunk h XOR g, word t (32 banks), its ldmatrix .trans reads of dS 8
-  // swizzled rows per matrix; the lse and D reads are words of 8 rows a lane group shares.
+  // dS^T pairs land in chunk (r0 / 8 + h) XOR g, word t (32 banks), its ldmatrix .trans reads of dS
+  // 8 swizzled rows per matrix; the lse and D reads are words of 8 rows a lane group shares.
   // Wavefronts = the conflict-free count, for the main kernel (the second of three launches).
   const Ladder<AttentionBackwardArgs> ladder = ch10::kernel_ladder<Backend::sim>();
   const Rung<AttentionBackwardArgs>* mma = find_rung(ladder, "fa2_backward_mma");

@@ -21,7 +21,8 @@
 //           tile pairs (64 swizzled rows of d elements each), the dS^T tile (64 x 64) and two
 //           (lse, D) pairs of the Q tile: 57 KiB at d = 64, 105 KiB at d = 128 (opted in).
 // Limits: lq, lk >= 1, any value; d = 64 or 128; bh <= 65535; fp16 or bf16; q, k, v, d_o, dk
-//           and dv 16-byte aligned (the launcher checks).
+//           and dv 16-byte aligned (the launcher checks; the 32-bit stores of dK and dV would
+//           need 4 bytes only, one rule for all six is simpler to state).
 // Memory traffic: fa2_backward_tensor_core's (the same tiles; cp.async zero-fills the rows past
 //           lq and lk without reading them), fa2_backward_tensor_core_traffic.
 // Test: ctest --test-dir build -R 10_fa2_backward --output-on-failure
@@ -50,9 +51,7 @@ constexpr int kDqColumns = 64;  // dQ columns accumulated at a time (32 floats p
 static_assert(kMmaWarps * kWarpKeys == kTensorCoreKeys, "Bc = warps x 16 keys");
 static_assert(kMmaWarps * kChunkRows == kTensorCoreRows, "dQ: a warp per 16 rows of the Q tile");
 
-/// The swizzled tiles: K, V, Q and dO rows of D elements; dS^T, 64 keys by 64 rows.
-template <int D>
-using RowTile = ch08::TileLayout<D, true>;
+/// The swizzled dS^T tile, 64 keys by 64 rows (K, V, Q and dO: ch08::TileLayout<D, true>).
 using DsTile = ch08::TileLayout<kTensorCoreRows, true>;
 
 /// The shared-memory layout (bytes from the start), T the element type.
@@ -215,7 +214,7 @@ __global__ void __launch_bounds__(kMmaThreads)
     if (i0 + w0 < lq) {  // the same in all lanes: a warp past lq has nothing to add
       for (int c0 = 0; c0 < D; c0 += kDqColumns) {
         float acc[kDqColumns / 8][4] = {};
-        for (int kk = 0; kk < L::kBc; kk += 16) {
+        for (int kk = 0; kk < L::kBc; kk += kWarpKeys) {  // a warp's keys at a time
           std::uint32_t dsa[4];
           ch08::load_a_transposed<DsTile>(dsa, ds_tile, w0, kk, lane);
           for (int c = 0; c < kDqColumns / 8; c += 2) {
