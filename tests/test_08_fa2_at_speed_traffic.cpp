@@ -50,10 +50,7 @@ TEST_CASE("the rungs from ldmatrix on have no shared-memory bank conflicts" *
       run_rung(rung, buffers.args);
       const std::vector<sim::LaunchProfile> launches = sim::stop_profile();
       REQUIRE(launches.size() == 1);
-      const sim::TrafficCounts& c = launches[0].counts;
-      CHECK(c.shared_load.requests > 0);
-      CHECK(c.shared_load.units == c.shared_load.ideal_units);
-      CHECK(c.shared_store.units == c.shared_store.ideal_units);
+      test::check_no_bank_conflicts(launches[0].counts);
     }
   }
 }

@@ -76,6 +76,14 @@ void check_every_rung_counted(const Ladder<Args>& ladder, const std::vector<std:
   }
 }
 
+/// A launch that reads shared memory and whose shared-memory requests, loads and stores, take
+/// the conflict-free count of wavefronts (common/sim/access.hpp).
+inline void check_no_bank_conflicts(const sim::TrafficCounts& c) {
+  CHECK(c.shared_load.requests > 0);
+  CHECK(c.shared_load.units == c.shared_load.ideal_units);
+  CHECK(c.shared_store.units == c.shared_store.ideal_units);
+}
+
 /// A softmax shape: rows x cols.
 struct RowShape {
   int rows, cols;
