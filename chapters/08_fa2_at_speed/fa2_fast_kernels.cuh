@@ -40,6 +40,7 @@
 #include "chapters/08_fa2_at_speed/warp_tile.cuh"
 #include "common/ptx.cuh"
 #include "common/shared_memory.cuh"
+#include "common/tile_shape.cuh"
 
 namespace wb::ch08 {
 namespace {  // kernels have internal linkage: one copy per backend's translation unit

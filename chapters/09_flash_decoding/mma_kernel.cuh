@@ -35,6 +35,7 @@
 #include "chapters/09_flash_decoding/state_merge.cuh"
 #include "common/ptx.cuh"
 #include "common/shared_memory.cuh"
+#include "common/tile_shape.cuh"
 
 namespace wb::ch09 {
 namespace {  // kernels have internal linkage: one copy per backend's translation unit
@@ -185,8 +186,8 @@ void launch_mma(const DecodeArgs& a) {
 
 template <>
 void Kernels<kThisBackend>::mma_partials(const DecodeArgs& a) {
-  ch08::with_tile_shape("mma_kv", a.dtype, a.shape.d, {a.q, a.k, a.v}, "q, k and v",
-                        [&](auto t, auto d) { launch_mma<decltype(t), decltype(d)::value>(a); });
+  with_tile_shape("mma_kv", a.dtype, a.shape.d, {a.q, a.k, a.v}, "q, k and v",
+                  [&](auto t, auto d) { launch_mma<decltype(t), decltype(d)::value>(a); });
 }
 
 }  // namespace wb::ch09

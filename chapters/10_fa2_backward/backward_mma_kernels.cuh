@@ -38,6 +38,7 @@
 #include "chapters/10_fa2_backward/fa2_backward.hpp"
 #include "common/ptx.cuh"
 #include "common/shared_memory.cuh"
+#include "common/tile_shape.cuh"
 
 namespace wb::ch10 {
 namespace {  // kernels have internal linkage: one copy per backend's translation unit
@@ -108,20 +109,19 @@ __global__ void __launch_bounds__(kMmaThreads)
   };
   const auto d_tile = [&](int u) { return lse_tile(u) + L::kBr; };
   // Q tile `it` into buffer u by cp.async (rows past lq land as zeros), and the lse and D of
-  // its row `tid` into registers: the loads are issued now and waited for only when stored.
+  // its row `tid` into registers: the loads are issued now and waited for only when stored. A
+  // row past lq gets lse = -inf and D = 0 (masked there: P = 0 whatever they are).
   float lse_next = -INFINITY, d_next = 0.f;
   const auto load_q_tile = [&](int it, int u) {
     const int i0 = it * L::kBr;
     ch08::load_tile_async<D, true>(q + q_off * D, i0, L::kBr, lq, q_tile(u));
     ch08::load_tile_async<D, true>(d_o + q_off * D, i0, L::kBr, lq, do_tile(u));
-    if (tid < L::kBr && i0 + tid < lq) {
-      lse_next = lse[q_off + i0 + tid];
-      d_next = d_row[q_off + i0 + tid];
-    }
+    const bool in = tid < L::kBr && i0 + tid < lq;
+    lse_next = in ? lse[q_off + i0 + tid] : -INFINITY;
+    d_next = in ? d_row[q_off + i0 + tid] : 0.f;
   };
   const auto store_stats = [&](int u) {
     if (tid < L::kBr) lse_tile(u)[tid] = lse_next, d_tile(u)[tid] = d_next;
-    lse_next = -INFINITY, d_next = 0.f;  // a row past lq: P = 0 there whatever its lse
   };
 
   const int first = first_q_tile(j0, lq, lk, L::kBr, causal);             // eq. (7)
@@ -270,12 +270,12 @@ void launch_backward_mma(const AttentionBackwardArgs& a) {
 
 template <>
 void Kernels<kThisBackend>::fa2_backward_mma(const AttentionBackwardArgs& a) {
-  ch08::with_tile_shape("fa2_backward_mma", a.dtype, a.shape.d, {a.q, a.k, a.v, a.d_o, a.dk, a.dv},
-                        "q, k, v, d_o, dk and dv", [&](auto t, auto d) {
-                          using T = decltype(t);
-                          launch_16bit_backward<T>(
-                              a, [&] { launch_backward_mma<T, decltype(d)::value>(a); });
-                        });
+  with_tile_shape("fa2_backward_mma", a.dtype, a.shape.d, {a.q, a.k, a.v, a.d_o, a.dk, a.dv},
+                  "q, k, v, d_o, dk and dv", [&](auto t, auto d) {
+                    using T = decltype(t);
+                    launch_16bit_backward<T>(
+                        a, [&] { launch_backward_mma<T, decltype(d)::value>(a); });
+                  });
 }
 
 }  // namespace wb::ch10

@@ -28,13 +28,12 @@
 #include "common/kernel.cuh"
 
 #include <cstdint>
-#include <stdexcept>
-#include <string>
 
 #include "chapters/04_fused_qk_softmax/attention_tiles.cuh"
 #include "chapters/10_fa2_backward/backward_prep.cuh"
 #include "chapters/10_fa2_backward/fa2_backward.hpp"
 #include "common/shared_memory.cuh"
+#include "common/tile_shape.cuh"
 
 namespace wb::ch10 {
 namespace {  // kernels have internal linkage: one copy per backend's translation unit
@@ -219,19 +218,6 @@ void launch_backward_tensor_core(const AttentionBackwardArgs& a) {
       static_cast<T*>(a.dv), s, a.scale, a.causal);
 }
 
-template <typename T>
-void launch_backward_tensor_core(const AttentionBackwardArgs& a) {
-  if (a.shape.d != 64 && a.shape.d != 128)
-    throw std::invalid_argument("fa2_backward_tensor_core: head dimension d = " +
-                                std::to_string(a.shape.d) + " is not one it takes (64 or 128)");
-  launch_16bit_backward<T>(a, [&] {
-    if (a.shape.d == 64)
-      launch_backward_tensor_core<T, 64>(a);
-    else
-      launch_backward_tensor_core<T, 128>(a);
-  });
-}
-
 }  // namespace
 
 // ==========================================================================================
@@ -240,16 +226,12 @@ void launch_backward_tensor_core(const AttentionBackwardArgs& a) {
 
 template <>
 void Kernels<kThisBackend>::fa2_backward_tensor_core(const AttentionBackwardArgs& a) {
-  constexpr std::uintptr_t kLoadBytes = 16;  // the tile loads read 16 bytes at a time
-  for (const void* p : {a.q, a.k, a.v, a.d_o}) {
-    if (reinterpret_cast<std::uintptr_t>(p) % kLoadBytes != 0)
-      throw std::invalid_argument(
-          "fa2_backward_tensor_core: q, k, v and d_o must be 16-byte aligned");
-  }
-  if (a.dtype == Dtype::fp16)
-    launch_backward_tensor_core<__half>(a);
-  else
-    launch_backward_tensor_core<__nv_bfloat16>(a);
+  with_tile_shape("fa2_backward_tensor_core", a.dtype, a.shape.d, {a.q, a.k, a.v, a.d_o},
+                  "q, k, v and d_o", [&](auto t, auto d) {
+                    using T = decltype(t);
+                    launch_16bit_backward<T>(
+                        a, [&] { launch_backward_tensor_core<T, decltype(d)::value>(a); });
+                  });
 }
 
 }  // namespace wb::ch10
