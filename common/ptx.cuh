@@ -12,6 +12,8 @@
 //                                 memory without passing through registers (zeros when !full)
 //   cp_async_commit()             cp.async.commit_group: closes the copies issued so far
 //   cp_async_wait<N>()            cp.async.wait_group N: all but the N newest groups landed
+//   exp2_approx(x)                ex2.approx.ftz.f32: 2^x by the special-function unit, one
+//                                 instruction (exp2f is several: it keeps subnormals)
 //
 // Fragments are what the PTX ISA calls them: 32-bit registers, each holding two 16-bit
 // elements (the lower-numbered column in the low half) or one float. With g = lane / 4 (the
@@ -104,6 +106,15 @@ __device__ __forceinline__ void cp_async_commit() {
 template <int N>
 __device__ __forceinline__ void cp_async_wait() {
   asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
+}
+
+/// 2^x, one special-function-unit instruction: a few ulp of float from the exact value, a
+/// subnormal x read as 0 and a result below the smallest normal float flushed to 0 (exp2f
+/// keeps subnormals at the cost of a compare, two multiplications and a register per value).
+__device__ __forceinline__ float exp2_approx(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
+  return y;
 }
 
 }  // namespace wb::ptx

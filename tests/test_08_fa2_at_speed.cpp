@@ -67,6 +67,16 @@ void check_layouts() {
   for (int c = 0; c < D; ++c) CHECK(Swizzled::offset(5, c) % kChunkElements == c % kChunkElements);
   // Eq. (3): 1 wavefront per matrix swizzled or padded; rows D elements apart without either
   // all start in one bank group (the 8-way conflict the swizzle removes).
+  // Eq. (3'): a fragment load's split address is offset() itself, for every row0 a multiple of
+  // 8, col0 a multiple of 16, lane row r of up to 16 and lane column c of 0 or 8.
+  for (int row0 = 0; row0 < 2 * kKeys; row0 += kSwizzleRows)
+    for (int col0 = 0; col0 < D; col0 += 16)
+      for (int r = 0; r < 16; ++r)
+        for (int c : {0, 8}) {
+          CHECK(Swizzled::fragment_offset(row0, col0, r, c) ==
+                Swizzled::offset(row0 + r, col0 + c));
+          CHECK(Padded::fragment_offset(row0, col0, r, c) == Padded::offset(row0 + r, col0 + c));
+        }
   using Unpadded = UnpaddedLayout<D>;
   CHECK(worst_matrix_conflict<Swizzled, D>() == 1);
   CHECK(worst_matrix_conflict<Padded, D>() == 1);
@@ -111,6 +121,10 @@ TEST_SUITE("cpu") {
     CHECK(shared_bytes<SwizzleRecipe>(128) == 32768);
     CHECK(shared_bytes<CpAsyncRecipe>(64) == 32768);
     CHECK(shared_bytes<ScheduledRecipe>(128) == 65536);
+    // Two row tiles per warp: the Q tile of 128 rows has its own place (eq. 7); the H100's
+    // 227 KiB hold two such blocks at d = 128.
+    CHECK(shared_bytes<RegisterBlockedRecipe>(64) == 32768 + 16384);
+    CHECK(shared_bytes<RegisterBlockedRecipe>(128) == 65536 + 32768);
     CHECK(shared_bytes<LdmatrixRecipe>(128) <= int(kDefaultDynamicSharedBytes));
   }
 }
@@ -156,23 +170,27 @@ void every_rung_rejects_other_head_dimensions() {
 }
 
 template <Backend B>
-void the_scheduled_rung_rejects_a_scale_that_is_not_positive() {
-  // Its row max is taken over the unscaled scores (eq. 5): with scale <= 0 it would be the min.
+void the_scheduled_rungs_reject_a_scale_that_is_not_positive() {
+  // Their row max is taken over the unscaled scores (eq. 5): with scale <= 0 it would be the
+  // min.
   const AttentionShape shape{1, 3, 5, 64};
   const AttentionInputs in = make_attention_inputs(ScoreKind::randn, shape, 1.f, kSeed);
   const Ladder<AttentionArgs> ladder = kernel_ladder<B>();
-  const Rung<AttentionArgs>& rung = *find_rung(ladder, ScheduledRecipe::kName);
-  for (float scale : {0.f, -0.125f}) {
-    CAPTURE(scale);
-    AttentionBuffers buffers(B, in, shape, scale, false, Dtype::fp16, rung.limits.outputs);
-    std::string message;
-    try {
-      run_rung(rung, buffers.args);
-    } catch (const std::invalid_argument& e) {
-      message = e.what();
+  for (const std::string name : {ScheduledRecipe::kName, RegisterBlockedRecipe::kName}) {
+    const Rung<AttentionArgs>& rung = *find_rung(ladder, name);
+    for (float scale : {0.f, -0.125f}) {
+      CAPTURE(scale);
+      CAPTURE(name);
+      AttentionBuffers buffers(B, in, shape, scale, false, Dtype::fp16, rung.limits.outputs);
+      std::string message;
+      try {
+        run_rung(rung, buffers.args);
+      } catch (const std::invalid_argument& e) {
+        message = e.what();
+      }
+      CHECK_MESSAGE(message.find(name + ": the softmax scale must be positive") == 0,
+                    "message: ", message);
     }
-    CHECK_MESSAGE(message.find("fa2_scheduled: the softmax scale must be positive") == 0,
-                  "message: ", message);
   }
 }
 
@@ -184,5 +202,5 @@ WB_KERNEL_TEST_CASE(
     every_rung_equals_the_cpu_step)
 WB_KERNEL_TEST_CASE("every rung rejects head dimensions other than 64 and 128 and fp32",
                     every_rung_rejects_other_head_dimensions)
-WB_KERNEL_TEST_CASE("the scheduled rung rejects a softmax scale that is not positive",
-                    the_scheduled_rung_rejects_a_scale_that_is_not_positive)
+WB_KERNEL_TEST_CASE("the scheduled rungs reject a softmax scale that is not positive",
+                    the_scheduled_rungs_reject_a_scale_that_is_not_positive)

@@ -9,6 +9,9 @@
 //   fa2_scheduled  FA2's schedule: Br = 128 rows over 8 warps, exp2 with scale log2(e)
 //                  folded in, the causal mask on diagonal tiles only, heaviest blocks first  eqs.
 //                  (5), (6)
+//   fa2_register_blocked  Br = 128 rows over 4 warps of 32: every K or V fragment read from
+//                  shared memory feeds two mma instead of one; Q's fragments are read from
+//                  shared memory at each tile (registers hold the second row tile's O)  eq. (7)
 // The ladder starts from chapter 06's tensor-core kernel (wmma, S~ and P~ through shared memory).
 #pragma once
 
@@ -40,8 +43,12 @@ struct MmaRecipe {
   static constexpr bool kLdmatrix = false;   ///< fragments by ldmatrix (eq. 2)
   static constexpr bool kSwizzle = false;    ///< XOR-swizzled rows instead of padded (eq. 3)
   static constexpr bool kCpAsync = false;    ///< K/V by cp.async, two buffers (eq. 4)
-  static constexpr int kWarps = 4;           ///< Br = 16 kWarps
+  static constexpr int kWarps = 4;           ///< Br = 16 kWarps kRowTiles
   static constexpr bool kScheduled = false;  ///< exp2, diagonal-only mask, heavy blocks first
+  /// Tiles of 16 query rows per warp (eq. 7). With one, the warp keeps its Q fragments in
+  /// registers for the whole loop; with more, it reads them from a Q tile of its own in shared
+  /// memory at each K/V tile.
+  static constexpr int kRowTiles = 1;
 };
 /// fa2_ldmatrix: fa2_mma with every fragment read by ldmatrix.
 struct LdmatrixRecipe : MmaRecipe {
@@ -64,6 +71,13 @@ struct ScheduledRecipe : CpAsyncRecipe {
   static constexpr const char* kName = "fa2_scheduled";
   static constexpr int kWarps = 8;
   static constexpr bool kScheduled = true;
+};
+/// fa2_register_blocked: fa2_scheduled with each warp owning two tiles of 16 rows, 4 warps
+/// (Br = 128 still): a K or V fragment read from shared memory feeds two mma (eq. 7).
+struct RegisterBlockedRecipe : ScheduledRecipe {
+  static constexpr const char* kName = "fa2_register_blocked";
+  static constexpr int kWarps = 4;
+  static constexpr int kRowTiles = 2;
 };
 
 // ------------------------------------------------------------------------------------------
@@ -93,6 +107,26 @@ struct TileLayout {
     }
   }
   // [swizzle]
+
+  // [fragment_offset]
+  /// offset(row0 + r, col0 + c) as a fragment load's address is best computed, eq. (3'): row0 a
+  /// multiple of 8 and col0 of 16 (constants once the loops over fragments are unrolled), r and
+  /// c the lane's part, c = 0 or 8. The swizzle's XOR reaches only the low 3 bits of the chunk
+  /// index, the lane's row r enters it as r % 8 alone, and col0's chunk index k0 is even, so
+  ///   (k0 + c / 8) ^ (r % 8) = (k0 - k0 % 8) + (k0 % 8 ^ y),   y = c / 8 ^ r % 8,
+  /// with y the lane's alone: the address is the lane's base plus a constant plus one of 4
+  /// lane values (k0 % 8 = 0, 2, 4, 6), which the compiler keeps in 4 registers for every
+  /// fragment of a loop, where offset() would cost it a register per fragment.
+  __host__ __device__ static int fragment_offset(int row0, int col0, int r, int c) {
+    if constexpr (Swizzle) {
+      const int k0 = col0 / kChunkElements, y = (c / kChunkElements) ^ (r % kSwizzleRows);
+      const int chunk_low = (k0 % kSwizzleRows) ^ y;  // the XOR, on the low 3 bits only
+      return (row0 + r) * kLd + (k0 - k0 % kSwizzleRows + chunk_low) * kChunkElements;
+    } else {
+      return offset(row0 + r, col0 + c);
+    }
+  }
+  // [fragment_offset]
 };
 
 /// Rows D elements apart with neither padding nor swizzle: the layout eq. (3) mends, kept for
@@ -100,6 +134,9 @@ struct TileLayout {
 template <int D>
 struct UnpaddedLayout {
   __host__ __device__ static int offset(int row, int col) { return row * D + col; }
+  __host__ __device__ static int fragment_offset(int row0, int col0, int r, int c) {
+    return offset(row0 + r, col0 + c);
+  }
 };
 
 /// The layouts of the bank-map launch (Kernels::ldmatrix_bank_map), on a tile of kBankMapColumns.
@@ -117,17 +154,30 @@ int first_bank(int row, int col) {
 
 /// Query rows per block (Br) of a recipe.
 template <typename Recipe>
-inline constexpr int kRowsOf = Recipe::kWarps* kWarpRows;
+inline constexpr int kRowsOf = Recipe::kWarps* kWarpRows* Recipe::kRowTiles;
+
+/// Keys per online-softmax step within a K/V tile: all kKeys, but 32 for two row tiles at
+/// D = 128, whose warps hold O for 32 rows (128 registers) and would need 64 more for S~ of
+/// 64 keys (eq. 7).
+template <typename Recipe, int D>
+inline constexpr int kStepKeys = Recipe::kRowTiles > 1 && D > 64 ? kKeys / 2 : kKeys;
+
+/// Whether a recipe's warps read Q's fragments from shared memory at every K/V tile (more than
+/// one row tile per warp) rather than holding them in registers.
+template <typename Recipe>
+inline constexpr bool kQFromShared = Recipe::kRowTiles > 1;
 
 /// Bytes of dynamic shared memory a recipe's block takes at head dimension d: K and V tiles of
 /// kKeys rows, twice with cp.async; rows of d 16-bit elements, plus 16 bytes when padded. The
-/// Q tile is staged in the K/V space before the loop (Br <= 2 Bc rows fit in one K/V pair).
+/// Q tile is staged in the K/V space before the loop (Br <= 2 Bc rows fit in one K/V pair),
+/// or has Br rows of its own when the warps read it at every tile.
 template <typename Recipe>
 constexpr int shared_bytes(int d) {
   constexpr int kElementBytes = 2, kPadBytes = 16;
   const int row_bytes = d * kElementBytes + (Recipe::kSwizzle ? 0 : kPadBytes);
   const int buffers = Recipe::kCpAsync ? 2 : 1;
-  return buffers * 2 * kKeys * row_bytes;
+  const int q_rows = kQFromShared<Recipe> ? kRowsOf<Recipe> : 0;
+  return (buffers * 2 * kKeys + q_rows) * row_bytes;
 }
 
 // ------------------------------------------------------------------------------------------
@@ -145,6 +195,8 @@ struct Kernels {
   static void fa2_cp_async(const AttentionArgs& a);
   /// Also needs scale > 0: the row max is taken over the unscaled scores (eq. 5).
   static void fa2_scheduled(const AttentionArgs& a);
+  /// Also needs scale > 0, as fa2_scheduled.
+  static void fa2_register_blocked(const AttentionArgs& a);
   /// Not a rung (bank_map_kernel.cuh): one warp stores a 16 x 64 fp16 tile whose element
   /// (r, c) holds r * 64 + c in `layout`, then loads the A fragment of its first 16 columns by
   /// one ldmatrix .x4 (eq. 2) into `fragments` (32 lanes x 4 registers, device memory): the
@@ -167,6 +219,7 @@ struct RungTiles {
 inline RungTiles rung_tiles(const std::string& name, int d) {
   if (name == "fa2_tensor_core") return {ch06::kTensorCoreRows, ch06::tensor_core_keys(d)};
   if (name == ScheduledRecipe::kName) return {kRowsOf<ScheduledRecipe>, kKeys};
+  if (name == RegisterBlockedRecipe::kName) return {kRowsOf<RegisterBlockedRecipe>, kKeys};
   return {kRowsOf<MmaRecipe>, kKeys};
 }
 
@@ -193,7 +246,11 @@ Ladder<AttentionArgs> kernel_ladder() {
       {ScheduledRecipe::kName,
        "FA2's schedule: Br = 128 over 8 warps, exp2 with the scale folded in, the causal "
        "mask on diagonal tiles only, heaviest causal blocks first",
-       limits, &Kernels<B>::fa2_scheduled, &fast_traffic<ScheduledRecipe>}};
+       limits, &Kernels<B>::fa2_scheduled, &fast_traffic<ScheduledRecipe>},
+      {RegisterBlockedRecipe::kName,
+       "register blocking: Br = 128 over 4 warps of 32 rows, each K/V fragment read from "
+       "shared memory feeds two mma; Q's fragments read from shared memory at each tile",
+       limits, &Kernels<B>::fa2_register_blocked, &fast_traffic<RegisterBlockedRecipe>}};
 }
 
 }  // namespace wb::ch08

@@ -19,16 +19,36 @@ namespace wb::ch08 {
 // Tile loads: rows [first, first + rows) of a (.., D) matrix, zeros past `limit`
 // ------------------------------------------------------------------------------------------
 
-/// Through registers: each thread reads 16-byte chunks (consecutive threads, consecutive chunks
-/// of a row: coalesced) and stores them; the caller's __syncthreads makes the tile visible.
-/// Rows at or past `limit` are zeros, so that masked keys multiply as 0, never as NaN.
-template <int D, bool Swizzle, typename T>
-__device__ void load_tile(const T* __restrict__ src, int first, int rows, int limit, T* tile) {
+/// Which 16-byte chunks of a tile of kRows rows a thread copies: the block's kThreads threads
+/// cover kRowsPerPass rows per pass, consecutive threads consecutive chunks of a row
+/// (coalesced), and each thread the same column chunk of rows kRowsPerPass apart. All three are
+/// constants, so a thread's addresses are its first one plus constants: kRowsPerPass rows
+/// further in global memory, and in a swizzled tile too, since kRowsPerPass is a multiple of
+/// the swizzle's 8-row period (eq. 3). No register per chunk, and no bound to test per pass.
+template <int D, int kThreads, int kRows>
+struct TileChunks {
+  static constexpr int kPerRow = D / kChunkElements;
+  static constexpr int kRowsPerPass = kThreads / kPerRow;
+  static constexpr int kPasses = kRows / kRowsPerPass;
+  static_assert(kThreads % kPerRow == 0 && kRowsPerPass % kSwizzleRows == 0,
+                "every pass covers whole rows and whole swizzle periods");
+  static_assert(kRows % kRowsPerPass == 0, "the passes cover the tile's rows exactly");
+  __device__ static int thread() { return int(threadIdx.y * blockDim.x + threadIdx.x); }
+  __device__ static int first_row() { return thread() / kPerRow; }
+  __device__ static int col() { return thread() % kPerRow * kChunkElements; }
+};
+
+/// Through registers: each thread reads 16-byte chunks and stores them; the caller's
+/// __syncthreads makes the tile visible. Rows at or past `limit` are zeros, so that masked keys
+/// multiply as 0, never as NaN. kThreads: the block's threads.
+template <int D, bool Swizzle, int kThreads, int kRows, typename T>
+__device__ void load_tile(const T* __restrict__ src, int first, int limit, T* tile) {
   using Layout = TileLayout<D, Swizzle>;
-  constexpr int kChunksPerRow = D / kChunkElements;
-  const int threads = blockDim.x * blockDim.y, tid = threadIdx.y * blockDim.x + threadIdx.x;
-  for (int c = tid; c < rows * kChunksPerRow; c += threads) {
-    const int r = c / kChunksPerRow, col = c % kChunksPerRow * kChunkElements;
+  using Chunks = TileChunks<D, kThreads, kRows>;
+  const int r0 = Chunks::first_row(), col = Chunks::col();
+#pragma unroll
+  for (int p = 0; p < Chunks::kPasses; ++p) {
+    const int r = r0 + p * Chunks::kRowsPerPass;
     uint4 chunk = make_uint4(0u, 0u, 0u, 0u);
     if (first + r < limit)
       chunk = *reinterpret_cast<const uint4*>(src + std::size_t(first + r) * D + col);
@@ -39,14 +59,15 @@ __device__ void load_tile(const T* __restrict__ src, int first, int rows, int li
 /// By cp.async, eq. (4): the same chunks, copied without passing through registers; they land
 /// at the caller's cp_async_wait (then __syncthreads makes them visible to the block). They
 /// land in the tile's rows from `tile_row` on (a tile filled in pieces: chapter 09's pages).
-template <int D, bool Swizzle, typename T>
-__device__ void load_tile_async(const T* __restrict__ src, int first, int rows, int limit, T* tile,
+template <int D, bool Swizzle, int kThreads, int kRows, typename T>
+__device__ void load_tile_async(const T* __restrict__ src, int first, int limit, T* tile,
                                 int tile_row = 0) {
   using Layout = TileLayout<D, Swizzle>;
-  constexpr int kChunksPerRow = D / kChunkElements;
-  const int threads = blockDim.x * blockDim.y, tid = threadIdx.y * blockDim.x + threadIdx.x;
-  for (int c = tid; c < rows * kChunksPerRow; c += threads) {
-    const int r = c / kChunksPerRow, col = c % kChunksPerRow * kChunkElements;
+  using Chunks = TileChunks<D, kThreads, kRows>;
+  const int r0 = Chunks::first_row(), col = Chunks::col();
+#pragma unroll
+  for (int p = 0; p < Chunks::kPasses; ++p) {
+    const int r = r0 + p * Chunks::kRowsPerPass;
     const bool inside = first + r < limit;
     // A row past the matrix reads nothing (src is any valid address then) and lands as zeros.
     const T* from = inside ? src + std::size_t(first + r) * D + col : src;
@@ -63,7 +84,7 @@ __device__ void load_tile_async(const T* __restrict__ src, int first, int rows, 
 /// = a[0..3], lane 8 m + r giving row r of matrix m.
 template <typename Layout>
 __device__ __forceinline__ int ldmatrix_a_offset(int row0, int col0, int lane) {
-  return Layout::offset(row0 + lane % 8 + 8 * (lane / 8 % 2), col0 + 8 * (lane / 16));
+  return Layout::fragment_offset(row0, col0, lane % 8 + 8 * (lane / 8 % 2), 8 * (lane / 16));
 }
 
 /// A fragment (16 x 16) of rows [row0, row0 + 16), columns [col0, col0 + 16) of a row-major tile:
@@ -90,8 +111,8 @@ __device__ __forceinline__ void load_a(std::uint32_t (&a)[4], const T* tile, int
 template <typename Layout, typename T>
 __device__ __forceinline__ void load_a_transposed(std::uint32_t (&a)[4], const T* tile, int row0,
                                                   int col0, int lane) {
-  ptx::ldmatrix_x4_trans(
-      a, tile + Layout::offset(col0 + lane % 8 + 8 * (lane / 16), row0 + 8 * (lane / 8 % 2)));
+  ptx::ldmatrix_x4_trans(a, tile + Layout::fragment_offset(col0, row0, lane % 8 + 8 * (lane / 16),
+                                                           8 * (lane / 8 % 2)));
 }
 
 /// B fragments (16 x 8) of K^T for S = Q K^T, two key groups at once: keys [key0, key0 + 8) and
@@ -103,9 +124,9 @@ __device__ __forceinline__ void load_b_of_k(std::uint32_t (&b0)[2], std::uint32_
   using Layout = TileLayout<D, Swizzle>;
   if constexpr (Ldmatrix) {
     // Matrices (keys 0-7, cols 0-7), (0-7, 8-15), (8-15, 0-7), (8-15, 8-15) = b0, b1.
-    const int key = key0 + lane % 8 + 8 * (lane / 16), col = col0 + 8 * (lane / 8 % 2);
     std::uint32_t r[4];
-    ptx::ldmatrix_x4(r, tile + Layout::offset(key, col));
+    ptx::ldmatrix_x4(r, tile + Layout::fragment_offset(key0, col0, lane % 8 + 8 * (lane / 16),
+                                                       8 * (lane / 8 % 2)));
     b0[0] = r[0], b0[1] = r[1], b1[0] = r[2], b1[1] = r[3];
   } else {
     const int g = lane / 4, t = lane % 4;
@@ -125,9 +146,10 @@ __device__ __forceinline__ void load_b_of_v(std::uint32_t (&b0)[2], std::uint32_
   using Layout = TileLayout<D, Swizzle>;
   if constexpr (Ldmatrix) {
     // Matrices (keys 0-7, cols 0-7), (8-15, 0-7), (0-7, 8-15), (8-15, 8-15), each transposed.
-    const int key = key0 + lane % 8 + 8 * (lane / 8 % 2), col = col0 + 8 * (lane / 16);
     std::uint32_t r[4];
-    ptx::ldmatrix_x4_trans(r, tile + Layout::offset(key, col));
+    ptx::ldmatrix_x4_trans(
+        r,
+        tile + Layout::fragment_offset(key0, col0, lane % 8 + 8 * (lane / 8 % 2), 8 * (lane / 16)));
     b0[0] = r[0], b0[1] = r[1], b1[0] = r[2], b1[1] = r[3];
   } else {
     const int g = lane / 4, t = lane % 4;

@@ -1,6 +1,7 @@
 // Chapter 08's warp-level attention step, in pieces: S~ = Q K^T for some keys of a shared K
 // tile into mma.m16n8k16 accumulators, the online softmax on those registers (chapter 06's
-// eq. 3, the row statistics by two shuffles), and O += P~ V from a shared V tile. The rungs'
+// eq. 3, the row statistics by two shuffles), and O += P~ V from a shared V tile; the products
+// for one tile of 16 query rows or several (fa2_register_blocked: two, eq. 7). The rungs'
 // attend_tile (fa2_fast_kernels.cuh) puts them together with the re-pack of eq. (1); chapter
 // 09's tensor-core decode kernel does the same with 16 keys per warp. Device code only
 // (this file compiles to nothing by itself).
@@ -43,7 +44,7 @@ struct WarpState {
 /// e^{m_old - m_new} in fa2_scheduled's units: 2^{(m_old - m_new) scale log2(e)}, 0 when
 /// m_old = -inf (nothing summed yet), as ch05::rescale.
 __device__ __forceinline__ float rescale_exp2(float m_old, float m_new, float scale_log2) {
-  return m_old == -INFINITY ? 0.f : exp2f((m_old - m_new) * scale_log2);
+  return m_old == -INFINITY ? 0.f : ptx::exp2_approx((m_old - m_new) * scale_log2);
 }
 
 /// The max over the 4 lanes of a row's group (lanes 4g .. 4g + 3).
@@ -56,21 +57,43 @@ __device__ __forceinline__ float group_sum(float x) {
   return x + __shfl_xor_sync(kAllLanes, x, 2);
 }
 
-/// S~ += Q K^T for keys [key0, key0 + 8 kGroups) of a (.., D) K tile in shared memory: s[n] is
-/// the 16 x 8 block of keys key0 + 8n .. + 8 for the warp's 16 rows (qa: their A fragments).
-template <typename T, int D, bool kSw, bool kLd, int kGroups>
-__device__ __forceinline__ void tile_scores(const std::uint32_t (&qa)[D / 16][4], const T* k_tile,
-                                            int key0, float (&s)[kGroups][4]) {
+/// S~ += Q K^T for keys [key0, key0 + 8 kGroups) of a (.., D) K tile in shared memory, for
+/// kRowTiles tiles of 16 query rows: s[mt][n] is the 16 x 8 block of keys key0 + 8n .. + 8 for
+/// row tile mt, and q_fragment(mt, ks, a) puts that tile's A fragment of head columns
+/// [16 ks, 16 ks + 16) in `a`. Each B fragment of K is read from shared memory once and serves
+/// every row tile (eq. 7).
+template <typename T, int D, bool kSw, bool kLd, int kRowTiles, int kGroups, typename QFragment>
+__device__ __forceinline__ void row_tiles_scores(QFragment q_fragment, const T* k_tile, int key0,
+                                                 float (*s)[kGroups][4]) {
   static_assert(kGroups % 2 == 0, "key groups come in pairs (one ldmatrix .x4)");
   const int lane = threadIdx.x;
+#pragma unroll
   for (int ks = 0; ks < D / 16; ++ks) {
+    std::uint32_t qa[kRowTiles][4];
+#pragma unroll
+    for (int mt = 0; mt < kRowTiles; ++mt) q_fragment(mt, ks, qa[mt]);
+#pragma unroll
     for (int n = 0; n < kGroups; n += 2) {
       std::uint32_t b0[2], b1[2];
       load_b_of_k<D, kSw, kLd>(b0, b1, k_tile, key0 + 8 * n, 16 * ks, lane);
-      ptx::mma_m16n8k16<T>(s[n], qa[ks], b0, s[n]);
-      ptx::mma_m16n8k16<T>(s[n + 1], qa[ks], b1, s[n + 1]);
+#pragma unroll
+      for (int mt = 0; mt < kRowTiles; ++mt) {
+        ptx::mma_m16n8k16<T>(s[mt][n], qa[mt], b0, s[mt][n]);
+        ptx::mma_m16n8k16<T>(s[mt][n + 1], qa[mt], b1, s[mt][n + 1]);
+      }
     }
   }
+}
+
+/// row_tiles_scores for one row tile whose A fragments qa the warp holds in registers.
+template <typename T, int D, bool kSw, bool kLd, int kGroups>
+__device__ __forceinline__ void tile_scores(const std::uint32_t (&qa)[D / 16][4], const T* k_tile,
+                                            int key0, float (&s)[kGroups][4]) {
+  row_tiles_scores<T, D, kSw, kLd, 1>(
+      [&](int, int ks, std::uint32_t(&a)[4]) {
+        for (int e = 0; e < 4; ++e) a[e] = qa[ks][e];
+      },
+      k_tile, key0, &s);
 }
 
 // [register_softmax]
@@ -107,7 +130,7 @@ __device__ __forceinline__ void softmax_on_scores(float (&s)[kGroups][4], WarpSt
   float rowsum[2] = {0.f, 0.f};  // of the float P~, before it is rounded for the product
   for (int n = 0; n < kGroups; ++n) {
     for (int e = 0; e < 4; ++e) {
-      const float p = kScheduled ? exp2f(fmaf(s[n][e], scale_log2, -shift[e / 2]))
+      const float p = kScheduled ? ptx::exp2_approx(fmaf(s[n][e], scale_log2, -shift[e / 2]))
                                  : expf(s[n][e] - shift[e / 2]);
       s[n][e] = p;  // P~, in S~'s registers
       rowsum[e / 2] += p;
@@ -119,18 +142,30 @@ __device__ __forceinline__ void softmax_on_scores(float (&s)[kGroups][4], WarpSt
 }
 // [register_softmax]
 
-/// SS += P~ V for keys [key0, key0 + 16) of a (.., D) V tile in shared memory; pa: P~'s A
-/// fragment for those keys (eq. 1).
-template <typename T, int D, bool kSw, bool kLd>
-__device__ __forceinline__ void accumulate_pv(const std::uint32_t (&pa)[4], const T* v_tile,
-                                              int key0, WarpState<D>& st) {
+/// SS += P~ V for keys [key0, key0 + 16) of a (.., D) V tile in shared memory, for kRowTiles
+/// tiles of 16 rows: pa[mt], row tile mt's P~ A fragment for those keys (eq. 1), st[mt] its
+/// state. Each B fragment of V is read from shared memory once and serves every row tile.
+template <typename T, int D, bool kSw, bool kLd, int kRowTiles>
+__device__ __forceinline__ void row_tiles_pv(const std::uint32_t (*pa)[4], const T* v_tile,
+                                             int key0, WarpState<D>* st) {
   const int lane = threadIdx.x;
+#pragma unroll
   for (int n = 0; n < D / 8; n += 2) {
     std::uint32_t b0[2], b1[2];
     load_b_of_v<D, kSw, kLd>(b0, b1, v_tile, key0, 8 * n, lane);
-    ptx::mma_m16n8k16<T>(st.acc[n], pa, b0, st.acc[n]);
-    ptx::mma_m16n8k16<T>(st.acc[n + 1], pa, b1, st.acc[n + 1]);
+#pragma unroll
+    for (int mt = 0; mt < kRowTiles; ++mt) {
+      ptx::mma_m16n8k16<T>(st[mt].acc[n], pa[mt], b0, st[mt].acc[n]);
+      ptx::mma_m16n8k16<T>(st[mt].acc[n + 1], pa[mt], b1, st[mt].acc[n + 1]);
+    }
   }
+}
+
+/// row_tiles_pv for one row tile.
+template <typename T, int D, bool kSw, bool kLd>
+__device__ __forceinline__ void accumulate_pv(const std::uint32_t (&pa)[4], const T* v_tile,
+                                              int key0, WarpState<D>& st) {
+  row_tiles_pv<T, D, kSw, kLd, 1>(&pa, v_tile, key0, &st);
 }
 
 }  // namespace

@@ -61,7 +61,7 @@ __device__ void load_cache_tile_async(const T* __restrict__ base, const CacheRow
   for (int h = 0; h < kMmaKeys; h += kTileKeys) {
     const int j = t0 + h;
     const T* src = j < j1 ? base + cache(b, kv, j) : base;  // past j1: read nothing
-    ch08::load_tile_async<D, true>(src, 0, kTileKeys, j1 - j, tile, h);
+    ch08::load_tile_async<D, true, kMmaThreads, kTileKeys>(src, 0, j1 - j, tile, h);
   }
 }
 
@@ -91,7 +91,8 @@ __global__ void __launch_bounds__(kMmaThreads)
   if (warp == 0 && lane == 0)
     length[0] = lengths == nullptr ? shape.lk : max(0, min(lengths[b], shape.lk));
   const std::size_t row0 = (std::size_t(b) * shape.hq + std::size_t(kv) * g) * lq + r0;
-  ch08::load_tile<D, true>(q + row0 * D, 0, kMmaRows, rows, q_tile);  // zeros past `rows`
+  ch08::load_tile<D, true, kMmaThreads, kMmaRows>(q + row0 * D, 0, rows,
+                                                  q_tile);  // zeros past `rows`
   __syncthreads();  // the length and the Q tile visible to every thread
   const int len = length[0];
   const KeyRange keys = block_keys(len, splits, s, r0, rows, lq, causal);

@@ -114,8 +114,8 @@ __global__ void __launch_bounds__(kMmaThreads)
   float lse_next = -INFINITY, d_next = 0.f;
   const auto load_q_tile = [&](int it, int u) {
     const int i0 = it * L::kBr;
-    ch08::load_tile_async<D, true>(q + q_off * D, i0, L::kBr, lq, q_tile(u));
-    ch08::load_tile_async<D, true>(d_o + q_off * D, i0, L::kBr, lq, do_tile(u));
+    ch08::load_tile_async<D, true, kMmaThreads, L::kBr>(q + q_off * D, i0, lq, q_tile(u));
+    ch08::load_tile_async<D, true, kMmaThreads, L::kBr>(d_o + q_off * D, i0, lq, do_tile(u));
     const bool in = tid < L::kBr && i0 + tid < lq;
     lse_next = in ? lse[q_off + i0 + tid] : -INFINITY;
     d_next = in ? d_row[q_off + i0 + tid] : 0.f;
@@ -126,8 +126,8 @@ __global__ void __launch_bounds__(kMmaThreads)
 
   const int first = first_q_tile(j0, lq, lk, L::kBr, causal);             // eq. (7)
   const int tiles = ceil_div(lq, L::kBr) - first;                         // at least 1
-  ch08::load_tile_async<D, true>(k + k_off * D, j0, L::kBc, lk, k_tile);  // once
-  ch08::load_tile_async<D, true>(v + k_off * D, j0, L::kBc, lk, v_tile);
+  ch08::load_tile_async<D, true, kMmaThreads, L::kBc>(k + k_off * D, j0, lk, k_tile);  // once
+  ch08::load_tile_async<D, true, kMmaThreads, L::kBc>(v + k_off * D, j0, lk, v_tile);
   load_q_tile(first, 0);
   ptx::cp_async_commit();
   store_stats(0);

@@ -23,6 +23,7 @@
 // thread could read them without a wait).
 #pragma once
 
+#include <cmath>
 #include <cstddef>
 #include <cstdint>
 #include <type_traits>
@@ -128,6 +129,16 @@ namespace wb::ptx {
 /// Closes this thread's group of the copies queued since the last commit.
 inline void cp_async_commit() {
   wb::sim::detail::cp_async_commit();
+}
+
+/// 2^x as ex2.approx.ftz.f32 (common/ptx.cuh): exp2f with the instruction's flushes to zero, a
+/// subnormal x read as 0 and a subnormal result written as 0. The GPU's approximation is a few
+/// ulp of float from this; the kernels' tolerances are set by the 16-bit rounding of P~ after
+/// it, 2^13 times coarser.
+inline float exp2_approx(float x) {
+  if (std::fpclassify(x) == FP_SUBNORMAL) x = 0.f;
+  const float y = std::exp2(x);
+  return std::fpclassify(y) == FP_SUBNORMAL ? 0.f : y;
 }
 
 /// Writes this thread's queued copies of every committed group but the N newest.

@@ -289,6 +289,19 @@ TEST_CASE("pack_pair and load_pair put the lower-numbered element in the low hal
   CHECK(wb::ptx::load_pair(row + 3, row + 2) == (std::uint32_t{bits_of(row[2])} << 16 | 0x3800u));
 }
 
+TEST_CASE("exp2_approx is 2^x with the instruction's flushes to zero" *
+          doctest::test_suite("ptx")) {
+  using wb::ptx::exp2_approx;
+  CHECK(exp2_approx(0.0f) == 1.0f);
+  CHECK(exp2_approx(-3.0f) == 0.125f);
+  CHECK(exp2_approx(-126.0f) == std::ldexp(1.0f, -126));  // the smallest normal float
+  CHECK(exp2_approx(-127.0f) == 0.0f);                    // subnormal: flushed (.ftz)
+  CHECK(exp2_approx(std::ldexp(1.0f, -140)) == 1.0f);     // a subnormal x reads as 0
+  CHECK(exp2_approx(-INFINITY) == 0.0f);                  // a masked score's probability
+  CHECK(exp2_approx(INFINITY) == INFINITY);
+  CHECK(std::isnan(exp2_approx(NAN)));
+}
+
 // ---- ldmatrix ----------------------------------------------------------------------------------
 
 namespace {
