@@ -58,12 +58,12 @@ inline void print_tile_sweep(const std::vector<TileSweepPoint>& points, Attentio
     t.add_row({p.rung, p.tile + " = " + std::to_string(p.size) + (p.own ? " (the kernel's)" : ""),
                per_unit(p.traffic.loaded, rows), per_unit(p.traffic.stored, rows),
                ratio(bytes(p), own)});
-    csv.push_back(csv_row({shape_name, p.rung, std::to_string(rows), "row",
-                           std::to_string(p.traffic.loaded), std::to_string(p.traffic.stored),
-                           std::to_string(p.traffic.loaded), std::to_string(p.traffic.stored),
-                           p.traffic.formula, "", "", "", "", "",
-                           p.own ? "formula, own" : "formula",
-                           p.tile + " = " + std::to_string(p.size), std::to_string(p.size)}));
+    csv.push_back(
+        csv_row({shape_name, p.rung, std::to_string(rows), "row", std::to_string(p.traffic.loaded),
+                 std::to_string(p.traffic.stored), std::to_string(p.traffic.loaded),
+                 std::to_string(p.traffic.stored), p.traffic.formula, "", "", "", "", "",
+                 p.own ? "formula, own" : "formula", p.tile + " = " + std::to_string(p.size),
+                 std::to_string(p.size), ""}));
   }
   t.print(std::cout);
   std::cout << "\n";

@@ -45,10 +45,12 @@ inline std::string ratio(std::uint64_t a, std::uint64_t b) {
 /// build draws its traffic tables and figures from (docs/figures/traffic_figures.py). source:
 /// "counted" (a rung's launch, counted by profile mode; loaded and stored are the counts) or
 /// "formula" (a header's formula at another tile size, tile and tile_size: nothing ran).
+/// shared_loaded_bytes: the bytes the counted launches read from shared memory.
 inline const char* profile_csv_header() {
   return "shape,rung,units,unit,loaded_bytes,stored_bytes,stated_loaded_bytes,"
          "stated_stored_bytes,formula,sectors_per_load,sectors_per_store,"
-         "shared_wavefronts_per_request,conflict_degree,buffers,source,tile,tile_size";
+         "shared_wavefronts_per_request,conflict_degree,buffers,source,tile,tile_size,"
+         "shared_loaded_bytes";
 }
 
 /// One CSV row of the fields, escaped.
@@ -140,7 +142,8 @@ int profile_ladder(const Ladder<Args>& ladder, const Args& args, std::uint64_t u
   std::cout << "Profile: global-memory traffic counted by the simulator, " << shape << " ("
             << units << " " << unit << "s)\n";
   Table t({"rung", "loaded B/" + unit, "stored B/" + unit, "header states", "sectors/req ld",
-           "sectors/req st", "shared wavefronts/req", "conflict", "ideal us at 3.0 TB/s"});
+           "sectors/req st", "shared ld B/" + unit, "shared wavefronts/req", "conflict",
+           "ideal us at 3.0 TB/s"});
   std::vector<std::string> skipped, lines, csv;
   for (const Rung<Args>& rung : ladder) {
     if (!only.empty() && only != rung.name) continue;
@@ -182,8 +185,8 @@ int profile_ladder(const Ladder<Args>& ladder, const Args& args, std::uint64_t u
     const std::string conflict = detail::ratio(shared_all.units, shared_all.ideal_units);
     t.add_row({rung.name, detail::per_unit(total.global_load.bytes, units),
                detail::per_unit(total.global_store.bytes, units), stated, sectors_load,
-               sectors_store, wavefronts, conflict,
-               fixed(bytes / kProfileCopyBytesPerSecond * 1e6, 2)});
+               sectors_store, detail::per_unit(total.shared_load.bytes, units), wavefronts,
+               conflict, fixed(bytes / kProfileCopyBytesPerSecond * 1e6, 2)});
     const std::vector<std::string> fields = {
         shape,
         rung.name,
@@ -201,7 +204,8 @@ int profile_ladder(const Ladder<Args>& ladder, const Args& args, std::uint64_t u
         detail::buffer_summary(launches),
         "counted",
         "",
-        ""};
+        "",
+        std::to_string(total.shared_load.bytes)};
     csv.push_back(detail::csv_row(fields));
     std::stable_sort(by_line.begin(), by_line.end(), [](const auto& a, const auto& b) {
       return a.counts.global_load.bytes + a.counts.global_store.bytes >
@@ -218,7 +222,8 @@ int profile_ladder(const Ladder<Args>& ladder, const Args& args, std::uint64_t u
   t.print(std::cout);
   std::cout << "  header states: loaded + stored bytes per " << unit
             << " by the rung's traffic formula. sectors/req: 32-byte sectors per warp request "
-               "(4 for 32 consecutive floats). conflict: shared wavefronts over the "
+               "(4 for 32 consecutive floats). shared ld: bytes read from shared memory. "
+               "conflict: shared wavefronts over the "
                "conflict-free count (1 = no bank conflicts). ideal: the counted bytes at the "
             << kProfileCopyDevice << ".\n";
   if (!lines.empty()) {

@@ -55,6 +55,40 @@ TEST_CASE("the rungs from ldmatrix on have no shared-memory bank conflicts" *
   }
 }
 
+TEST_CASE("the last two rungs read from shared memory the fragment bytes of eq. (7)" *
+          doctest::test_suite("profile")) {
+  // Eq. (7) on lq = lk = 128 (one Q tile of Br = 128, two full K/V tiles, no mask), in bytes of
+  // 16-bit elements. fa2_scheduled: 8 warps read their 16 rows of Q once (16 d elements) and
+  // each tile's K and V whole (2 x 64 d). fa2_register_blocked: 4 warps read, per softmax step
+  // of s keys, Q for their 32 rows (32 d) and the step's K and V (2 s d); s = 64 at d = 64 and
+  // 32 at d = 128. Its other shared reads: none (the tiles arrive by cp.async, a store).
+  for (const int d : {64, 128}) {
+    const AttentionShape shape{1, 128, 128, d};
+    const float scale = default_scale(d);
+    const AttentionInputs in = make_attention_inputs(ScoreKind::randn, shape, scale, 9);
+    const int tiles = 2, step = d == 64 ? 64 : 32;
+    const std::uint64_t scheduled = 2u * 8 * (16 * d + tiles * 2 * 64 * d);
+    const std::uint64_t blocked = 2u * 4 * tiles * (64 / step) * (32 * d + 2 * step * d);
+    for (auto [name, expected] : {std::pair{ch08::ScheduledRecipe::kName, scheduled},
+                                  {ch08::RegisterBlockedRecipe::kName, blocked}}) {
+      CAPTURE(name);
+      CAPTURE(d);
+      const Ladder<AttentionArgs> ladder = ch08::kernel_ladder<Backend::sim>();
+      const Rung<AttentionArgs>& rung = *find_rung(ladder, name);
+      AttentionBuffers buffers(Backend::sim, in, shape, scale, false, Dtype::fp16,
+                               rung.limits.outputs);
+      sim::start_profile();
+      run_rung(rung, buffers.args);
+      const std::vector<sim::LaunchProfile> launches = sim::stop_profile();
+      REQUIRE(launches.size() == 1);
+      CHECK(launches[0].counts.shared_load.bytes == expected);
+    }
+    // Eq. (7): 10 d against 16 d bytes per row and tile at d = 64, 12 d against 16 d at d = 128
+    // (Q once per step there), plus fa2_scheduled's one read of Q.
+    CHECK(double(blocked) / double(scheduled) < (d == 64 ? 0.6 : 0.71));
+  }
+}
+
 TEST_CASE("the bank-map launch: the same fragment from every layout, 8 wavefronts unpadded" *
           doctest::test_suite("profile")) {
   // Eq. (2): lane l's register i holds elements (g + 8 (i % 2), 2 t + 8 (i / 2)) and the next

@@ -92,14 +92,16 @@ def chapter_table(rows, path):
     out = ['<table class="markdowntable">',
            "<tr><th>shape</th><th>rung</th><th>loaded B/{0}</th><th>stored B/{0}</th>"
            "<th>the header's formula</th><th>sectors per load, store</th>"
+           "<th>shared memory read B/{0}</th>"
            "<th>bank conflict degree</th></tr>".format(html.escape(counted[0]["unit"]))]
     for r in counted:
         out.append(
             "<tr><td>{}</td><td><code>{}</code></td><td>{:.2f}</td><td>{:.2f}</td><td>{}</td>"
-            "<td>{}, {}</td><td>{}</td></tr>".format(
+            "<td>{}, {}</td><td>{:.2f}</td><td>{}</td></tr>".format(
                 html.escape(r["shape"]), html.escape(r["rung"]), per_unit(r, "loaded_bytes"),
                 per_unit(r, "stored_bytes"), html.escape(r["formula"]),
-                r["sectors_per_load"], r["sectors_per_store"], r["conflict_degree"]))
+                r["sectors_per_load"], r["sectors_per_store"],
+                per_unit(r, "shared_loaded_bytes"), r["conflict_degree"]))
     out.append("</table>")
     with open(path, "w") as f:
         f.write("\n".join(out) + "\n")
