@@ -378,31 +378,28 @@ inline Traffic fa2_backward_tensor_core_traffic(const AttentionBackwardArgs& a) 
 /// The ladder in order.
 template <Backend B>
 Ladder<AttentionBackwardArgs> kernel_ladder() {
+  // The fp32 rungs take any d up to chapter 04's limit; the 16-bit rungs' tiles d = 64 or 128.
+  const RungLimits fp32 = attention_limits({Dtype::fp32}, ch04::kMaxHeadDim, {},
+                                           ch04::kMaxBatchHeads, /*causal=*/true, 0);
+  const RungLimits tiles16 = attention_limits({Dtype::fp16, Dtype::bf16}, 0, {64, 128},
+                                              ch04::kMaxBatchHeads, /*causal=*/true, 0);
   return {{"standard_backward",
            "the baseline, Algorithm 3: the forward's P read, dP and dS stored, four matmuls "
            "and the softmax's backward, five launches",
-           attention_limits({Dtype::fp32}, ch04::kMaxHeadDim, {}, ch04::kMaxBatchHeads,
-                            /*causal=*/true, 0),
-           &Kernels<B>::standard_backward, &standard_backward_traffic},
+           fp32, &Kernels<B>::standard_backward, &standard_backward_traffic},
           {"fa2_backward",
            "P recomputed from logsumexp per (K/V tile, Q tile); dK, dV of a K/V tile in "
            "registers of one block; dQ added into with float atomics",
-           attention_limits({Dtype::fp32}, ch04::kMaxHeadDim, {}, ch04::kMaxBatchHeads,
-                            /*causal=*/true, 0),
-           &Kernels<B>::fa2_backward, &fa2_backward_traffic},
+           fp32, &Kernels<B>::fa2_backward, &fa2_backward_traffic},
           {"fa2_backward_tensor_core",
            "the five products on tensor cores (wmma 16x16x16): fp16 or bf16 inputs, float "
            "accumulation; a warp owns 16 keys; dQ added into float, then rounded",
-           attention_limits({Dtype::fp16, Dtype::bf16}, 0, {64, 128}, ch04::kMaxBatchHeads,
-                            /*causal=*/true, 0),
-           &Kernels<B>::fa2_backward_tensor_core, &fa2_backward_tensor_core_traffic},
+           tiles16, &Kernels<B>::fa2_backward_tensor_core, &fa2_backward_tensor_core_traffic},
           {"fa2_backward_mma",
            "chapter 08's mma.sync and ldmatrix on swizzled tiles: S^T, dP^T made P^T, dS^T in "
            "registers and re-packed as A fragments, only dS^T through shared memory; Q, dO "
            "tiles double-buffered by cp.async",
-           attention_limits({Dtype::fp16, Dtype::bf16}, 0, {64, 128}, ch04::kMaxBatchHeads,
-                            /*causal=*/true, 0),
-           &Kernels<B>::fa2_backward_mma, &fa2_backward_tensor_core_traffic}};
+           tiles16, &Kernels<B>::fa2_backward_mma, &fa2_backward_tensor_core_traffic}};
 }
 
 }  // namespace wb::ch10
