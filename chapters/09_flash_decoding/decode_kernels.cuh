@@ -20,10 +20,10 @@
 // Limits: lq, lk >= 1, any value; 1 <= d <= 128; hq a multiple of hkv; batch x hkv <= 65535
 //           (grid.y); lengths in [0, lk]: the rungs' limits (kernel_ladder), checked before
 //           every launch (the kernel clamps a length into [0, lk] all the same).
-// Memory traffic: split_traffic and combine_traffic (flash_decoding.cpp), for a contiguous
-//           cache (a paged one adds each thread's read of the table per tile): Q once per block,
+// Memory traffic: split_traffic and combine_traffic (flash_decoding.cpp): Q once per block,
 //           K and V once per key a block loads, a split's O row written (and read by the
-//           combine) only where that split saw a key, two reads of each split's logsumexp.
+//           combine) only where that split saw a key, two reads of each split's logsumexp; a
+//           paged cache adds every thread's read of the table once per K/V tile.
 // Test: ctest --test-dir build -R 09_flash_decoding --output-on-failure
 #pragma once
 
@@ -44,6 +44,7 @@ using ch04::kWarpLanes;
 constexpr int kWarps = 4;
 constexpr int kRowsPerWarp = kBlockRows / kWarps;
 constexpr int kThreads = kWarps * kWarpLanes;
+static_assert(kThreads == kBlockThreads, "the table reads of the traffic formula");
 static_assert(kTileKeys == ch04::kTileKeys, "the K/V tile of ch04::SharedTiles");
 static_assert(kRowsPerWarp * kWarps == kBlockRows, "every block row has a warp");
 

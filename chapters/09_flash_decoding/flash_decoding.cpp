@@ -69,7 +69,20 @@ AttentionInputs unpage_cache(const AttentionInputs& in, const PagedCache& paged,
   return out;
 }
 
-Traffic split_traffic(const DecodeArgs& a, int splits, int block_rows) {
+namespace {
+
+/// `table`'s reads in words, e.g. "128 times per 32 keys".
+std::string lookups(const TableReads& table) {
+  std::string words;
+  if (table.per_tile > 0) words = std::to_string(table.per_tile) + " times per 32 keys";
+  if (table.per_key > 0)
+    words += (words.empty() ? "" : " and ") + std::to_string(table.per_key) + " times per key";
+  return words;
+}
+
+}  // namespace
+
+Traffic split_traffic(const DecodeArgs& a, int splits, int block_rows, TableReads table) {
   const DecodeShape& s = a.shape;
   const bool partial = splits > 0;
   const int n_splits = partial ? splits : 1;
@@ -82,8 +95,14 @@ Traffic split_traffic(const DecodeArgs& a, int splits, int block_rows) {
       const int rows = std::min(block_rows, group_rows - r0);
       for (int sp = 0; sp < n_splits; ++sp) {
         const KeyRange keys = block_keys(len, n_splits, sp, r0, rows, s.lq, a.causal);
-        std::uint64_t loaded = rows * d * e + 2 * std::uint64_t(keys.j1 - keys.j0) * d * e;
+        const std::uint64_t n_keys = std::uint64_t(keys.j1 - keys.j0);
+        std::uint64_t loaded = rows * d * e + 2 * n_keys * d * e;
         if (a.lengths != nullptr) loaded += sizeof(int);
+        if (a.block_table != nullptr) {  // keys.j0 is a tile's first key: whole tiles and one short
+          const std::uint64_t tiles = (n_keys + kTileKeys - 1) / kTileKeys;
+          loaded += sizeof(int) *
+                    (tiles * std::uint64_t(table.per_tile) + n_keys * std::uint64_t(table.per_key));
+        }
         std::uint64_t stored = rows * sizeof(float);  // logsumexp
         for (int r = r0; r < r0 + rows; ++r)
           if (!partial || sees_a_key(keys, r % s.lq, len, s, a.causal))
@@ -98,7 +117,8 @@ Traffic split_traffic(const DecodeArgs& a, int splits, int block_rows) {
               "): its Q rows once, K and V once per key of its range (" +
               (a.causal ? "up to the tile of its last row's last visible key" : "all") + "), " +
               (partial ? "a float O row where the split saw a key" : "its O rows") +
-              " and logsumexp written" + (a.lengths != nullptr ? ", its length read once" : "");
+              " and logsumexp written" + (a.lengths != nullptr ? ", its length read once" : "") +
+              (a.block_table == nullptr ? "" : ", the block table read " + lookups(table));
   return t;
 }
 
@@ -138,16 +158,18 @@ Traffic with_combine(const DecodeArgs& a, const Traffic& split) {
 }  // namespace
 
 Traffic split_kv_traffic(const DecodeArgs& a) {
-  return with_combine(a, split_traffic(a, a.splits, kBlockRows));
+  return with_combine(a, split_traffic(a, a.splits, kBlockRows, kTileLookups));
 }
 
 Traffic mma_kv_traffic(const DecodeArgs& a) {
-  return with_combine(a, split_traffic(a, a.splits, kMmaRows));
+  return with_combine(a, split_traffic(a, a.splits, kMmaRows, {2 * kBlockThreads, 0}));
 }
 
 Traffic stream_kv_traffic(const DecodeArgs& a) {
   const DecodeShape& s = a.shape;
-  return with_combine(a, split_traffic(a, a.splits, stream_rows(s.group() * s.lq)));
+  // A lookup per 16-byte vector of a key's K row (d a multiple of 8: whole vectors).
+  const int vectors = s.d * int(dtype_bytes(a.dtype)) / 16;
+  return with_combine(a, split_traffic(a, a.splits, stream_rows(s.group() * s.lq), {0, vectors}));
 }
 
 }  // namespace wb::ch09

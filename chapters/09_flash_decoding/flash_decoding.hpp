@@ -44,6 +44,9 @@ namespace wb::ch09 {
 inline constexpr int kTileKeys = 32;
 /// Query rows of one block of the split kernel: up to 16 rows of a KV head's group.
 inline constexpr int kBlockRows = 16;
+/// Threads of one block of the split kernels (4 warps): the traffic formulas count what each
+/// thread reads of a paged cache's table.
+inline constexpr int kBlockThreads = 128;
 /// The most query rows of one block of the streaming kernel (stream_kv): each lane holds its
 /// columns of every row's output in registers, 16 per row in fp16.
 inline constexpr int kStreamMaxRows = 4;
@@ -572,33 +575,44 @@ int default_splits(const DecodeShape& shape, Dtype dtype) {
   return choose_splits(w.sms, w.blocks_per_sm, base_blocks(shape), shape.lk);
 }
 
+/// The entries of a paged cache's block table (ints) one block of a split kernel reads: per
+/// K/V tile of 32 keys its range holds, and per key. Every thread that loads a key's row
+/// looks its page up itself (eq. 9), so a lookup is a read by each of those threads.
+struct TableReads {
+  int per_tile = 0, per_key = 0;
+};
+
 /// The traffic of a split kernel (flash_decoding.cpp) with `splits` splits (writing partials)
 /// or, for splits = 0, of one_split (writing O and logsumexp), per block of up to `block_rows`
 /// group rows of a KV head: its Q rows once; K and V once per key of its range it loads
 /// (block_keys: its tiles, cut at the causal mask); its rows of O (floats, or the element type)
-/// and logsumexp once; the sequence's length (one int) once when a.lengths is given. Reads
-/// a.lengths_host.
-Traffic split_traffic(const DecodeArgs& a, int splits, int block_rows);
+/// and logsumexp once; the sequence's length (one int) once when a.lengths is given; on a
+/// paged cache (a.block_table), `table`'s entries. Reads a.lengths_host.
+Traffic split_traffic(const DecodeArgs& a, int splits, int block_rows, TableReads table);
 
 /// The combine kernel: per row, the splits' logsumexps (every lane of its warp reads them, one
 /// request each: 4 bytes), each split's O row once, O (element type) and logsumexp written.
 Traffic combine_traffic(const DecodeArgs& a);
 
+/// one_split's and split_kv's table reads: every thread looks up each K/V tile once.
+inline constexpr TableReads kTileLookups{kBlockThreads, 0};
+
 /// one_split's traffic: split_traffic with one split of 16-row blocks writing O and logsumexp.
 inline Traffic one_split_traffic(const DecodeArgs& a) {
-  return split_traffic(a, 0, kBlockRows);
+  return split_traffic(a, 0, kBlockRows, kTileLookups);
 }
 
 /// split_kv's traffic: the split kernel at a.splits splits, then the combine.
 Traffic split_kv_traffic(const DecodeArgs& a);
 
 /// stream_kv's traffic: the streaming kernel (blocks of stream_rows group rows) at a.splits
-/// splits, then the combine.
+/// splits, a lane looking a key's page up for each 16-byte vector of its K row it loads (and
+/// the V vector beside it), then the combine.
 Traffic stream_kv_traffic(const DecodeArgs& a);
 
 /// mma_kv's traffic: the tensor-core kernel at a.splits splits (blocks of kMmaRows group rows,
-/// each reading its Q rows and its range's keys once, as split_kv's blocks of 16), then the
-/// combine.
+/// each reading its Q rows and its range's keys once, as split_kv's blocks of 16; every thread
+/// looks up each 32 keys twice, for K and for V), then the combine.
 Traffic mma_kv_traffic(const DecodeArgs& a);
 
 /// The rungs' limits: any head dimension up to 128 (the lanes' output columns), fp32 and the

@@ -299,10 +299,6 @@ int main(int argc, char** argv) {
   if (page_keys % kPageKeyMultiple != 0)
     return cli.error("--page-keys = " + std::to_string(page_keys) + " is not a multiple of " +
                      std::to_string(kPageKeyMultiple) + " (a K/V tile would straddle two pages)");
-  if (page_keys > 0 && options.profile)
-    return cli.error(
-        "--page-keys applies to the report and --bench (the traffic formulas count a contiguous "
-        "cache)");
   const Ladder<DecodeArgs> ladder = select_kernel_backend(options.backend, make_ladder);
   const Dtype type = dtypes_of_option(dtype).front();
   // eq. (7) on the device that runs the kernels (the simulator models an H100)
@@ -322,9 +318,11 @@ int main(int argc, char** argv) {
       const AttentionInputs in = make_attention_inputs(
           ScoreKind::randn, {shape.batch, shape.hq * shape.lq, shape.hkv * shape.lk, shape.d},
           default_scale(shape.d), options.seed);
-      DecodeBuffers buffers(Backend::sim, in, lengths, shape, n_splits, default_scale(shape.d),
-                            causal, type);
+      KernelBuffers kb(Backend::sim, in, lengths, shape, n_splits, causal, type, page_keys,
+                       options.seed);
+      const DecodeBuffers& buffers = kb.buffers;
       // Names for the profile's per-buffer bytes and the access trace.
+      if (kb.table) sim::label_device_buffer(kb.table->data(), "block_table");
       sim::label_device_buffer(buffers.q.data(), "q");
       sim::label_device_buffer(buffers.k.data(), "k");
       sim::label_device_buffer(buffers.v.data(), "v");
@@ -335,7 +333,8 @@ int main(int argc, char** argv) {
       sim::label_device_buffer(buffers.lse_partial.data(), "lse_partial");
       return profile_ladder(ladder, buffers.args, shape.rows(), "row",
                             to_string(shape) + ", " + std::to_string(n_splits) + " splits" +
-                                (full ? "" : ", ragged lengths") + (causal ? ", causal" : ""),
+                                (full ? "" : ", ragged lengths") + (causal ? ", causal" : "") +
+                                (page_keys > 0 ? ", pages of " + std::to_string(page_keys) : ""),
                             options.bench.csv_path);
     });
   if (std::size_t(shape.batch) * shape.hq * shape.lq * shape.lk > (std::size_t{1} << 28))

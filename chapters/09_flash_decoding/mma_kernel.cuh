@@ -20,7 +20,9 @@
 //           (checked by the launcher); the rest as split_kv.
 // Memory traffic: split_traffic with blocks of 16 rows (split_kv's): Q once per block, K and V
 //           once per key of its range (cp.async zero-fills the rows past it without reading),
-//           a float O row where the split saw a key, logsumexp written; then the combine's.
+//           a float O row where the split saw a key, logsumexp written; a paged cache adds
+//           every thread's read of the table per 32 keys, for K and again for V; then the
+//           combine's.
 // Test: ctest --test-dir build -R 09_flash_decoding --output-on-failure
 #pragma once
 
@@ -42,6 +44,7 @@ namespace {  // kernels have internal linkage: one copy per backend's translatio
 
 constexpr int kMmaWarps = 4;
 constexpr int kMmaThreads = kMmaWarps * ch04::kWarpLanes;
+static_assert(kMmaThreads == kBlockThreads, "the table reads of the traffic formula");
 constexpr int kMmaKeys = ch08::kKeys;            // keys of a K/V tile: 16 per warp
 constexpr int kWarpKeys = kMmaKeys / kMmaWarps;  // a warp's keys of each tile
 static_assert(kWarpKeys == 16, "a warp's keys are one k16 step of P~ V");

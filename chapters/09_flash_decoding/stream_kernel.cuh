@@ -26,7 +26,9 @@
 //           rest as split_kv.
 // Memory traffic: split_traffic with blocks of R rows (flash_decoding.cpp): Q once per
 //           block, K and V once per key of its range, a float O row where the split saw a key,
-//           logsumexp written; then the combine's.
+//           logsumexp written; a paged cache adds a read of the table per 16-byte vector of K
+//           (the lane that loads it looks the key up, for its K and V vectors alike); then the
+//           combine's.
 // Test: ctest --test-dir build -R 09_flash_decoding --output-on-failure
 #pragma once
 
