@@ -16,9 +16,10 @@
 //                                 instruction (exp2f is several: it keeps subnormals)
 //
 // Fragments are what the PTX ISA calls them: 32-bit registers, each holding two 16-bit
-// elements (the lower-numbered column in the low half) or one float. With g = lane / 4 (the
-// "group") and t = lane % 4 (the "thread in group"), for mma.m16n8k16 (PTX ISA, section
-// "Matrix Fragments for mma.m16n8k16 with floating point type"):
+// elements (the lower-numbered one in the low half: the lower column of A, C and D, the lower
+// k of B) or one float. With g = lane / 4 (the "group") and t = lane % 4 (the "thread in
+// group"), for mma.m16n8k16 (PTX ISA, section "Matrix Fragments for mma.m16n8k16 with floating
+// point type"):
 //   A (16x16, row):  a[0] = A(g, 2t..2t+1)     a[1] = A(g+8, 2t..2t+1)
 //                    a[2] = A(g, 2t+8..2t+9)   a[3] = A(g+8, 2t+8..2t+9)
 //   B (16x8, col):   b[0] = B(2t..2t+1, g)     b[1] = B(2t+8..2t+9, g)
@@ -154,8 +155,8 @@ __device__ __forceinline__ std::uint32_t load_pair(const T* p) {
   return bits;
 }
 
-/// The register holding two elements that are not adjacent in memory (a column pair of a
-/// row-major matrix): two 16-bit loads, `lo` in the low half.
+/// The register holding two elements that are not adjacent in memory (two rows of one column
+/// of a row-major matrix): two 16-bit loads, `lo` in the low half.
 template <typename T>
 __device__ __forceinline__ std::uint32_t load_pair(const T* lo, const T* hi) {
   unsigned short l, h;

@@ -35,7 +35,7 @@ struct Case {
 
 /// One key; d = 59 over tiles of 16 keys and rows with lq != lk; lq > lk causal (the first
 /// lq - lk rows fully masked); a long row of 1000 keys; lq = 97 (six Q tiles and a short one);
-/// every input kind on a shape that crosses tiles both ways.
+/// every input kind on a shape that crosses tiles both ways, with and without the mask.
 std::vector<Case> cases() {
   std::vector<Case> c = {{{1, 1, 1, 8}, ScoreKind::randn, false},
                          {{2, 17, 33, 59}, ScoreKind::randn, true},
@@ -45,7 +45,8 @@ std::vector<Case> cases() {
   if (test::small_shapes()) return c;
   c.push_back({{1, 97, 64, 64}, ScoreKind::randn, true});
   c.push_back({{1, 31, 203, 128}, ScoreKind::randn, false});
-  for (ScoreKind kind : all_score_kinds()) c.push_back({{2, 33, 47, 24}, kind, true});
+  for (ScoreKind kind : all_score_kinds())
+    for (bool causal : {false, true}) c.push_back({{2, 33, 47, 24}, kind, causal});
   return c;
 }
 
@@ -321,7 +322,9 @@ void rungs_equal_fp64_and_the_cpu_step() {
         const BackwardOut second = buffers.download();
         CHECK(second.dk == first.dk);
         CHECK(second.dv == first.dv);
-        const int tiles = (s.lk + kKernelKeys - 1) / kKernelKeys;
+        // dQ's terms: one per K/V tile, of 16 keys for fp32 and of 64 for the 16-bit rungs.
+        const int keys = type == Dtype::fp32 ? kKernelKeys : kTensorCoreKeys;
+        const int tiles = (s.lk + keys - 1) / keys;
         const double reorder = 2.0 * tiles * kFloatEps / (1.0 - tiles * kFloatEps);
         std::vector<double> first_dq(first.dq.begin(), first.dq.end());
         WB_CHECK_WITHIN(ref::compare_weighted(second.dq, first_dq, r.dq_weight),

@@ -132,7 +132,8 @@ __global__ void __launch_bounds__(Recipe::kWarps* kLanes)
   constexpr int kThreads = Recipe::kWarps * kLanes;
   static_assert(kQFromShared<Recipe> || kBr <= 2 * kKeys, "the Q tile is staged in one K/V pair");
   const int lq = shape.lq, lk = shape.lk, b = blockIdx.y;
-  // Eq. (6): under the mask the last Q tiles see the most keys; fa2_scheduled starts them first.
+  // Chapter 06's eq. (7): under the mask the last Q tiles see the most keys; fa2_scheduled
+  // starts them first.
   const int x = Recipe::kScheduled && causal ? int(gridDim.x - 1 - blockIdx.x) : int(blockIdx.x);
   const int i0 = x * kBr;
   const int warp = threadIdx.y, lane = threadIdx.x, g = lane / 4, t = lane % 4;

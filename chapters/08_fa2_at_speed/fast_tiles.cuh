@@ -139,7 +139,8 @@ __device__ __forceinline__ void load_b_of_k(std::uint32_t (&b0)[2], std::uint32_
 
 /// B fragments (16 x 8) of V for O += P~ V, two column groups at once: keys [key0, key0 + 16)
 /// over head columns [col0, col0 + 8) and [col0 + 8, col0 + 16). V is row-major (keys, D): B's
-/// k pairs are a column pair, 2 rows apart in memory, which ldmatrix .trans gathers.
+/// k pairs are two elements of one column in adjacent rows, a row stride apart in memory,
+/// which ldmatrix .trans gathers.
 template <int D, bool Swizzle, bool Ldmatrix, typename T>
 __device__ __forceinline__ void load_b_of_v(std::uint32_t (&b0)[2], std::uint32_t (&b1)[2],
                                             const T* tile, int key0, int col0, int lane) {

@@ -20,8 +20,8 @@
 //           query rows per block (1, 2 or 4, a template parameter: each lane holds its columns
 //           of every row's SS in registers, and reads Q from the shared tile). Dynamic shared
 //           memory: the Q tile (R x d floats), every slot's state (4 x slots x R x (d + 2)
-//           floats), their weights and each row's largest m; fp16, d = 128, R = 4: 2 slots a
-//           warp, 18.6 KiB.
+//           floats), their weights and each row's largest m; fp16, d = 128, R = 4: 4 slots a
+//           warp, 34.8 KiB.
 // Limits: d a multiple of 8, at most 128 (stream_limits: whole 16-byte vectors per row); the
 //           rest as split_kv.
 // Memory traffic: split_traffic with blocks of R rows (flash_decoding.cpp): Q once per

@@ -7,9 +7,9 @@
 //           whose accumulator layout the PTX ISA states, so each lane knows which (key, row) of
 //           S^T and dP^T it holds. The elementwise step (eqs. 6 and 4) runs on those registers,
 //           and P^T and dS^T are re-packed in registers as the A fragments of dV += P^T dO and
-//           dK += dS^T Q (chapter 08's eq. 1 with keys as rows, eq. 10 here): no float staging
+//           dK += dS^T Q (chapter 08's eq. 1 with keys as rows, eq. 9 here): no float staging
 //           tile. Only dS^T goes to shared memory, for dQ = dS K, where ldmatrix .trans reads it
-//           back as dS's A fragments (eq. 11). Tiles are swizzled (chapter 08's eq. 3) and read by
+//           back as dS's A fragments (eq. 10). Tiles are swizzled (chapter 08's eq. 3) and read by
 //           ldmatrix; the Q and dO tiles are double-buffered by cp.async (the next Q tile lands
 //           while this one computes, chapter 08's eq. 4); the mask's compares run only where a
 //           warp's 16 x 16 block of (key, row) pairs needs them; dQ is added into from the
@@ -70,7 +70,7 @@ struct MmaBwdTiles {
 };
 
 /// The A fragment of a 16 x 16 block held as two accumulators (columns 0-7 and 8-15), each
-/// element rounded to T: chapter 08's eq. (1), here with keys as the rows (eq. 10).
+/// element rounded to T: chapter 08's eq. (1), here with keys as the rows (eq. 9).
 template <typename T>
 __device__ __forceinline__ void pack_a(std::uint32_t (&a)[4], const float (&c)[2][4]) {
   a[0] = ptx::pack_pair<T>(c[0][0], c[0][1]);
@@ -182,7 +182,7 @@ __global__ void __launch_bounds__(kMmaThreads)
           s[h][e] = p;
           dp[h][e] = p * (dp[h][e] - d_t[r]);
         }
-      std::uint32_t pa[4], dsa[4];  // P^T's and dS^T's A fragments (eq. 10), rounded to T
+      std::uint32_t pa[4], dsa[4];  // P^T's and dS^T's A fragments (eq. 9), rounded to T
       pack_a<T>(pa, s);
       pack_a<T>(dsa, dp);
       // dS^T to shared memory for dQ: dsa[2 h + c] is keys g + 8 c, rows r0 + 8 h + 2t, + 1.
@@ -208,7 +208,7 @@ __global__ void __launch_bounds__(kMmaThreads)
 
     // [mma_backward_dq]
     // dQ = scale dS K, eq. (5), for rows w0 .. w0 + 15 of the tile: dS's A fragments from the
-    // dS^T tile by ldmatrix .trans (eq. 11), K's rows as B (k = key). Added into dq_accum from
+    // dS^T tile by ldmatrix .trans (eq. 10), K's rows as B (k = key). Added into dq_accum from
     // the accumulators, kDqColumns columns at a time.
     const int w0 = warp * kChunkRows;
     if (i0 + w0 < lq) {  // the same in all lanes: a warp past lq has nothing to add

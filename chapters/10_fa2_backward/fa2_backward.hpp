@@ -61,7 +61,7 @@ __host__ __device__ inline float recomputed_p(float s, float lse, bool masked) {
   return masked ? 0.f : expf(s - lse);
 }
 
-/// Eq. (8)'s floors for a backward that recomputes P from chapter 06's float forward (its O
+/// Eq. (11)'s floors for a backward that recomputes P from chapter 06's float forward (its O
 /// within output_floor x o_weight of exact, its lse within lse_floor), with `type`'s roundings
 /// (none for fp32), u its unit roundoff: P^T and dS^T rounded for the products (u more in P's
 /// error and in dS's), O read rounded (u more in D's, |O| <= o_weight), and each gradient
