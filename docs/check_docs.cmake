@@ -1,7 +1,8 @@
 # ctest -L docs: builds the docs target (Doxygen warnings fail it) and checks the result:
-# the main page, the simulator and exercises pages and every chapter page exist, and each
-# chapter page holds display formulas that load MathJax from the local copy (offline) and
-# shows a figure the build drew; then a headless browser (BROWSER) renders every page.
+# the main page, the simulator, exercises, rungs and benchmarks pages and every chapter page
+# exist, and each chapter page holds display formulas that load MathJax from the local copy
+# (offline) and shows a figure the build drew; then a headless browser (BROWSER) renders every
+# page.
 # In parallel: the docs target runs the chapter programs' profiles for the figures.
 cmake_host_system_information(RESULT cores QUERY NUMBER_OF_LOGICAL_CORES)
 execute_process(COMMAND ${CMAKE_COMMAND} --build ${BUILD_DIR} --target docs --parallel ${cores}
@@ -10,7 +11,7 @@ if(NOT rc EQUAL 0)
   message(FATAL_ERROR "docs build failed:\n${out}\n${err}")
 endif()
 string(REPLACE "," ";" chapters "${CHAPTER_PAGES}")
-foreach(page index simulator exercises rungs ${chapters})
+foreach(page index simulator exercises rungs benchmarks ${chapters})
   if(NOT EXISTS ${HTML_DIR}/${page}.html)
     message(FATAL_ERROR "docs: ${page}.html was not generated")
   endif()
@@ -48,7 +49,7 @@ endforeach()
 # formulas and shows at least one image.
 file(COPY ${CHECK_PAGES} DESTINATION ${HTML_DIR})
 list(JOIN chapters "," chapter_list)
-set(all_pages "index,simulator,exercises,rungs,${chapter_list}")
+set(all_pages "index,simulator,exercises,rungs,benchmarks,${chapter_list}")
 execute_process(
   COMMAND ${BROWSER} --no-sandbox --disable-gpu --allow-file-access-from-files
           --virtual-time-budget=120000 --dump-dom "file://${HTML_DIR}/check_pages.html?pages=${all_pages}"

@@ -86,7 +86,7 @@ __device__ MD block_merge(MD md, MD* scratch) {
 
 // [fast_values_stats]
 // Eq. (1) for n values already in registers: the max, then the sum, one exp per value (the
-// online update, eq. 1 of chapter 02, spends two, but it must not look at a value twice;
+// online update, eq. 4 of chapter 02, spends two, but it must not look at a value twice;
 // registers can). All -inf values give the identity (-inf, 0).
 template <int n>
 __device__ __forceinline__ MD values_stats(const float* v) {

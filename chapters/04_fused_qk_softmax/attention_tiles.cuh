@@ -15,6 +15,14 @@ namespace wb::ch04 {
 inline constexpr int kWarpLanes = 32;
 inline constexpr unsigned kAllLanes = 0xffffffffu;
 
+/// The row stride, in floats, of a K tile in shared memory: d or d + 1, whichever is odd. Lane
+/// j reads element t of key j at word j stride + t, in bank (j stride + t) mod 32; an odd
+/// stride shares no factor with 32, so a warp's 32 lanes hit 32 different banks (an even one
+/// would put gcd(stride, 32) lanes in each bank they use).
+__host__ __device__ constexpr int odd_stride(int d) {
+  return d | 1;
+}
+
 /// Copies rows [first, first + count) of src (rows of d elements of T: float, or chapter 09's
 /// __half and __nv_bfloat16, widened exactly) into dst, floats with a row stride of `stride`,
 /// every thread of the block taking a share; rows at or past `limit` become 0, so a short
@@ -98,8 +106,8 @@ inline constexpr int kColumnsPerLane = kMaxHeadDim / kWarpLanes;
 static_assert(kMaxHeadDim % kWarpLanes == 0, "whole columns per lane");
 
 /// The tiles of the FA1 and FA2 kernels in dynamic shared memory, for Q tiles of `rows` rows:
-/// the K tile (kTileKeys, d + 1) (the pad spreads lane j's row over the banks), the V tile
-/// (kTileKeys, d), the Q tile (rows, d) and the P~ tile (rows, kTileKeys), in that order.
+/// the K tile (kTileKeys, odd_stride(d)) (the stride spreads lane j's row over the banks), the V
+/// tile (kTileKeys, d), the Q tile (rows, d) and the P~ tile (rows, kTileKeys), in that order.
 struct SharedTiles {
   float* k;
   float* v;
@@ -108,12 +116,12 @@ struct SharedTiles {
 
   /// The bytes of the four tiles: the launch's dynamic shared memory.
   static std::size_t bytes(int rows, int d) {
-    return sizeof(float) * (std::size_t(kTileKeys) * (d + 1) + std::size_t(kTileKeys) * d +
+    return sizeof(float) * (std::size_t(kTileKeys) * odd_stride(d) + std::size_t(kTileKeys) * d +
                             std::size_t(rows) * d + std::size_t(rows) * kTileKeys);
   }
   __device__ SharedTiles(int rows, int d)
       : k(dynamic_shared<float>()),
-        v(k + kTileKeys * (d + 1)),
+        v(k + kTileKeys * odd_stride(d)),
         q(v + kTileKeys * d),
         p(q + rows * d) {}
 };

@@ -8,7 +8,8 @@
 //           with chapter 03's md_merge.
 // Launch shape: grid (ceil(lq / 8), bh); block (32, 8): warp y owns query row
 //           8 blockIdx.x + y, lane x owns key x of the current K tile of 32 keys.
-//           Dynamic shared memory: (8 d + 32 (d + 1)) floats, at most 20608 bytes (about 20.1 KiB).
+//           Dynamic shared memory: (8 d + 32 odd_stride(d)) floats, at most 20608 bytes (about
+//           20.1 KiB).
 // Limits: lq, lk >= 1, any value; 1 <= d <= 128; bh <= 65535 (grid.y): the rung's limits
 //           (kernel_ladder in fused_softmax.hpp), checked before every launch.
 // Memory traffic: Q read once; K read twice (two sweeps) per Q tile of 8 rows; P and each
@@ -30,10 +31,11 @@ constexpr int kThreads = kRowsPerBlock * kWarpLanes;
 static_assert(kKeysPerTile == kWarpLanes, "lane x scores key x of the tile");
 
 /// Shared memory of a launch: the Q tile (kRowsPerBlock, d) and the K tile
-/// (kKeysPerTile, d + 1). The pad column makes lane j's reads of row j fall in 32 different
-/// banks whatever d is.
+/// (kKeysPerTile, odd_stride(d)). The odd stride makes lane j's reads of row j fall in 32
+/// different banks whatever d is.
 inline std::size_t shared_bytes(int d) {
-  return sizeof(float) * (std::size_t(kRowsPerBlock) * d + std::size_t(kKeysPerTile) * (d + 1));
+  return sizeof(float) *
+         (std::size_t(kRowsPerBlock) * d + std::size_t(kKeysPerTile) * odd_stride(d));
 }
 
 // q: (bh, lq, d); k: (bh, lk, d); p: (bh, lq, lk); stats: (bh, lq); scale: the softmax scale.
@@ -51,9 +53,9 @@ __global__ void __launch_bounds__(kThreads)
   const float* qb = q + std::size_t(b) * lq * d;
   const float* kb = k + std::size_t(b) * lk * d;
   float* q_tile = dynamic_shared<float>();     // (kRowsPerBlock, d)
-  float* k_tile = q_tile + kRowsPerBlock * d;  // (kKeysPerTile, d + 1)
+  float* k_tile = q_tile + kRowsPerBlock * d;  // (kKeysPerTile, odd_stride(d))
   const float* q_row = q_tile + threadIdx.y * d;
-  const float* k_row = k_tile + lane * (d + 1);
+  const float* k_row = k_tile + lane * odd_stride(d);
 
   load_rows(qb, i0, kRowsPerBlock, lq, d, d, q_tile);
 
@@ -61,7 +63,7 @@ __global__ void __launch_bounds__(kThreads)
   MD md = ch03::md_identity();
   for (int j0 = 0; j0 < lk; j0 += kKeysPerTile) {
     __syncthreads();  // the previous K tile has been read by every warp (and Q is loaded)
-    load_rows(kb, j0, kKeysPerTile, lk, d, d + 1, k_tile);
+    load_rows(kb, j0, kKeysPerTile, lk, d, odd_stride(d), k_tile);
     __syncthreads();  // the K tile is complete
     const int j = j0 + lane;
     const float s = score(q_row, k_row, d, scale);  // eq. (1)
@@ -83,7 +85,7 @@ __global__ void __launch_bounds__(kThreads)
   float* p_row = p + (std::size_t(b) * lq + i) * lk;
   for (int j0 = 0; j0 < lk; j0 += kKeysPerTile) {
     __syncthreads();
-    load_rows(kb, j0, kKeysPerTile, lk, d, d + 1, k_tile);
+    load_rows(kb, j0, kKeysPerTile, lk, d, odd_stride(d), k_tile);
     __syncthreads();
     const int j = j0 + lane;
     const float s = score(q_row, k_row, d, scale);

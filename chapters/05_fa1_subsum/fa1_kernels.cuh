@@ -15,7 +15,8 @@
 // Launch shape: grid (bh); block (32, 8): one block per head loops over every tile pair.
 //           Warp y owns query row y of the current Q tile of 8 rows; in the score phase lane
 //           x owns key x of the K/V tile of 32, in the output phase columns x, x + 32, ...
-//           Dynamic shared memory: (32 (d + 1) + 32 d + 8 d + 8 x 32) floats, at most 37 KiB.
+//           Dynamic shared memory: (32 odd_stride(d) + 32 d + 8 d + 8 x 32) floats, at most
+//           38016 bytes (37.1 KiB).
 // Limits: lq, lk >= 1, any value; 1 <= d <= 128; bh <= 2^31 - 1 (grid.x): the rung's limits
 //           (kernel_ladder in fa1.hpp), checked before every launch. One block per head: a
 //           GPU with more SMs than heads idles (chapter 06 parallelizes over Q tiles too).
@@ -55,7 +56,7 @@ __global__ void __launch_bounds__(kThreads)
   const float* vb = v + std::size_t(b) * lk * d;
   float* ob = o + std::size_t(b) * lq * d;
   MD* stats_b = stats + std::size_t(b) * lq;
-  const ch04::SharedTiles smem(kRowsPerTile, d);  // K (32, d + 1), V (32, d), Q (8, d), P~ (8, 32)
+  const ch04::SharedTiles smem(kRowsPerTile, d);  // K (32, odd_stride(d)), V, Q (8, d), P~
   const float* v_tile = smem.v;
   float* p_row = smem.p + threadIdx.y * kKeysPerTile;  // this warp's row of P~
   const float* q_row = smem.q + threadIdx.y * d;
@@ -66,7 +67,7 @@ __global__ void __launch_bounds__(kThreads)
 
   for (int j0 = 0; j0 < lk; j0 += kKeysPerTile) {  // line 5: K_j, V_j into shared memory
     __syncthreads();  // the previous K/V tile is no longer read (and line 2 is done)
-    ch04::load_rows(kb, j0, kKeysPerTile, lk, d, d + 1, smem.k);
+    ch04::load_rows(kb, j0, kKeysPerTile, lk, d, ch04::odd_stride(d), smem.k);
     ch04::load_rows(vb, j0, kKeysPerTile, lk, d, d, smem.v);
     for (int i0 = 0; i0 < lq; i0 += kRowsPerTile) {  // line 7: Q_i, O_i, l_i, m_i
       __syncthreads();  // K/V tile complete; the previous Q tile is no longer read
@@ -74,7 +75,7 @@ __global__ void __launch_bounds__(kThreads)
       __syncthreads();                 // the Q tile is complete
       const int i = i0 + threadIdx.y;  // this warp's query row
       const int j = j0 + lane;         // this lane's key
-      const float s = ch04::score(q_row, smem.k + lane * (d + 1), d, scale);  // line 9
+      const float s = ch04::score(q_row, smem.k + lane * ch04::odd_stride(d), d, scale);  // line 9
       // Line 10: the tile's (m~, l~) by chapter 03's merge over the warp, and P~ = e^{S - m~}.
       const MD key = j < lk ? ch02::online_update(ch03::md_identity(), s) : ch03::md_identity();
       const MD tile = ch04::warp_merge(key);

@@ -10,7 +10,8 @@
 // Launch shape: grid (ceil(lq / 16), bh); block (32, 16). Warp y owns query row y of the
 //           block's Q tile of 16 rows (its m, l and SS in registers); in the score phase lane
 //           x owns key x of the K/V tile of 32, in the output phase columns x, x + 32, ...
-//           Dynamic shared memory: (32 (d + 1) + 32 d + 16 d + 16 x 32) floats, at most 42 KiB.
+//           Dynamic shared memory: (32 odd_stride(d) + 32 d + 16 d + 16 x 32) floats, at most
+//           43136 bytes (42.1 KiB).
 // Limits: lq, lk >= 1, any value; 1 <= d <= 128; bh <= 65535 (grid.y): the rung's limits
 //           (kernel_ladder in fa2.hpp), checked before every launch.
 // Memory traffic per Q tile of 16 rows (fa2_tiles_traffic in fa2.hpp): its Q rows read once;
@@ -51,7 +52,8 @@ __global__ void __launch_bounds__(kThreads)
   const int lane = threadIdx.x;
   const float* kb = k + std::size_t(b) * lk * d;
   const float* vb = v + std::size_t(b) * lk * d;
-  // K (32, d + 1), V (32, d), Q (16, d), P~ (16, 32); the Q tile is loaded once, for good.
+  // K (32, odd_stride(d)), V (32, d), Q (16, d), P~ (16, 32); the Q tile is loaded once, for
+  // good.
   const ch04::SharedTiles smem(kRowsPerTile, d);
   ch04::load_rows(q + std::size_t(b) * lq * d, i0, kRowsPerTile, lq, d, d, smem.q);
   const float* q_row = smem.q + threadIdx.y * d;
@@ -66,11 +68,11 @@ __global__ void __launch_bounds__(kThreads)
   for (int jt = 0; jt < tiles; ++jt) {
     const int j0 = jt * kKeysPerTile;
     __syncthreads();  // the previous K/V tile is no longer read (and the Q tile is loaded)
-    ch04::load_rows(kb, j0, kKeysPerTile, lk, d, d + 1, smem.k);
+    ch04::load_rows(kb, j0, kKeysPerTile, lk, d, ch04::odd_stride(d), smem.k);
     ch04::load_rows(vb, j0, kKeysPerTile, lk, d, d, smem.v);
     __syncthreads();  // the K/V tile is complete
     const int j = j0 + lane;
-    float s = ch04::score(q_row, smem.k + lane * (d + 1), d, scale);
+    float s = ch04::score(q_row, smem.k + lane * ch04::odd_stride(d), d, scale);
     if (j >= lk || (causal && !ch04::causal_visible(i, j, lq, lk))) s = -INFINITY;  // eq. (6)
     // [accumulator_rescale]
     // [exercise]

@@ -68,7 +68,7 @@ void print_cancellation_demo() {
   t.print(std::cout);
   std::cout << "  At 1e4, E[x^2] ~ 1e8 is a float with spacing 8: the variance of 1 is below\n"
                "  its rounding, and the difference is noise (possibly negative). At 1e6 the\n"
-               "  spacing is 2^17 = 131072. Two-pass and Welford subtract the mean from each\n"
+               "  spacing is 2^16 = 65536. Two-pass and Welford subtract the mean from each\n"
                "  value first, and keep the variance to a few digits even at 1e6, where the\n"
                "  float inputs themselves carry only 1/16 of resolution.\n\n";
 }

@@ -87,7 +87,7 @@ __global__ void __launch_bounds__(kThreads)
   for (int j0 = keys.j0; j0 < keys.j1; j0 += kTileKeys) {
     __syncthreads();  // the previous K/V tile is no longer read
     const std::size_t tile = cache(b, kv, j0);  // 32 consecutive rows, eq. (9)
-    ch04::load_rows(k + tile, 0, kTileKeys, keys.j1 - j0, d, d + 1, smem.k);
+    ch04::load_rows(k + tile, 0, kTileKeys, keys.j1 - j0, d, ch04::odd_stride(d), smem.k);
     ch04::load_rows(v + tile, 0, kTileKeys, keys.j1 - j0, d, d, smem.v);
     __syncthreads();  // the K/V tile is complete
     const int j = j0 + lane;
@@ -96,7 +96,7 @@ __global__ void __launch_bounds__(kThreads)
       const int rr = warp + t * kWarps;  // the block row; the same for the whole warp
       if (rr >= rows) continue;
       const int i = (r0 + rr) % lq;
-      float x = ch04::score(smem.q + rr * d, smem.k + lane * (d + 1), d, scale);
+      float x = ch04::score(smem.q + rr * d, smem.k + lane * ch04::odd_stride(d), d, scale);
       if (j >= keys.j1 || (causal && !ch04::causal_visible(i, j, lq, len))) x = -INFINITY;
       // chapter 06's eq. (3): rescale the row's state onto the new max, add the tile
       const float m_new = fmaxf(m[t], ch04::warp_max(x));

@@ -243,7 +243,7 @@ function(wb_add_chapter_tests chapter ch test_sources)
   endif()
   # memcheck and initcheck: the sim tests again, every access of every kernel checked against
   # the launch's device buffers and shared memory (common/sim/access.hpp), same small shapes.
-  wb_sim_instrumented_variant(${exe} OUTPUT_VARIABLE instrumented_exe)
+  wb_sim_instrumented_variant(${exe} INSTRUMENT_SOURCES OUTPUT_VARIABLE instrumented_exe)
   if(instrumented_exe)
     add_test(NAME ${chapter}/sim-memcheck COMMAND ${instrumented_exe} --test-suite=sim)
     set_tests_properties(${chapter}/sim-memcheck PROPERTIES LABELS "sim;memcheck")
