@@ -54,12 +54,16 @@ ErrorReport compare_impl(const std::vector<float>& actual, const std::vector<Ref
 
 }  // namespace
 
+// A tolerance that is not finite (a bound built on an infinite score error, say) proves
+// nothing, so nothing is within it.
 bool ErrorReport::within(double abs_tol) const {
-  return !size_mismatch && nonfinite_mismatches == 0 && max_abs <= abs_tol;
+  return std::isfinite(abs_tol) && !size_mismatch && nonfinite_mismatches == 0 &&
+         max_abs <= abs_tol;
 }
 
 bool ErrorReport::within_rel(double rel_tol) const {
-  return !size_mismatch && nonfinite_mismatches == 0 && max_rel <= rel_tol;
+  return std::isfinite(rel_tol) && !size_mismatch && nonfinite_mismatches == 0 &&
+         max_rel <= rel_tol;
 }
 
 std::string ErrorReport::describe() const {

@@ -24,9 +24,9 @@ struct ErrorReport {
   std::size_t nonfinite_mismatches = 0;  ///< NaN/inf where the reference differs in kind
   bool size_mismatch = false;
 
-  /// True when every element matched in kind and max_abs <= abs_tol.
+  /// True when every element matched in kind and max_abs <= abs_tol, a finite tolerance.
   bool within(double abs_tol) const;
-  /// True when every element matched in kind and max_rel <= rel_tol.
+  /// True when every element matched in kind and max_rel <= rel_tol, a finite tolerance.
   bool within_rel(double rel_tol) const;
   /// One line: "max abs 1.2e-07 rel 3.4e-06 at [17] = 0.1 vs 0.1000001 (0 non-finite)".
   std::string describe() const;

@@ -110,16 +110,16 @@ ErrorReport compare_weighted(const std::vector<float>& actual, const std::vector
 }
 
 double softmax_floor(double score_error, int lk) {
-  return std::expm1(2.0 * score_error) + (2.0 * kExpArgRange + 4.0 * lk + 8.0) * kFloatEps;
+  return std::expm1(2.0 * score_error) + (2.0 * kExpArgRange + 6.0 * lk + 8.0) * kFloatEps;
 }
 
 double output_floor(double score_error, int lk) {
-  return softmax_floor(score_error, lk) + (6.0 * lk + 16.0) * kFloatEps;
+  return softmax_floor(score_error, lk) + (9.0 * lk + 16.0) * kFloatEps;
 }
 
 double lse_floor(double score_error, int lk, double max_abs_lse) {
-  constexpr double kLogAndSumUlps = 24.0;  // 1 ulp of |log d| <= log(2^31) < 22, and the sum
-  return score_error + softmax_floor(score_error, lk) + (max_abs_lse + kLogAndSumUlps) * kFloatEps;
+  constexpr double kLogUlp = 32.0;  // 1 ulp of |log d| <= log(2^31) < 22: 2^-19 = 32 u
+  return score_error + softmax_floor(score_error, lk) + (max_abs_lse + kLogUlp) * kFloatEps;
 }
 
 }  // namespace wb::ref

@@ -60,20 +60,24 @@ inline constexpr double kExpArgRange = 88.0;
 ///   + 2 kExpArgRange u          the rounded subtractions x - m along the online chain: they
 ///                               telescope to at most u (m - x) for the term and as much again
 ///                               for the running maxima, m - x <= kExpArgRange where it counts;
-///   + 4 lk u                    up to lk rescalings (exp 2 ulp on CUDA, one product, one add)
-///                               and a float sum of up to lk terms ((lk - 1) u, Higham 4.4);
+///   + 6 lk u                    up to lk steps, each rescaling the running sum by a factor
+///                               whose exp is within 2 ulp on CUDA (4 u), the product (u),
+///                               and adding the step's term, the float sum's own rounding
+///                               (u; (lk - 1) u in all, Higham 4.4);
 ///   + 8 u                       the term's own exp, the reciprocal, the final product.
 double softmax_floor(double score_error, int lk);
 
 /// Error of every O_ic in units of o_weight_ic (compare_weighted): the probabilities'
 /// relative error (softmax_floor) carried through sum_j p_ij v_jc, plus up to lk steps of the
-/// output recurrence, each one rounding a rescale factor (exp, product, quotient) and the
-/// update (product, product, add): 6 u per step, and 16 u for the final normalization.
+/// output recurrence, each one rounding a rescale factor (exp within 2 ulp on CUDA: 4 u, a
+/// product and a quotient: u each) and the update (product, product, add: u each): 9 u per
+/// step, and 16 u for the final normalization.
 double output_floor(double score_error, int lk);
 
 /// Absolute error of logsumexp = m + log d: m is within score_error, log d within d's
-/// relative error (softmax_floor), logf adds 1 ulp of |log d| <= log(lk) <= 22, and the sum
-/// 1 ulp of |lse|: score_error + softmax_floor + (max_abs_lse + 24) u.
+/// relative error (softmax_floor), logf adds 1 ulp of |log d| <= log(lk) < 22 (at most 2^-19,
+/// 32 u, in [16, 32)), and the sum half an ulp of |lse|, at most |lse| u:
+/// score_error + softmax_floor + (max_abs_lse + 32) u.
 double lse_floor(double score_error, int lk, double max_abs_lse);
 
 }  // namespace wb::ref

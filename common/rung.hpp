@@ -35,8 +35,11 @@
 
 namespace wb {
 
+/// The longest row (or lq, lk) a rung may take: the kernels walk a row in int steps of up to a
+/// block's 1024 threads, and an index must not pass INT_MAX on its last step.
+inline constexpr int kMaxLength = INT_MAX - 1023;
 /// A row-wise rung that takes any row length (up to the int columns the launches index).
-inline constexpr int kAnyCols = INT_MAX;
+inline constexpr int kAnyCols = kMaxLength;
 
 /// Bits of AttentionArgs' outputs a rung writes (and so needs).
 enum AttentionOutput : unsigned {
@@ -56,8 +59,11 @@ struct RungLimits {
   int max_cols = 0;
   std::size_t max_row_bytes = 0;
 
-  // Attention: lq, lk >= 1; d in head_dims when given, else 1 <= d <= max_head_dim;
-  // 1 <= bh <= max_bh; the causal mask only when `causal`; `outputs` the buffers it writes.
+  // Attention: 1 <= lq, lk <= max_length (kMaxLength when 0); bh x lq <= max_rows when > 0;
+  // d in head_dims when given, else 1 <= d <= max_head_dim; 1 <= bh <= max_bh; the causal
+  // mask only when `causal`; `outputs` the buffers it writes.
+  int max_length = 0;
+  long long max_rows = 0;
   int max_head_dim = 0;
   std::vector<int> head_dims;
   int max_bh = 0;

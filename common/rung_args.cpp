@@ -1,5 +1,6 @@
 #include "common/rung_args.hpp"
 
+#include <climits>
 #include <string>
 
 namespace wb {
@@ -35,7 +36,13 @@ std::string head_dim_refusal(const RungLimits& limits, int d) {
 std::string attention_shape_refusal(const RungLimits& limits, Dtype t, const AttentionShape& s,
                                     bool causal) {
   if (std::string why = dtype_refusal(limits, t); !why.empty()) return why;
-  if (s.lq < 1 || s.lk < 1) return "lq and lk must be >= 1";
+  const int max_length = limits.max_length > 0 ? limits.max_length : kMaxLength;
+  if (s.lq < 1 || s.lk < 1 || s.lq > max_length || s.lk > max_length)
+    return "lq and lk must be in [1, " + std::to_string(max_length) + "], got lq " +
+           std::to_string(s.lq) + ", lk " + std::to_string(s.lk);
+  if (limits.max_rows > 0 && static_cast<long long>(s.bh) * s.lq > limits.max_rows)
+    return "bh x lq = " + std::to_string(static_cast<long long>(s.bh) * s.lq) + " exceeds " +
+           std::to_string(limits.max_rows);
   if (s.bh < 1 || s.bh > limits.max_bh)
     return "bh = " + std::to_string(s.bh) + " is outside [1, " + std::to_string(limits.max_bh) +
            "]";
@@ -109,6 +116,8 @@ std::string refusal(const RungLimits& limits, const DecodeArgs& a) {
   const DecodeShape& s = a.shape;
   if (s.batch < 1 || s.lq < 1 || s.lk < 1 || s.hkv < 1 || s.hq < 1)
     return "batch, hq, hkv, lq and lk must be >= 1";
+  if (s.lq > kMaxLength || s.lk > kMaxLength)
+    return "lq and lk must be at most " + std::to_string(kMaxLength);
   if (s.hq % s.hkv != 0)
     return "hq = " + std::to_string(s.hq) + " is not a multiple of hkv = " + std::to_string(s.hkv);
   // The grid's batch x hkv dimension (one block per KV head and split).
@@ -118,6 +127,13 @@ std::string refusal(const RungLimits& limits, const DecodeArgs& a) {
   if (std::string why = head_dim_refusal(limits, s.d); !why.empty()) return why;
   if (a.causal && !limits.causal) return "takes no causal mask";
   if (a.splits < 1) return "splits must be >= 1";
+  // The query rows (batch hq lq) and the grid's x (splits x the group's rows at most) are ints.
+  const long long rows = static_cast<long long>(s.batch) * s.hq * s.lq;
+  const long long grid_x = static_cast<long long>(a.splits) * (s.hq / s.hkv) * s.lq;
+  if (rows > INT_MAX || grid_x > INT_MAX)
+    return "batch x hq x lq = " + std::to_string(rows) +
+           " and splits x hq / hkv x lq = " + std::to_string(grid_x) + " must be at most " +
+           std::to_string(INT_MAX);
   if ((a.lengths == nullptr) != (a.lengths_host == nullptr))
     return "lengths and their host copy must be given together";
   for (int b = 0; a.lengths_host != nullptr && b < s.batch; ++b)
@@ -155,6 +171,8 @@ std::string describe(const RungLimits& l) {
     for (int h : l.head_dims) dims += (dims.empty() ? "" : " or ") + std::to_string(h);
     s = "d " + (dims.empty() ? "<= " + std::to_string(l.max_head_dim) : "= " + dims) +
         ", bh <= " + std::to_string(l.max_bh) + (l.causal ? ", causal or not" : ", no mask");
+    if (l.max_length > 0) s += ", lq and lk <= " + std::to_string(l.max_length);
+    if (l.max_rows > 0) s += ", bh x lq <= " + std::to_string(l.max_rows);
   }
   return s + "; " + dtypes_string(l.dtypes);
 }

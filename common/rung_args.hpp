@@ -133,7 +133,7 @@ inline constexpr int kPageKeyMultiple = 32;
 
 /// Pages per sequence of a paged cache of lk slots per sequence: ceil(lk / page_keys).
 __host__ __device__ inline int pages_per_sequence(int lk, int page_keys) {
-  return (lk + page_keys - 1) / page_keys;
+  return lk / page_keys + (lk % page_keys != 0);  // ceil, without lk + page_keys overflowing
 }
 inline int pages_per_sequence(const DecodeArgs& a) {
   return pages_per_sequence(a.shape.lk, a.page_keys);

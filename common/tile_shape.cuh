@@ -16,6 +16,17 @@
 
 namespace wb {
 
+/// Refuses, in one line naming `rung`, any of `rows` (the matrices a kernel loads in 16-byte
+/// vectors, named in the refusal by `rows_named`) that is not 16-byte aligned.
+inline void require_16_byte_rows(const char* rung, std::initializer_list<const void*> rows,
+                                 const char* rows_named) {
+  constexpr std::uintptr_t kLoadBytes = 16;
+  for (const void* p : rows)
+    if (reinterpret_cast<std::uintptr_t>(p) % kLoadBytes != 0)
+      throw std::invalid_argument(std::string(rung) + ": " + rows_named +
+                                  " must be 16-byte aligned");
+}
+
 /// Calls launch(T{}, std::integral_constant<int, D>{}) with T the 16-bit type of `dtype` and D
 /// the head dimension `d`, after what the 16-bit tile kernels (chapters 08 to 10) need: `rows` (the
 /// matrices they load, named in the refusal by `rows_named`) 16-byte aligned, as the tile loads
@@ -24,11 +35,7 @@ namespace wb {
 template <typename Launch>
 void with_tile_shape(const char* rung, Dtype dtype, int d, std::initializer_list<const void*> rows,
                      const char* rows_named, Launch&& launch) {
-  constexpr std::uintptr_t kLoadBytes = 16;
-  for (const void* p : rows)
-    if (reinterpret_cast<std::uintptr_t>(p) % kLoadBytes != 0)
-      throw std::invalid_argument(std::string(rung) + ": " + rows_named +
-                                  " must be 16-byte aligned");
+  require_16_byte_rows(rung, rows, rows_named);
   if (dtype != Dtype::fp16 && dtype != Dtype::bf16)
     throw std::invalid_argument(std::string(rung) + ": takes fp16 or bf16 elements");
   const auto with_d = [&](auto t) {

@@ -331,14 +331,16 @@ inline std::vector<AttentionCase> attention_cases(const std::vector<AttentionSha
   return cases;
 }
 
-/// Every shape times every score kind in fp32, without the causal mask, with keys masked by
-/// head (KeyMask::by_head): fully masked rows and masked first tiles.
-inline std::vector<AttentionCase> masked_attention_cases(
-    const std::vector<AttentionShape>& shapes) {
+/// Every shape times every score kind in each of `dtypes`, without the causal mask, with keys
+/// masked by head (KeyMask::by_head): fully masked rows and masked first tiles.
+inline std::vector<AttentionCase> masked_attention_cases(const std::vector<AttentionShape>& shapes,
+                                                         const std::vector<Dtype>& dtypes = {
+                                                             Dtype::fp32}) {
   std::vector<AttentionCase> cases;
-  for (const AttentionShape& s : shapes)
-    for (ScoreKind kind : all_score_kinds())
-      cases.push_back({s, kind, /*causal=*/false, Dtype::fp32, KeyMask::by_head});
+  for (Dtype t : dtypes)
+    for (const AttentionShape& s : shapes)
+      for (ScoreKind kind : all_score_kinds())
+        cases.push_back({s, kind, /*causal=*/false, t, KeyMask::by_head});
   return cases;
 }
 
@@ -438,6 +440,7 @@ inline void check_attention_lanes_agree(Backend backend, const Ladder<AttentionA
                                         std::uint64_t seed, bool causal) {
   for (const Rung<AttentionArgs>& rung : ladder) {
     if (!rung.limits.takes(Dtype::fp32) || (rung.limits.outputs & kWritesO) == 0) continue;
+    bool took = false;  // a rung whose limits refused every shape would pass unseen
     for (const AttentionShape& shape : shapes) {
       for (ScoreKind kind : all_score_kinds()) {
         const std::string where = std::string(rung.name) + ", " + to_string(shape) + ", " +
@@ -452,6 +455,7 @@ inline void check_attention_lanes_agree(Backend backend, const Ladder<AttentionA
         const std::optional<RungOutput> out =
             run_attention_rung(backend, rung, in, shape, scale, causal, Dtype::fp32);
         if (!out) continue;
+        took = true;
         const std::optional<BitMismatch> m =
             equal_inputs_equal_outputs(column_class, out->out.o, d);
         CHECK_MESSAGE(!m, "equal columns of V, held by different lanes, give different columns "
@@ -459,6 +463,7 @@ inline void check_attention_lanes_agree(Backend backend, const Ladder<AttentionA
                       m ? m->describe() : "");
       }
     }
+    CHECK_MESSAGE(took, rung.name, " took none of the lanes check's shapes");
   }
 }
 

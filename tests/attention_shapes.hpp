@@ -36,6 +36,12 @@ inline const std::vector<AttentionShape> kAttentionMaskedKernelShapes = {
     {3, 1, 1, 1}, {3, 17, 100, 16}, {3, 9, 41, 64}, {3, 8, 33, 128}};
 /// Race mode and the instrumented twin check every access: one shape with every kind of head.
 inline const std::vector<AttentionShape> kAttentionMaskedKernelRaceShapes = {{3, 9, 41, 16}};
+/// The same for the 16-bit tile kernels (d = 64 or 128, K/V tiles of up to 64 keys): the second
+/// head's 40 masked keys leave a warp's 16 keys, or a step's 32, wholly masked in a first tile
+/// whose other keys are not.
+inline const std::vector<AttentionShape> kAttentionMaskedTileShapes = {{3, 9, 100, 64},
+                                                                       {3, 8, 70, 128}};
+inline const std::vector<AttentionShape> kAttentionMaskedTileRaceShapes = {{3, 9, 70, 64}};
 
 /// The lanes check (check_attention_lanes_agree): several K/V tiles, and head dimensions up to
 /// 128, where a lane computes columns lane, lane + 32, ...

@@ -19,6 +19,7 @@
 #include <cstdint>
 #include <map>
 #include <optional>
+#include <set>
 #include <string>
 #include <tuple>
 #include <vector>
@@ -28,6 +29,21 @@
 #include "tests/support.hpp"
 
 namespace wb::test {
+
+/// The rungs a check ran, so that it can require that every rung of the ladder took some case:
+/// a rung whose limits refused them all would otherwise pass unseen.
+class RungsRan {
+ public:
+  void add(const std::string& name) { names_.insert(name); }
+  template <typename Args>
+  void check_every_rung(const Ladder<Args>& ladder) const {
+    for (const Rung<Args>& rung : ladder)
+      CHECK_MESSAGE(names_.count(rung.name) == 1, rung.name, " took none of the cases");
+  }
+
+ private:
+  std::set<std::string> names_;
+};
 
 /// One rung on one case, against fp64.
 struct RungError {

@@ -233,8 +233,10 @@ inline Errors scaled_errors(const Problem& p, const LayerNormOut& out,
     const double K = std::max(1.0, A * rstd_ref);
     const double unit = u * K;
     RowErrors re{K, Z, 0, 0, 0};
+    // A value or a reference that is not finite counts as a mismatch (the rows meant to hold
+    // -inf are checked on their own), never as an error std::max could drop.
     auto track = [&](double actual, double reference, double scale, double* slot) {
-      if (!std::isfinite(actual)) {
+      if (!std::isfinite(actual) || !std::isfinite(reference)) {
         ++e.nonfinite;
         return;
       }
@@ -244,7 +246,7 @@ inline Errors scaled_errors(const Problem& p, const LayerNormOut& out,
     track(out.rstd[r], rstd_ref, 1.0 / rstd_ref, &re.rstd);  // relative
     for (std::size_t c = 0; c < n; ++c) {
       const double y = out.y[r * n + c], ref = p.ref.y[r * n + c];
-      if (!std::isfinite(y)) {
+      if (!std::isfinite(y) || !std::isfinite(ref)) {
         ++e.nonfinite;
         continue;
       }
@@ -275,7 +277,10 @@ double worst_ratio(const Errors& e, BoundFn bound, const Errors* previous = null
       const RowErrors& pr = previous->rows[r];
       b = {chain_bound(pr.mean, b.mean), chain_bound(pr.rstd, b.rstd), chain_bound(pr.y, b.y)};
     }
-    worst = std::max({worst, re.mean / b.mean, re.rstd / b.rstd, re.y / b.y});
+    for (double q : {re.mean / b.mean, re.rstd / b.rstd, re.y / b.y}) {
+      if (std::isnan(q)) return std::numeric_limits<double>::infinity();  // not dropped by max
+      worst = std::max(worst, q);
+    }
   }
   return worst;
 }

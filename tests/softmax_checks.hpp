@@ -226,6 +226,7 @@ inline void check_softmax_lanes_agree(Backend backend, const Ladder<RowArgs>& la
   for (const Rung<RowArgs>& rung : ladder) {
     for (Dtype t : dtypes) {
       if (!rung.limits.takes(t)) continue;
+      bool took = false;  // a rung whose limits refused every shape would pass unseen
       for (const RowShape& s : lane_shapes()) {
         const std::string kernel = rung.name;
         const std::string dtype = to_string(t);
@@ -236,6 +237,7 @@ inline void check_softmax_lanes_agree(Backend backend, const Ladder<RowArgs>& la
         const std::vector<float> x = round_elements(shared_value_rows(s.rows, s.cols, seed), t);
         RowBuffers buffers(backend, x, s.rows, s.cols, t);
         if (!why_refused(rung, buffers.args).empty()) continue;
+        took = true;
         run_rung(rung, buffers.args);
         const std::optional<BitMismatch> m =
             equal_inputs_equal_outputs(x, buffers.download_y(), static_cast<std::size_t>(s.cols));
@@ -243,6 +245,7 @@ inline void check_softmax_lanes_agree(Backend backend, const Ladder<RowArgs>& la
                           "different outputs: ",
                       m ? m->describe() : "");
       }
+      CHECK_MESSAGE(took, rung.name, " took none of the lanes check's shapes in ", to_string(t));
     }
   }
 }

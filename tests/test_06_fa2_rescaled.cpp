@@ -174,16 +174,23 @@ test::Tiles rung_tiles(const Rung<AttentionArgs>& rung, int d) {
 }
 
 /// The fp32 cases on the attention kernel shapes, and the fp16 and bf16 cases on the
-/// tensor-core shapes, each without and with the mask. The fp32 rung runs on the 16-bit cases
-/// too (on the same rounded values, test::rung_dtype): the tensor-core rung's rung before
-/// (but in race mode).
+/// tensor-core shapes, each without and with the mask; and keys masked with -inf scores by
+/// head (fully masked rows, masked first tiles), in fp32 and in fp16. The fp32 rung runs on the
+/// 16-bit cases too (on the same rounded values, test::rung_dtype): the tensor-core rung's rung
+/// before (but in race mode).
 std::vector<test::AttentionCase> ladder_cases() {
+  const bool small = test::small_shapes();
   std::vector<test::AttentionCase> cases =
       test::attention_cases(test::attention_kernel_shapes(), {false, true});
-  for (const test::AttentionCase& c :
-       test::attention_cases(test::small_shapes() ? kTensorCoreRaceShapes : kTensorCoreShapes,
-                             {false, true}, {Dtype::fp16, Dtype::bf16}))
-    cases.push_back(c);
+  for (const std::vector<test::AttentionCase>& more :
+       {test::attention_cases(small ? kTensorCoreRaceShapes : kTensorCoreShapes, {false, true},
+                              {Dtype::fp16, Dtype::bf16}),
+        test::masked_attention_cases(small ? test::kAttentionMaskedKernelRaceShapes
+                                           : test::kAttentionMaskedKernelShapes),
+        test::masked_attention_cases(
+            small ? test::kAttentionMaskedTileRaceShapes : test::kAttentionMaskedTileShapes,
+            {Dtype::fp16})})
+    cases.insert(cases.end(), more.begin(), more.end());
   return cases;
 }
 
@@ -229,9 +236,10 @@ void kernel_skips_the_tiles_above_the_diagonal() {
 
 // Each lane of a warp rescales its output columns with its own copy of the running max
 // (ch04::warp_max) and of l (ch04::warp_sum): equal columns of V give equal columns of O, bit
-// for bit, with and without the mask. The tensor-core rung keeps its rescale factors and P~
-// in shared memory, one copy per row for every lane; its lane pairs combine two operands with
-// fmaxf and +, commutative bit for bit.
+// for bit, with and without the mask. The check runs the fp32 rungs only: the tensor-core
+// rung keeps its rescale factors and P~ in shared memory, one copy per row for every lane (its
+// lane pairs combine two operands with fmaxf and +, commutative bit for bit), so it has no
+// per-lane copies for this check to compare.
 template <Backend B>
 void every_lane_rescales_with_the_same_statistics() {
   for (bool causal : {false, true})

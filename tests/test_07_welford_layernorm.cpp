@@ -83,12 +83,10 @@ TEST_SUITE("cpu") {
       // The same tolerance, failed by a factor of more than 10 (measured: 100 to 12000).
       CHECK(worst_ratio(naive, bounds, &two_pass) > 10.0);
       // And plainly: rstd is off by more than 50% on some row (measured: the variance
-      // collapses to 0, rstd = 1 / sqrt(eps), 300x too large), where Welford's is within 1e-3.
+      // collapses to 0, rstd = 1 / sqrt(eps), 300x too large), where Welford's is within its
+      // bound (the first check).
       const ErrorReport naive_rstd = compare(layernorm_naive(p.x, p.rows, p.cols).rstd, p.ref.rstd);
-      const ErrorReport welford_rstd =
-          compare(layernorm_welford(p.x, p.rows, p.cols).rstd, p.ref.rstd);
       CHECK(naive_rstd.max_rel > 0.5);
-      WB_CHECK_WITHIN_REL(welford_rstd, 1e-3);
     }
   }
 

@@ -23,6 +23,7 @@
 #include "common/rung_args.hpp"
 #include "common/rung_buffers.hpp"
 #include "common/shared_memory.hpp"
+#include "tests/ladder_checks.hpp"
 #include "tests/lane_checks.hpp"
 #include "tests/layernorm_checks.hpp"
 #include "tests/support.hpp"
@@ -206,6 +207,7 @@ void dispatcher_reports_the_strategy_it_launched() {
 
 template <Backend B>
 void constant_rows_give_rstd_one_over_sqrt_eps() {
+  test::RungsRan ran;
   for (Dtype t : kDtypes) {
     for (const Rung<LayerNormArgs>& rung : kernel_ladder<B>()) {
       for (int cols : {1, 2, 33, 1000, 1025, 4096}) {
@@ -224,6 +226,7 @@ void constant_rows_give_rstd_one_over_sqrt_eps() {
         const LayerNormArgs a{dx.data(),    nullptr, nullptr, dy.data(),   dmean.data(),
                               drstd.data(), rows,    cols,    kDefaultEps, t};
         if (!why_refused(rung, a).empty()) continue;
+        ran.add(rung.name);
         run_rung(rung, a);
         const std::vector<float> rstd = drstd.download(), mean = dmean.download();
         for (int r = 0; r < rows; ++r) {
@@ -240,6 +243,7 @@ void constant_rows_give_rstd_one_over_sqrt_eps() {
       }
     }
   }
+  ran.check_every_rung(kernel_ladder<B>());
 }
 
 // The longest row each rung holds is taken, one more (and an empty row) refused before any
@@ -283,6 +287,7 @@ void rungs_refuse_rows_they_cannot_hold() {
 // zeros instead: a group of lanes, or a block, exchanges with its own row only.
 template <Backend B>
 void rows_holding_minus_inf_are_nan_and_leave_the_others_alone() {
+  test::RungsRan ran;
   for (Dtype t : kDtypes) {
     const std::vector<int> widths = test::small_shapes() ? std::vector<int>{3, 33, 1001}
                                                     : std::vector<int>{3, 16, 33, 1000, 1001, 2048};
@@ -308,6 +313,7 @@ void rows_holding_minus_inf_are_nan_and_leave_the_others_alone() {
         LayerNormBuffers with_inf(B, x, {}, {}, rows, cols, kDefaultEps, t);
         LayerNormBuffers with_zeros(B, zeroed, {}, {}, rows, cols, kDefaultEps, t);
         if (!why_refused(rung, with_inf.args).empty()) continue;
+        ran.add(rung.name);
         run_rung(rung, with_inf.args);
         run_rung(rung, with_zeros.args);
         const LayerNormOut a = with_inf.download(), b = with_zeros.download();
@@ -331,6 +337,7 @@ void rows_holding_minus_inf_are_nan_and_leave_the_others_alone() {
       }
     }
   }
+  ran.check_every_rung(kernel_ladder<B>());
 }
 
 // Rows whose lanes hold unequal Welford states (every kind but ones, randn + 1e4 and + 1e6
@@ -368,6 +375,7 @@ std::vector<float> lane_rows(int rows, int cols, Dtype t) {
 // not).
 template <Backend B>
 void every_lane_normalizes_with_the_written_statistics() {
+  test::RungsRan ran;
   for (Dtype t : kDtypes) {
     for (const KernelShape& s : test::small_shapes() ? kLaneRaceShapes : kLaneShapes) {
       const std::vector<float> x = round_elements(lane_rows(s.rows, s.cols, t), t);
@@ -380,6 +388,7 @@ void every_lane_normalizes_with_the_written_statistics() {
         CAPTURE(s.cols);
         LayerNormBuffers buffers(B, x, {}, {}, s.rows, s.cols, kDefaultEps, t);
         if (!why_refused(rung, buffers.args).empty()) continue;
+        ran.add(rung.name);
         run_rung(rung, buffers.args);
         const LayerNormOut out = buffers.download();
         std::vector<float> due(x.size());
@@ -395,6 +404,7 @@ void every_lane_normalizes_with_the_written_statistics() {
       }
     }
   }
+  ran.check_every_rung(kernel_ladder<B>());
 }
 
 }  // namespace

@@ -151,10 +151,16 @@ test::RungError measure(const test::AttentionRungRun& run) {
 
 template <Backend B>
 void every_rung_equals_the_cpu_step() {
-  test::check_attention_ladder(B, kernel_ladder<B>(),
-                               test::attention_cases(test::small_shapes() ? kRaceShapes : kShapes,
-                                                     {false, true}, {Dtype::fp16, Dtype::bf16}),
-                               kSeed, measure);
+  // And keys masked with -inf scores by head: fully masked rows, and a first tile whose
+  // masked keys fill a warp's 16 (or a 32-key step) while the tile's others do not.
+  const bool small = test::small_shapes();
+  std::vector<test::AttentionCase> cases = test::attention_cases(
+      small ? kRaceShapes : kShapes, {false, true}, {Dtype::fp16, Dtype::bf16});
+  for (const test::AttentionCase& c : test::masked_attention_cases(
+           small ? test::kAttentionMaskedTileRaceShapes : test::kAttentionMaskedTileShapes,
+           {Dtype::fp16, Dtype::bf16}))
+    cases.push_back(c);
+  test::check_attention_ladder(B, kernel_ladder<B>(), cases, kSeed, measure);
 }
 
 template <Backend B>

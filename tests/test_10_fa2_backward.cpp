@@ -18,6 +18,7 @@
 #include "common/reference_attention.hpp"
 #include "common/reference_attention_backward.hpp"
 #include "common/rung_buffers.hpp"
+#include "tests/ladder_checks.hpp"
 #include "tests/support.hpp"
 
 using namespace wb;
@@ -281,6 +282,7 @@ namespace {
 template <Backend B>
 void rungs_equal_fp64_and_the_cpu_step() {
   const Ladder<AttentionBackwardArgs> ladder = kernel_ladder<B>();
+  test::RungsRan ran;
   for (Dtype type : {Dtype::fp32, Dtype::fp16, Dtype::bf16})
     for (const Case& c : type == Dtype::fp32 ? cases() : tensor_core_cases()) {
       CAPTURE(describe(c));
@@ -299,6 +301,7 @@ void rungs_equal_fp64_and_the_cpu_step() {
         if (!why_refused(rung, buffers.args).empty()) continue;  // d not one it takes
         const std::string rung_name = rung.name;
         CAPTURE(rung_name);
+        ran.add(rung_name);
         // The baseline reads the stored P: its step and floor are the standard backward's.
         const bool stores_p = rung_name == "standard_backward";
         Errors e_cpu = e_tiled;
@@ -327,10 +330,13 @@ void rungs_equal_fp64_and_the_cpu_step() {
         const int tiles = (s.lk + keys - 1) / keys;
         const double reorder = 2.0 * tiles * kFloatEps / (1.0 - tiles * kFloatEps);
         std::vector<double> first_dq(first.dq.begin(), first.dq.end());
+        // In units of dq_weight the terms' magnitudes sum to at most 1 + f.dq (the weight, and
+        // the error each computed term already carries).
         WB_CHECK_WITHIN(ref::compare_weighted(second.dq, first_dq, r.dq_weight),
                         reorder * (1.0 + f.dq) + 2 * ch06::unit_roundoff(type) * (1.0 + f.dq));
       }
     }
+  ran.check_every_rung(ladder);
 }
 
 }  // namespace

@@ -1,5 +1,6 @@
 // The rung interface (common/rung.hpp): the limits refuse what a rung cannot take, with one
 // line naming the limit, before anything runs; --list prints the ladder as CSV.
+#include <climits>
 #include <sstream>
 #include <stdexcept>
 #include <string>
@@ -63,6 +64,25 @@ TEST_SUITE("cpu") {
     CHECK_FALSE(refusal(l, no_lse).empty());
   }
 
+  TEST_CASE("an attention rung refuses lengths its int loops or its grid cannot reach") {
+    RungLimits l = attention_limits({Dtype::fp32}, 128, {}, 65535, false, kWritesO);
+    AttentionArgs a = attention_args(64, false, Dtype::fp32);
+    a.shape.lk = kMaxLength;  // a loop's last step of up to 1024 stays an int
+    CHECK(refusal(l, a).empty());
+    a.shape.lk = kMaxLength + 1;
+    CHECK(refusal(l, a) == "lq and lk must be in [1, " + std::to_string(kMaxLength) +
+                               "], got lq 17, lk " + std::to_string(kMaxLength + 1));
+    // The matmul baselines: grid.y = ceil(lq / 64) <= 65535, and bh x lq int rows.
+    l.max_length = 65535 * 64;
+    l.max_rows = INT_MAX;
+    a.shape = {1, 65535 * 64, 5, 64};
+    CHECK(refusal(l, a).empty());
+    a.shape.lq += 1;
+    CHECK(refusal(l, a).find("lq and lk must be in [1, 4194240]") == 0);
+    a.shape = {1024, 2097152, 5, 64};  // bh x lq = 2^31
+    CHECK(refusal(l, a) == "bh x lq = 2147483648 exceeds 2147483647");
+  }
+
   TEST_CASE("run_rung launches what the limits take and refuses the rest before launching") {
     const Rung<RowArgs> rung{"short_rows", "rows of at most 32", row_limits(32), &count_launch};
     g_launches = 0;
@@ -81,7 +101,8 @@ TEST_SUITE("cpu") {
     std::ostringstream out;
     REQUIRE(print_ladder(out, "99_test", "softmax", rung_infos(ladder), "-") == 0);
     CHECK(out.str() == ladder_csv_header() + "\n" +
-                           "99_test,softmax,1,a,\"first, with a comma\",fp32,2147483647,0,0,,0,\n"
+                           "99_test,softmax,1,a,\"first, with a comma\",fp32," +
+                           std::to_string(kAnyCols) + ",0,0,,0,\n" +
                            "99_test,softmax,2,b,second,fp32;fp16,1024,2048,0,,0,\n");
   }
 }

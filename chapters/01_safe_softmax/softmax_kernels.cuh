@@ -7,8 +7,8 @@
 //   thread_per_row  one thread per row; blocks of 128 threads, ceil(rows / 128) blocks
 //   block_per_row   one block of 256 threads per row; shared-memory tree reductions
 //   warp_shuffle    one block of 256 threads per row; warp-shuffle reductions
-// Limits: rows in [1, 2^31 - 128] (thread_per_row rounds rows up to whole blocks of 128, whose
-//           thread indices must stay ints), cols >= 1, any value (no multiple of anything).
+// Limits: rows in [1, 2^31 - 1] (thread_per_row's whole blocks of 128 end at thread
+//           2^31 - 1 at most), cols in [1, kAnyCols], any value (no multiple of anything).
 // Memory traffic per element: 3 reads (max, sum, normalize passes) and 1 write.
 // Test: ctest --test-dir build -R 01_safe_softmax --output-on-failure
 #pragma once

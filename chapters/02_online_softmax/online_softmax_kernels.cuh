@@ -7,8 +7,8 @@
 //           and sum pass fused into one, through the shared online_update (online_update.hpp).
 // Launch shape:
 //   online_thread_per_row  one thread per row; blocks of 128 threads, ceil(rows / 128) blocks
-// Limits: rows in [1, 2^31 - 128] (the grid rounds rows up to whole blocks), cols >= 1, any
-//           value (no multiple of anything).
+// Limits: rows in [1, 2^31 - 1] (the grid's whole blocks of 128 end at thread 2^31 - 1 at
+//           most), cols in [1, kAnyCols], any value (no multiple of anything).
 // Memory traffic per element: 2 reads (statistics, normalize) and 1 write, 3 accesses
 //           where chapter 01 made 4.
 // Test: ctest --test-dir build -R 02_online_softmax --output-on-failure

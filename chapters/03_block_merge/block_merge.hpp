@@ -318,9 +318,9 @@ inline FastPlan plan_fast_softmax(const void* x, const void* y, int cols, Dtype 
 // ------------------------------------------------------------------------------------------
 
 /// The launchers of the ladder's rungs; x, y of `a`: device pointers of backend B to (rows,
-/// cols) elements of a.dtype, row-major (16-bit types as their bit patterns), any alignment
-/// (misaligned rows take the scalar path). The shapes and types each takes are its limits in
-/// kernel_ladder(), checked before launch (run_rung).
+/// cols) elements of a.dtype, row-major (16-bit types as their bit patterns), aligned to the
+/// element (rows not aligned to 16 bytes take the scalar path). The shapes and types each
+/// takes are its limits in kernel_ladder(), checked before launch (run_rung).
 template <Backend B>
 struct Kernels {
   static void block_per_row_online(const RowArgs& a);  // block_merge_kernels.cuh
@@ -334,7 +334,7 @@ struct Kernels {
   static std::size_t max_dynamic_shared_bytes();
 };
 
-/// Rungs 1, 2 and 4 make chapter 02's two passes over global memory: x read for the
+/// Rungs 1, 2 and 5 make chapter 02's two passes over global memory: x read for the
 /// statistics (m, d) and again to normalize, y written once.
 inline Traffic two_passes(const RowArgs& a) {
   return per_element_traffic(a, 2, 1, "2 reads of x (statistics, normalize) + 1 write of y");

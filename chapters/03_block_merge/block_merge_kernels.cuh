@@ -12,9 +12,9 @@
 //   block_per_row_online  one block of 256 threads per row; rows blocks
 //   warp_per_row_online   one warp per row, 4 warps (128 threads) per block;
 //                         ceil(rows / 4) blocks
-// Limits: rows in [1, 2^31 - 4] (grid.x; the warp kernel rounds rows up to whole blocks),
-//         cols >= 1, any value (no multiple of anything; threads with an empty slice hold
-//         the identity (-inf, 0)).
+// Limits: rows in [1, 2^31 - 1] (grid.x; the warp kernel's whole blocks of 4 rows end at row
+//         2^31 - 1 at most), cols in [1, kAnyCols], any value (no multiple of anything; threads
+//         with an empty slice hold the identity (-inf, 0)).
 // Memory traffic per element: 2 reads (statistics, normalize) and 1 write, as chapter 02,
 //           now coalesced: neighbouring lanes read neighbouring addresses.
 // Test: ctest --test-dir build -R 03_block_merge --output-on-failure

@@ -27,7 +27,7 @@
 // Vectors: when can_vectorize() (both pointers 16-byte aligned, cols a multiple of 16 /
 //           sizeof(T)) every access is one 16-byte Vec<T> (common/vector_types.cuh);
 //           otherwise one element at a time.
-// Limits: rows in [1, 2^31 - 4]; cols in [1, 1024] for warp_registers and lane_groups, a row
+// Limits: rows in [1, 2^31 - 1]; cols in [1, 1024] for warp_registers and lane_groups, a row
 //           of at most the opt-in limit less 64 bytes for block_cached, in [1, 2^30] for
 //           block_vec and fast_softmax: their RungLimits in kernel_ladder() (block_merge.hpp),
 //           checked before launch.

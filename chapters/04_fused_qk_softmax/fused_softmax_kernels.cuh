@@ -10,8 +10,8 @@
 //           8 blockIdx.x + y, lane x owns key x of the current K tile of 32 keys.
 //           Dynamic shared memory: (8 d + 32 odd_stride(d)) floats, at most 20608 bytes (about
 //           20.1 KiB).
-// Limits: lq, lk >= 1, any value; 1 <= d <= 128; bh <= 65535 (grid.y): the rung's limits
-//           (kernel_ladder in fused_softmax.hpp), checked before every launch.
+// Limits: lq, lk in [1, kMaxLength], any value; 1 <= d <= 128; bh <= 65535 (grid.y): the
+//           rung's limits (kernel_ladder in fused_softmax.hpp), checked before every launch.
 // Memory traffic: Q read once; K read twice (two sweeps) per Q tile of 8 rows; P and each
 //           row's (m, d) written once (fused_two_sweeps in fused_softmax.hpp).
 // Test: ctest --test-dir build -R 04_fused_qk_softmax --output-on-failure

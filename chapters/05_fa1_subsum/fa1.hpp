@@ -90,8 +90,8 @@ inline std::vector<float> attention_elementwise(const AttentionInputs& in, Atten
 // [fa1_cpu]
 /// FA1 Algorithm 1 with K/V tiles of bc keys (outer loop) and Q tiles of br rows (inner
 /// loop), any br, bc >= 1. o: (bh, lq, d) and stats: (bh, lq), the running (m, l), play the
-/// part of HBM: every Q tile reads and writes them once per K/V tile. Returns the final O
-/// and (m, l).
+/// part of HBM: every Q tile reads and writes them once per K/V tile, and ends holding the
+/// final O and (m, l).
 inline void attention_fa1(const float* q, const float* k, const float* v, AttentionShape shape,
                           float scale, int br, int bc, float* o, MD* stats) {
   const int lq = shape.lq, lk = shape.lk, d = shape.d;
@@ -172,6 +172,16 @@ struct Kernels {
 /// (matmul_tile.cuh): Q and K^T are read once per tile of S, P and V once per tile of O.
 inline constexpr int kMatmulTile = 64;
 
+/// The limits of a baseline built on the matmul (this chapter's `standard`, chapter 10's
+/// `standard_backward`), on top of `l`: its grid.y = ceil(rows / 64) <= 65535 puts lq and lk
+/// (each a product's rows somewhere) at most 65535 x 64, and the scores' rows are one row-wise
+/// launch's int rows, bh x lq <= INT_MAX.
+inline RungLimits matmul_baseline_limits(RungLimits l) {
+  l.max_length = 65535 * kMatmulTile;
+  l.max_rows = INT_MAX;
+  return l;
+}
+
 /// T(n) = ceil(n / kMatmulTile): how often the baseline's matmul reads an operand, a once per
 /// tile of c's columns and b once per tile of its rows.
 inline std::uint64_t matmul_tiles(int n) {
@@ -203,12 +213,12 @@ inline Traffic standard_traffic(const AttentionArgs& a) {
 // [standard_traffic]
 
 /// The FA1 kernel's traffic with K/V tiles of `bc` keys, one block per head, Tc = ceil(lk / bc)
-/// K/V tiles: K and V read once (each K/V tile into shared memory, line 5); for every K/V tile all
-/// of Q read (line 7), and O and (m, l) read and written once per row (lines 11-13); line 2 writes
-/// O = 0 and (m, l) = (-inf, 0) once more. Each of the row's warp's 32 lanes reads the row's (m, l)
-/// (one broadcast request: one sector, 32 x 8 bytes asked for); lane 0 alone writes it.
-/// The kernel runs bc = kKernelKeys (fa1_traffic); other values say what larger tiles would
-/// save (`ch05 --profile`, the page's block-size figure).
+/// K/V tiles: K and V read once (each K/V tile into shared memory, line 6); for every K/V tile
+/// all of Q read (line 8), and O and (m, l) read and written once per row (lines 8, 12 and 13);
+/// line 2 writes O = 0 and (m, l) = (-inf, 0) once more. Each of the row's warp's 32 lanes reads
+/// the row's (m, l) (one broadcast request: one sector, 32 x 8 bytes asked for); lane 0 alone
+/// writes it. The kernel runs bc = kKernelKeys (fa1_traffic); other values say what larger tiles
+/// would save (`ch05 --profile`, the page's block-size figure).
 inline Traffic fa1_tiles_traffic(const AttentionArgs& a, int bc) {
   const std::uint64_t lq = static_cast<std::uint64_t>(a.shape.lq);
   const std::uint64_t tc =
@@ -237,8 +247,8 @@ Ladder<AttentionArgs> kernel_ladder() {
   const RungLimits limits = attention_limits({Dtype::fp32}, ch04::kMaxHeadDim, {}, INT_MAX,
                                              /*causal=*/false, kWritesO | kWritesMd);
   // The baseline: three launches, grid.z = bh for the two matmuls (its CUDA limit 65535).
-  const RungLimits standard_limits = attention_limits({Dtype::fp32}, ch04::kMaxHeadDim, {}, 65535,
-                                                      /*causal=*/false, kWritesO | kWritesP);
+  const RungLimits standard_limits = matmul_baseline_limits(attention_limits(
+      {Dtype::fp32}, ch04::kMaxHeadDim, {}, 65535, /*causal=*/false, kWritesO | kWritesP));
   return {{"standard",
            "the baseline, Algorithm 0: S = scale Q K^T stored, chapter 01's softmax S -> P, "
            "O = P V, three launches",

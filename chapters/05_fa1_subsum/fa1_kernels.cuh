@@ -17,9 +17,9 @@
 //           x owns key x of the K/V tile of 32, in the output phase columns x, x + 32, ...
 //           Dynamic shared memory: (32 odd_stride(d) + 32 d + 8 d + 8 x 32) floats, at most
 //           38016 bytes (37.1 KiB).
-// Limits: lq, lk >= 1, any value; 1 <= d <= 128; bh <= 2^31 - 1 (grid.x): the rung's limits
-//           (kernel_ladder in fa1.hpp), checked before every launch. One block per head: a
-//           GPU with more SMs than heads idles (chapter 06 parallelizes over Q tiles too).
+// Limits: lq, lk in [1, kMaxLength], any value; 1 <= d <= 128; bh <= 2^31 - 1 (grid.x): the
+//           rung's limits (kernel_ladder in fa1.hpp), checked before every launch. One block per
+//           head: a GPU with more SMs than heads idles (chapter 06 parallelizes over Q tiles too).
 // Test: ctest --test-dir build -R 05_fa1_subsum --output-on-failure
 #pragma once
 
@@ -65,11 +65,11 @@ __global__ void __launch_bounds__(kThreads)
   for (std::size_t e = tid; e < std::size_t(lq) * d; e += kThreads) ob[e] = 0.f;
   for (int r = tid; r < lq; r += kThreads) stats_b[r] = ch03::md_identity();
 
-  for (int j0 = 0; j0 < lk; j0 += kKeysPerTile) {  // line 5: K_j, V_j into shared memory
+  for (int j0 = 0; j0 < lk; j0 += kKeysPerTile) {  // lines 5-6: load K_j, V_j on chip
     __syncthreads();  // the previous K/V tile is no longer read (and line 2 is done)
     ch04::load_rows(kb, j0, kKeysPerTile, lk, d, ch04::odd_stride(d), smem.k);
     ch04::load_rows(vb, j0, kKeysPerTile, lk, d, d, smem.v);
-    for (int i0 = 0; i0 < lq; i0 += kRowsPerTile) {  // line 7: Q_i, O_i, l_i, m_i
+    for (int i0 = 0; i0 < lq; i0 += kRowsPerTile) {  // lines 7-8: load Q_i, O_i, l_i, m_i
       __syncthreads();  // K/V tile complete; the previous Q tile is no longer read
       ch04::load_rows(qb, i0, kRowsPerTile, lq, d, d, smem.q);
       __syncthreads();                 // the Q tile is complete

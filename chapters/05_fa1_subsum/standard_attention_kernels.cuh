@@ -14,16 +14,14 @@
 //                       in chunks of 32 through static shared memory (16.1 KiB); thread
 //                       (x, y) owns rows y + 8 r (r < 8) and columns x + 32 c (c < 2).
 //   softmax             chapter 01's warp_shuffle: one block of 256 threads per row of S.
-// Limits: lq, lk >= 1; 1 <= d <= 128; bh <= 65535 (grid.z); bh x lq rows <= 2^31 - 1 (the
-//           softmax's grid): the rung's limits (kernel_ladder in fa1.hpp).
+// Limits: 1 <= lq, lk <= 65535 x 64 (the matmul's grid.y); 1 <= d <= 128; bh <= 65535
+//           (grid.z); bh x lq rows <= 2^31 - 1 (the softmax's grid): the rung's limits
+//           (matmul_baseline_limits in fa1.hpp), checked before every launch.
 // Memory traffic per head, T(n) = ceil(n / 64) (standard_traffic in fa1.hpp): Q read T(lk)
 //           times, K T(lq) times; S written once and read 3 times; P written once and read
 //           T(d) times; V read T(lq) times; O written once.
 // Test: ctest --test-dir build -R 05_fa1_subsum --output-on-failure
 #pragma once
-
-#include <climits>
-#include <stdexcept>
 
 #include "common/kernel.cuh"
 
@@ -40,10 +38,7 @@ namespace wb::ch05 {
 
 template <>
 void Kernels<kThisBackend>::standard(const AttentionArgs& a) {
-  const AttentionShape& s = a.shape;
-  if (s.rows() > static_cast<std::size_t>(INT_MAX))
-    throw std::invalid_argument("standard: bh x lq = " + std::to_string(s.rows()) +
-                                " rows exceed the softmax's grid (2^31 - 1 blocks)");
+  const AttentionShape& s = a.shape;  // within matmul_baseline_limits: rows() fits an int
   // S, one lq x lk matrix per head: the memory (and the traffic) that FlashAttention saves.
   DeviceBuffer<float> scores(kThisBackend, s.p_elems());
   const float* q = static_cast<const float*>(a.q);

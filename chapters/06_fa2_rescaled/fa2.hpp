@@ -44,7 +44,7 @@ inline constexpr int kKernelKeys = 32;
 /// 0 when even the last row sees no key (lq > lk: fully masked rows).
 __host__ __device__ inline int kv_tiles_to_visit(int i0, int rows, int lq, int lk, int bc,
                                                  bool causal) {
-  const int all = (lk + bc - 1) / bc;
+  const int all = lk / bc + (lk % bc != 0);  // ceil, without lk + bc - 1 passing INT_MAX
   if (!causal) return all;
   const int last_key = i0 + rows - 1 + (lk - lq);  // the last key the last row sees
   if (last_key < 0) return 0;

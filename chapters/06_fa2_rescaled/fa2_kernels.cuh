@@ -12,8 +12,8 @@
 //           x owns key x of the K/V tile of 32, in the output phase columns x, x + 32, ...
 //           Dynamic shared memory: (32 odd_stride(d) + 32 d + 16 d + 16 x 32) floats, at most
 //           43136 bytes (42.1 KiB).
-// Limits: lq, lk >= 1, any value; 1 <= d <= 128; bh <= 65535 (grid.y): the rung's limits
-//           (kernel_ladder in fa2.hpp), checked before every launch.
+// Limits: lq, lk in [1, kMaxLength], any value; 1 <= d <= 128; bh <= 65535 (grid.y): the
+//           rung's limits (kernel_ladder in fa2.hpp), checked before every launch.
 // Memory traffic per Q tile of 16 rows (fa2_tiles_traffic in fa2.hpp): its Q rows read once;
 //           K and V read once per K/V tile of 32 keys it visits (all ceil(lk / 32), or with
 //           the causal mask those up to the diagonal, eq. 7); its rows of O and logsumexp

@@ -18,9 +18,9 @@
 //             per warp: S tile (16, Bc + 4) floats, P~ tile (16, Bc + 8), 16 row factors
 //           44.3 KiB for d = 64, 31.3 KiB for d = 128: within the 48 KiB any launch may use.
 //           Why these shapes: fa2_rescaled.md, section "FA2 on tensor cores".
-// Limits: lq, lk >= 1, any value; d = 64 or 128 (a template parameter); bh <= 65535
-//           (grid.y): the rung's limits (kernel_ladder in fa2.hpp), checked before every
-//           launch. q, k, v 16-byte aligned (the launcher checks).
+// Limits: lq, lk in [1, kMaxLength], any value; d = 64 or 128 (a template parameter);
+//           bh <= 65535 (grid.y): the rung's limits (kernel_ladder in fa2.hpp), checked before
+//           every launch. q, k, v 16-byte aligned (the launcher checks).
 // Memory traffic per Q tile of 64 rows, as fa2_kernels.cuh with 16-bit Q, K, V and O and
 //           K/V tiles of Bc keys (fa2_tiles_traffic in fa2.hpp): its Q rows once, K and V once
 //           per K/V tile it visits (a warp that skips a tile's products still shares its load),

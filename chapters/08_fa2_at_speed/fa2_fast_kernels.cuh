@@ -26,10 +26,10 @@
 //           has Br rows of its own. fa2_mma, fa2_ldmatrix: 18 / 34 KiB (d = 64 / 128);
 //           fa2_swizzle 16 / 32 KiB; fa2_cp_async, fa2_scheduled 32 / 64 KiB;
 //           fa2_register_blocked 48 / 96 KiB (d = 128 opts in above 48 KiB).
-// Limits: lq, lk >= 1; d = 64 or 128 (a template parameter); bh <= 65535 (grid.y); q, k, v
-//           16-byte aligned; fa2_scheduled and fa2_register_blocked also scale > 0 (their row
-//           max is of unscaled scores).
-//           Checked before every launch (kernel_ladder, and the launcher).
+// Limits: lq, lk in [1, kMaxLength]; d = 64 or 128 (a template parameter); bh <= 65535
+//           (grid.y); q, k, v 16-byte aligned (their tile loads), and o too (its pairs are
+//           32-bit stores); fa2_scheduled and fa2_register_blocked also scale > 0 (their row max is
+//           of unscaled scores). Checked before every launch (kernel_ladder, and the launcher).
 // Memory traffic per Q tile of Br rows: chapter 06's (fast_traffic in fa2_at_speed.hpp): Q once,
 //           K and V once per K/V tile visited, O and logsumexp once.
 // Test: ctest --test-dir build -R 08_fa2_at_speed --output-on-failure
@@ -249,7 +249,7 @@ void launch_recipe(const AttentionArgs& a) {
   if (Recipe::kScheduled && !(a.scale > 0.f))
     throw std::invalid_argument(std::string(Recipe::kName) + ": the softmax scale must be " +
                                 "positive (the row max is taken over unscaled scores)");
-  with_tile_shape(Recipe::kName, a.dtype, a.shape.d, {a.q, a.k, a.v}, "q, k and v",
+  with_tile_shape(Recipe::kName, a.dtype, a.shape.d, {a.q, a.k, a.v, a.o}, "q, k, v and o",
                   [&](auto t, auto d) { launch_fast<decltype(t), decltype(d)::value, Recipe>(a); });
 }
 

@@ -17,9 +17,10 @@
 //           columns x, x + 32, ... Dynamic shared memory: chapter 06's tiles for 16 rows, at
 //           most 42.1 KiB (d = 128). combine: grid ceil(batch hq lq / 4), block (32, 4), a warp per
 //           row.
-// Limits: lq, lk >= 1, any value; 1 <= d <= 128; hq a multiple of hkv; batch x hkv <= 65535
-//           (grid.y); lengths in [0, lk]: the rungs' limits (kernel_ladder), checked before
-//           every launch (the kernel clamps a length into [0, lk] all the same).
+// Limits: lq, lk in [1, kMaxLength], any value; 1 <= d <= 128; hq a multiple of hkv;
+//           batch x hkv <= 65535 (grid.y); batch x hq x lq and splits x hq / hkv x lq at most
+//           2^31 - 1 (int rows, grid.x); lengths in [0, lk]: the rungs' limits (kernel_ladder),
+//           checked before every launch (the kernel clamps a length into [0, lk] all the same).
 // Memory traffic: split_traffic and combine_traffic (flash_decoding.cpp): Q once per block,
 //           K and V once per key a block loads, a split's O row written (and read by the
 //           combine) only where that split saw a key, two reads of each split's logsumexp; a

@@ -250,7 +250,7 @@ using SplitRule = std::function<std::vector<int>(int length)>;
 /// runs short or empty.
 __host__ __device__ inline int split_begin(int length, int splits, int s) {
   const int tiles = (length + kTileKeys - 1) / kTileKeys;
-  const long run = (tiles + splits - 1) / splits;
+  const long run = (long(tiles) + splits - 1) / splits;
   const long begin = long(s) * run * kTileKeys;
   return begin < length ? int(begin) : length;
 }

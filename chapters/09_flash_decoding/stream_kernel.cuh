@@ -22,8 +22,8 @@
 //           memory: the Q tile (R x d floats), every slot's state (4 x slots x R x (d + 2)
 //           floats), their weights and each row's largest m; fp16, d = 128, R = 4: 4 slots a
 //           warp, 34.8 KiB.
-// Limits: d a multiple of 8, at most 128 (stream_limits: whole 16-byte vectors per row); the
-//           rest as split_kv.
+// Limits: d a multiple of 8, at most 128 (stream_limits: whole 16-byte vectors per row); q,
+//           k and v 16-byte aligned (checked by the launcher); the rest as split_kv.
 // Memory traffic: split_traffic with blocks of R rows (flash_decoding.cpp): Q once per
 //           block, K and V once per key of its range, a float O row where the split saw a key,
 //           logsumexp written; a paged cache adds a read of the table per 16-byte vector of K
@@ -37,6 +37,7 @@
 #include "chapters/04_fused_qk_softmax/attention_tiles.cuh"
 #include "chapters/09_flash_decoding/flash_decoding.hpp"
 #include "chapters/09_flash_decoding/state_merge.cuh"
+#include "common/tile_shape.cuh"
 #include "common/vector_types.cuh"
 
 namespace wb::ch09 {
@@ -219,6 +220,7 @@ void with_stream_rows(int group_rows, F&& f) {
 template <>
 void Kernels<kThisBackend>::stream_partials(const DecodeArgs& a) {
   const DecodeShape& s = a.shape;
+  require_16_byte_rows("stream_kv", {a.q, a.k, a.v}, "q, k and v");  // whole 16-byte vectors
   with_element_type(a.dtype, [&](auto tag) {
     using T = decltype(tag);
     with_stream_rows(s.group() * s.lq, [&](auto rows) {

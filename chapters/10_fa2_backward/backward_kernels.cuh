@@ -12,7 +12,8 @@
 //           Q tiles of 16 rows. Warp y owns keys y, y + 4, y + 8, y + 12 for dK and dV and
 //           rows y, y + 4, ... for dQ; lane x owns columns x, x + 32, ... of each.
 //           Dynamic shared memory: (64 (d + 1) + 2 x 16 x 17 + 32) floats, at most 35 KiB.
-// Limits: lq, lk >= 1, any value; 1 <= d <= 128; bh <= 65535 (grid.y); fp32.
+// Limits: lq, lk >= 1 (up to kMaxLength); bh x lq <= 2^31 - 1 (D's rows, an int);
+//           1 <= d <= 128; bh <= 65535 (grid.y); fp32.
 // Memory traffic (fa2_backward_traffic in fa2_backward.hpp): O, dO read and D, dQ written by
 //           the D kernel; K, V read and dK, dV written once per K/V tile; Q, dO, lse, D read
 //           once per (K/V tile, Q tile) pair and dQ added into as often.

@@ -20,9 +20,10 @@
 //           Br = 64 rows, 16 at a time. Dynamic shared memory: the K and V tiles, two (Q, dO)
 //           tile pairs (64 swizzled rows of d elements each), the dS^T tile (64 x 64) and two
 //           (lse, D) pairs of the Q tile: 57 KiB at d = 64, 105 KiB at d = 128 (opted in).
-// Limits: lq, lk >= 1, any value; d = 64 or 128; bh <= 65535; fp16 or bf16; q, k, v, d_o, dk
-//           and dv 16-byte aligned (the launcher checks; the 32-bit stores of dK and dV would
-//           need 4 bytes only, one rule for all six is simpler to state).
+// Limits: lq, lk >= 1 (up to kMaxLength), bh x lq <= 2^31 - 1; d = 64 or 128; bh <= 65535;
+//           fp16 or bf16; q, k, v, d_o, dk and dv 16-byte aligned (the launcher checks; the
+//           32-bit stores of dK and dV would need 4 bytes only, one rule for all six is simpler
+//           to state).
 // Memory traffic: fa2_backward_tensor_core's (the same tiles; cp.async zero-fills the rows past
 //           lq and lk without reading them), fa2_backward_tensor_core_traffic.
 // Test: ctest --test-dir build -R 10_fa2_backward --output-on-failure

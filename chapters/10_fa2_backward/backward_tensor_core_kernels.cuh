@@ -17,8 +17,8 @@
 //           twice and the P^T, dS^T tiles (16, 64 + 8) of T, lse and D of the Q tile:
 //           88.5 KiB for d = 64, 152.5 KiB for d = 128, over the 48 KiB default (the launcher
 //           opts in; an A100 allows 163 KiB, an H100 227 KiB).
-// Limits: lq, lk >= 1, any value; d = 64 or 128; bh <= 65535; fp16 or bf16; q, k, v, o, d_o
-//           16-byte aligned (the launcher checks).
+// Limits: lq, lk >= 1 (up to kMaxLength); bh x lq <= 2^31 - 1; d = 64 or 128; bh <= 65535;
+//           fp16 or bf16; q, k, v, d_o 16-byte aligned (the launcher checks).
 // Memory traffic (fa2_backward_tensor_core_traffic in fa2_backward.hpp): as the fp32 rung with
 //           16-bit Q, K, V, O, dO, dQ, dK, dV, tiles of 64 keys and 64 rows, dQ added into a
 //           float buffer, then read once and written once in the input type.

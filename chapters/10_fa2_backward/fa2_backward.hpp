@@ -15,6 +15,7 @@
 #pragma once
 
 #include <algorithm>
+#include <climits>
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
@@ -379,14 +380,17 @@ inline Traffic fa2_backward_tensor_core_traffic(const AttentionBackwardArgs& a) 
 template <Backend B>
 Ladder<AttentionBackwardArgs> kernel_ladder() {
   // The fp32 rungs take any d up to chapter 04's limit; the 16-bit rungs' tiles d = 64 or 128.
-  const RungLimits fp32 = attention_limits({Dtype::fp32}, ch04::kMaxHeadDim, {},
-                                           ch04::kMaxBatchHeads, /*causal=*/true, 0);
-  const RungLimits tiles16 = attention_limits({Dtype::fp16, Dtype::bf16}, 0, {64, 128},
-                                              ch04::kMaxBatchHeads, /*causal=*/true, 0);
+  // Every rung counts the rows of D and dQ (bh x lq) in an int.
+  RungLimits fp32 = attention_limits({Dtype::fp32}, ch04::kMaxHeadDim, {}, ch04::kMaxBatchHeads,
+                                     /*causal=*/true, 0);
+  RungLimits tiles16 = attention_limits({Dtype::fp16, Dtype::bf16}, 0, {64, 128},
+                                        ch04::kMaxBatchHeads, /*causal=*/true, 0);
+  fp32.max_rows = tiles16.max_rows = INT_MAX;
   return {{"standard_backward",
            "the baseline, Algorithm 3: the forward's P read, dP and dS stored, four matmuls "
            "and the softmax's backward, five launches",
-           fp32, &Kernels<B>::standard_backward, &standard_backward_traffic},
+           ch05::matmul_baseline_limits(fp32), &Kernels<B>::standard_backward,
+           &standard_backward_traffic},
           {"fa2_backward",
            "P recomputed from logsumexp per (K/V tile, Q tile); dK, dV of a K/V tile in "
            "registers of one block; dQ added into with float atomics",

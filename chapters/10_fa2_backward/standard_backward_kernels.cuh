@@ -15,7 +15,9 @@
 //                            ceil(rows / 64), bh), block (32, 8), a 64 x 64 tile of the
 //                            product per block.
 //   softmax_backward_kernel  grid ceil(bh lq / 8), block (32, 8): a warp per row of dP.
-// Limits: lq, lk >= 1; 1 <= d <= 128; bh <= 65535 (grid.z); fp32; the forward's P given.
+// Limits: 1 <= lq, lk <= 65535 x 64 (the matmul's grid.y); 1 <= d <= 128; bh <= 65535
+//           (grid.z); bh x lq <= 2^31 - 1 (the softmax backward's int rows): the rung's limits
+//           (ch05::matmul_baseline_limits); fp32; the forward's P given.
 // Memory traffic per head, T(n) = ceil(n / 64) (standard_backward_traffic in fa2_backward.hpp):
 //           P read T(d) + 2 times, dP written once and read twice, dS written once and read
 //           2 T(d) times; dO read 2 T(lk) times, Q T(lk), K and V T(lq) times; dQ, dK, dV
@@ -23,7 +25,6 @@
 // Test: ctest --test-dir build -R 10_fa2_backward --output-on-failure
 #pragma once
 
-#include <climits>
 #include <stdexcept>
 #include <string>
 
@@ -71,9 +72,6 @@ void Kernels<kThisBackend>::standard_backward(const AttentionBackwardArgs& a) {
   if (a.p == nullptr)
     throw std::invalid_argument(
         "standard_backward reads the P a standard forward stored, and none was given");
-  if (s.rows() > static_cast<std::size_t>(INT_MAX))
-    throw std::invalid_argument("standard_backward: bh x lq = " + std::to_string(s.rows()) +
-                                " rows exceed the softmax backward's indexing (2^31 - 1)");
   const float* q = static_cast<const float*>(a.q);
   const float* k = static_cast<const float*>(a.k);
   const float* v = static_cast<const float*>(a.v);
