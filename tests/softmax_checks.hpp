@@ -173,7 +173,9 @@ inline void check_softmax_ladder(Backend backend, const Ladder<RowArgs>& ladder,
                  const OutputRounding rounding = output_rounding(c.dtype);
                  ErrorReport report = compare(y, reference);  // NaN-aware, and where the worst is
                  report.max_rel = rel_error(y, reference, rounding.tiny).max_rel;
-                 const double cpu = compare(cpu_step(x, rows, cols), reference).max_rel;
+                 // The CPU step's error in the rung's measure (against max(|ref|, tiny)).
+                 const double cpu =
+                     rel_error(cpu_step(x, rows, cols), reference, rounding.tiny).max_rel;
                  const double float_floor = floor(rung, buffers.args);
                  const double a = chain_bound(cpu, float_floor);
                  return RungError{

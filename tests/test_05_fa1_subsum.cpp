@@ -140,11 +140,13 @@ TEST_SUITE("cpu") {
           for (int c = 0; c < shape.d; ++c)
             o[i * shape.d + c] = wa * a.o[i * shape.d + c] + wb * b.o[i * shape.d + c];
         }
-        // Each part is within output_floor of its exact partial output (in units of its own
-        // weights); the merge adds 6 roundings (two factors of 3), inside the 6 u per step
-        // that output_floor already allows for lk steps.
+        // Each part is within output_floor of its exact partial output, in units of its own
+        // weights, which the merge's convex weights carry into r.o_weight (a part's lk is at
+        // most lk); each weight d_x e^{m_x - m} / d is off by the relative errors of d_x and of
+        // d, softmax_floor each; and the merge adds 6 roundings (two factors of 3).
         WB_CHECK_WITHIN(ref::compare_weighted(o, r.o, r.o_weight),
-                        ref::output_floor(r.score_error, shape.lk));
+                        ref::output_floor(r.score_error, shape.lk) +
+                            2 * ref::softmax_floor(r.score_error, shape.lk) + 6 * kFloatEps);
       }
     }
   }

@@ -18,6 +18,7 @@
 #include "common/attention_inputs.hpp"
 #include "common/reference_attention.hpp"
 #include "common/rung_buffers.hpp"
+#include "tests/lane_checks.hpp"
 #include "tests/support.hpp"
 
 using namespace wb;
@@ -579,9 +580,12 @@ void a_paged_cache_gives_the_contiguous_bits() {
           REQUIRE(why_refused(rung, pool.args).empty());
           run_rung(rung, pool.args);
           const DecodeOut got = pool.download();
-          // == on floats: a NaN (a slot no key fills, read) never passes.
+          // == on floats: a NaN (a slot no key fills, read) never passes; and bit for bit, so
+          // that -0 and +0 differ too.
           CHECK(got.o == want.o);
           CHECK(got.lse == want.lse);
+          CHECK_FALSE(test::first_bit_mismatch(got.o, want.o, std::size_t(shape.d)));
+          CHECK_FALSE(test::first_bit_mismatch(got.lse, want.lse, 1));
         }
       }
     }
