@@ -724,6 +724,24 @@ void on_ldmatrix(const void* const (&rows)[32], Site site) {
   }
 }
 
+AddressSpace address_space(const void* address) {
+  State& s = state();
+  if (!s.instrumented || !s.in_launch) return AddressSpace::unknown;
+  const RuntimeScope own;
+  // Looked up without faulting: an address in neither space is the access's own fault, with
+  // the kernel's line, when it is made.
+  const auto a = reinterpret_cast<std::uintptr_t>(address);
+  const auto shared_lo = reinterpret_cast<std::uintptr_t>(s.launch.dynamic_shared);
+  if (a >= shared_lo && a < shared_lo + s.launch.dynamic_shared_bytes) return AddressSpace::shared;
+  auto after = s.buffers.upper_bound(a);
+  if (after != s.buffers.begin() && a < std::prev(after)->second.hi) return AddressSpace::global;
+  if (in_program_image(a)) {
+    const StaticObject* o = static_object_near(a);
+    if (o != nullptr && a < o->hi && !o->owner.empty()) return AddressSpace::shared;
+  }
+  return AddressSpace::unknown;
+}
+
 void on_mma(int m, int n, int k) {
   State& s = state();
   if (s.in_launch && s.profiling) s.records.back().profile.mma_flops += 2ull * m * n * k;

@@ -84,4 +84,11 @@ void on_ldmatrix(const void* const (&rows)[32], Site site);
 /// A warp-wide mma_sync of m n k (counted in profiles).
 void on_mma(int m, int n, int k);
 
+/// Where `address` lies in the running launch of an instrumented build: shared memory (the
+/// dynamic shared memory or a __shared__ array), global memory (a device buffer), or unknown
+/// (not instrumented, not in a launch, local memory, a constant). Memory a kernel may not
+/// touch at all is a memcheck fault here.
+enum class AddressSpace { unknown, global, shared };
+AddressSpace address_space(const void* address);
+
 }  // namespace wb::sim::detail

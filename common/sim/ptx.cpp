@@ -50,6 +50,21 @@ std::vector<CpAsyncQueue>& queues() {
   warp_fault(wb_sim_current.lane, Fault::Kind::invalid_argument, buf);
 }
 
+/// Faults where the memcheck twins can tell that `p`, the `role` address of `what`, lies in
+/// the other space than the instruction's (`shared` or global): on a GPU that address would
+/// be converted into a space it is not in, and read or write garbage.
+void require_space(const char* what, const char* role, const void* p, bool shared, Site site) {
+  const AddressSpace space = address_space(p);
+  if (space == AddressSpace::unknown || (space == AddressSpace::shared) == shared) return;
+  const RuntimeScope runtime;
+  char buf[384];
+  std::snprintf(buf, sizeof buf,
+                "memcheck: %s at %s: %s address %p is in %s memory, where it must be in %s memory",
+                what, site_string(site).c_str(), role, p, shared ? "global" : "shared",
+                shared ? "shared" : "global");
+  warp_fault(wb_sim_current.lane, Fault::Kind::memory_access, buf);
+}
+
 }  // namespace
 
 void ptx_mma(WmmaType ab, Site site) {
@@ -93,6 +108,7 @@ void ldmatrix_check_row(const void* row, Site site) {
     const RuntimeScope runtime;
     alignment_fault("ldmatrix", "row", row, site);
   }
+  require_space("ldmatrix", "row", row, /*shared=*/true, site);
 }
 
 void ldmatrix_row_addresses(const void* (&rows)[kLdmatrixRows]) {
@@ -129,6 +145,8 @@ void cp_async_check(const void* dst, const void* src, bool full, Site site) {
     alignment_fault("cp.async", "destination", dst, site);
   if (full && reinterpret_cast<std::uintptr_t>(src) % 16 != 0)
     alignment_fault("cp.async", "source", src, site);
+  require_space("cp.async", "destination", dst, /*shared=*/true, site);
+  if (full) require_space("cp.async", "source", src, /*shared=*/false, site);
 }
 
 void cp_async_issue(void* dst, const std::uint32_t (&data)[4]) {

@@ -115,6 +115,26 @@ __global__ void cp_async_shifted_kernel(const float4* in, float4* out, int shift
   out[t] = tile[t];
 }
 
+constexpr int kLdmatrixGlobalLine = __LINE__ + 5;
+// ldmatrix's rows taken from a device buffer (global memory) instead of shared memory: on a
+// GPU the address would be converted into the shared window it is not in.
+__global__ void ldmatrix_global_kernel(const std::uint16_t* rows, std::uint32_t* out) {
+  std::uint32_t r[4];
+  wb::ptx::ldmatrix_x4(r, rows + threadIdx.x * 8);
+  out[threadIdx.x] = r[0];
+}
+
+constexpr int kCpAsyncSpacesLine = __LINE__ + 6;
+// cp.async with its spaces swapped: `swap` 1 copies from shared memory into shared memory,
+// 2 from global memory into global memory.
+__global__ void cp_async_spaces_kernel(const float4* in, float4* out, int swap) {
+  float4* tile = wb::dynamic_shared<float4>();
+  const unsigned t = threadIdx.x;
+  wb::ptx::cp_async_16(swap == 2 ? out + t : tile + t, swap == 1 ? tile + t : in + t, true);
+  wb::ptx::cp_async_commit();
+  wb::ptx::cp_async_wait<0>();
+}
+
 std::string at_line(int line) { return "tests/sim/test_memcheck.cpp:" + std::to_string(line); }
 
 }  // namespace
@@ -279,6 +299,33 @@ TEST_CASE("a cp_async source past its buffer names the thread and the line that 
   CHECK(what.find("memcheck: invalid read of") != std::string::npos);
   CHECK(what.find("0 bytes past the end of device buffer in (") != std::string::npos);
   CHECK(what.find(at_line(kCpAsyncSourceLine)) != std::string::npos);
+}
+
+TEST_CASE("ldmatrix and cp.async addresses in the wrong space are reported") {
+  DeviceBuffer<std::uint16_t> rows(Backend::sim, std::vector<std::uint16_t>(32 * 8, 1));
+  DeviceBuffer<std::uint32_t> words(Backend::sim, 32);
+  std::string what = wb::test::fault_of(Kind::memory_access, [&] {
+    wb::launch<ldmatrix_global_kernel>(dim3(1), dim3(32), 0, rows.data(), words.data());
+  });
+  INFO(what);
+  CHECK(what.find("memcheck: ldmatrix at " + at_line(kLdmatrixGlobalLine)) != std::string::npos);
+  CHECK(what.find("row address") != std::string::npos);
+  CHECK(what.find("is in global memory, where it must be in shared memory") != std::string::npos);
+  std::vector<float4> host(kThreads, make_float4(1.0f, 2.0f, 3.0f, 4.0f));
+  DeviceBuffer<float4> in(Backend::sim, host), out(Backend::sim, kThreads);
+  const std::size_t bytes = kThreads * sizeof(float4);
+  wb::launch<cp_async_spaces_kernel>(dim3(1), dim3(kThreads), bytes, in.data(), out.data(), 0);
+  what = wb::test::fault_of(Kind::memory_access, [&] {
+    wb::launch<cp_async_spaces_kernel>(dim3(1), dim3(kThreads), bytes, in.data(), out.data(), 1);
+  });
+  CHECK(what.find("cp.async at " + at_line(kCpAsyncSpacesLine) + ": source address") !=
+        std::string::npos);
+  CHECK(what.find("is in shared memory, where it must be in global memory") != std::string::npos);
+  what = wb::test::fault_of(Kind::memory_access, [&] {
+    wb::launch<cp_async_spaces_kernel>(dim3(1), dim3(kThreads), bytes, in.data(), out.data(), 2);
+  });
+  CHECK(what.find("destination address") != std::string::npos);
+  CHECK(what.find("is in global memory, where it must be in shared memory") != std::string::npos);
 }
 
 TEST_CASE("a freed buffer is no longer device memory") {
