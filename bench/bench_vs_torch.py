@@ -39,7 +39,7 @@ import shlex
 import sys
 
 from wb_bench.counting import ELEM_BYTES, WARMUP, self_check
-from wb_bench.output import read_csv, report, write_csv
+from wb_bench.output import CsvAppender, read_csv, report
 from wb_bench.plan import find_programs, load_programs, plan
 from wb_bench.torch_side import real_run
 
@@ -61,6 +61,9 @@ def parse_args(argv):
     p.add_argument("--out", default=os.path.join(root, "docs", "bench", "results.csv"))
     p.add_argument("--plots", default=os.path.join(root, "docs", "bench"))
     p.add_argument("--reps", type=int, default=50, help="timed runs per kernel (default 50)")
+    p.add_argument("--program-timeout", type=int, default=300,
+                   help="seconds one chapter program may take on one shape before it is "
+                        "stopped (its rows so far are kept; default 300)")
     p.add_argument("--rows", type=int, default=49152)
     p.add_argument("--cols", default="32-32768", help="LO-HI (powers of 2) or a list a,b,c")
     p.add_argument("--dtypes", default="fp32,fp16,bf16",
@@ -146,11 +149,21 @@ def main(argv):
     jobs = plan(args, loaded, notes)
     if args.dry_run:
         return dry_run(args, loaded, jobs, notes)
-    rows = real_run(args, jobs, notes)
-    write_csv(args.out, rows)
+    if not any(job.commands for job in jobs):
+        print("bench_vs_torch: error: no chapter program with --bench found", file=sys.stderr)
+        return 1
+    sink = CsvAppender(args.out)  # written as the run goes: a run cut short keeps its rows
+    try:
+        rows = real_run(args, jobs, notes, sink)
+    finally:
+        sink.close()
     report(rows, args, notes)
     for n in notes:
         print("note:", n)
+    if not any(r["source"] == "workbook" for r in rows):
+        print("bench_vs_torch: error: no workbook kernel was timed (see the notes)",
+              file=sys.stderr)
+        return 1
     return 0
 
 

@@ -8,12 +8,23 @@ import sys
 from .counting import COLUMNS
 
 
-def write_csv(path, rows):
-    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-    with open(path, "w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=COLUMNS, extrasaction="ignore")
-        w.writeheader()
-        w.writerows(rows)
+class CsvAppender:
+    """The run's CSV, written as it goes: the header first, then each job's rows, flushed,
+    so that a run cut short (a time limit, a crash) keeps what it measured."""
+
+    def __init__(self, path):
+        os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+        self.file = open(path, "w", newline="")
+        self.writer = csv.DictWriter(self.file, fieldnames=COLUMNS, extrasaction="ignore")
+        self.writer.writeheader()
+        self.file.flush()
+
+    def add(self, rows):
+        self.writer.writerows(rows)
+        self.file.flush()
+
+    def close(self):
+        self.file.close()
 
 
 def read_csv(path):
@@ -104,16 +115,34 @@ def draw_plots(rows, plots_dir, notes):
             rows_ = next(r["shape"].split("x")[0] for r in rows if r["op"] == op)
             plot(os.path.join(plots_dir, f"{op}_{dtype}_gbps_vs_cols"),
                  f"{op} {dtype}, ({rows_}, cols), {device}, {date}", "cols", "GB/s", s, hline, notes)
-    att = [r for r in rows if r["op"] == "attention"]
-    for dtype in sorted({r["dtype"] for r in att}):
-        for key in sorted({" ".join(r["shape"].split()[i] for i in (0, 3, 4)) for r in att}):
-            bh, d, mask = key.split()
-            s = series_for(att, "attention", dtype,
-                           lambda r: int(r["shape"].split()[1][2:]),
-                           lambda r, k=key: " ".join(r["shape"].split()[i] for i in (0, 3, 4)) == k)
-            plot(os.path.join(plots_dir, f"attention_{dtype}_{d}_{mask}_tflops_vs_seqlen"),
-                 f"attention {dtype}, {bh} {d} {mask}, {device}, {date}", "sequence length",
-                 "TFLOP/s", s, None, notes)
+    # Attention, forward and backward: TFLOP/s against the sequence length, per (bh, d, mask).
+    # Shapes "bh16 lq4096 lk4096 d64 causal": fields 0, 3 and 4 are the key, field 1 the x.
+    for op in ("attention", "attention_backward"):
+        att = [r for r in rows if r["op"] == op]
+        for dtype in sorted({r["dtype"] for r in att}):
+            for key in sorted({" ".join(r["shape"].split()[i] for i in (0, 3, 4)) for r in att}):
+                bh, d, mask = key.split()
+                s = series_for(
+                    att, op, dtype, lambda r: int(r["shape"].split()[1][2:]),
+                    lambda r, k=key: " ".join(r["shape"].split()[i] for i in (0, 3, 4)) == k)
+                plot(os.path.join(plots_dir, f"{op}_{dtype}_{d}_{mask}_tflops_vs_seqlen"),
+                     f"{op} {dtype}, {bh} {d} {mask}, {device}, {date}", "sequence length",
+                     "TFLOP/s", s, None, notes)
+    # Decoding: GB/s of the cache read against its length, per (heads, KV heads, lq, d), with
+    # the copy roofline. Shapes "b1 hq32 hkv4 lq1 lk4096 d64": field 4 is the x.
+    dec = [r for r in rows if r["op"] == "decode"]
+    copies = [float(r["copy_gbps"]) for r in dec if float(r["copy_gbps"]) > 0]
+    hline = (f"copy roofline {statistics.median(copies):.0f} GB/s",
+             statistics.median(copies)) if copies else None
+    for dtype in sorted({r["dtype"] for r in dec}):
+        for key in sorted({" ".join(r["shape"].split()[i] for i in (1, 2, 3, 5)) for r in dec}):
+            hq, hkv, lq, d = key.split()
+            s = series_for(
+                dec, "decode", dtype, lambda r: int(r["shape"].split()[4][2:]),
+                lambda r, k=key: " ".join(r["shape"].split()[i] for i in (1, 2, 3, 5)) == k)
+            plot(os.path.join(plots_dir, f"decode_{dtype}_{hq}_{hkv}_{lq}_{d}_gbps_vs_lk"),
+                 f"decode {dtype}, {hq} {hkv} {lq} {d}, {device}, {date}", "KV cache length",
+                 "GB/s", s, hline, notes)
 
 
 def row_ops_html(rows):

@@ -86,8 +86,7 @@ def run_torch_job(torch, timer, job):
             except (RuntimeError, TypeError) as e:  # this backend, dtype, shape or torch cannot
 
                 out.append((name, None, str(e).splitlines()[0][:120]))
-    torch.cuda.empty_cache()
-    return out
+    return out  # its tensors freed on return; real_run empties the cache after
 
 
 def run_torch_backward(torch, timer, job, dt):
@@ -130,7 +129,30 @@ def torch_copy_gbps(torch, timer):
     return samples, 2.0 * nbytes
 
 
-def real_run(args, jobs, notes):
+def run_program(name, argv, shape, csv_path, timeout, notes):
+    """One chapter program's --bench on one shape: the rows it wrote to `csv_path`, also when
+    it failed part-way or ran past `timeout` seconds (it appends each rung's row as timed)."""
+    if os.path.exists(csv_path):
+        os.remove(csv_path)
+    try:
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=timeout)
+        if done.returncode != 0:
+            lines = (done.stderr or done.stdout).strip().splitlines()
+            why = lines[-1] if lines else "no output"
+            if "needs a CUDA GPU" in why:  # every other program would say the same
+                raise SystemExit(f"bench_vs_torch: error: {name}: {why}")
+            notes.append(f"{name} {shape}: exit {done.returncode}: {why}")
+            print(f"  {name} {shape}: exit {done.returncode}: {why}", flush=True)
+    except subprocess.TimeoutExpired:
+        notes.append(f"{name} {shape}: stopped after {timeout} s (--program-timeout)")
+        print(f"  {name} {shape}: stopped after {timeout} s", flush=True)
+    if not os.path.exists(csv_path):
+        return []
+    with open(csv_path, newline="") as f:  # a row cut short by the timeout is dropped
+        return [r for r in csv.DictReader(f) if None not in r.values() and r.get("median_ms")]
+
+
+def real_run(args, jobs, notes, sink):
     try:
         import torch
     except ImportError:
@@ -145,31 +167,29 @@ def real_run(args, jobs, notes):
     torch_copy = gb_per_s(copy_bytes, summarize(copy_samples)[0])
     rows = [make_row("copy", "torch", "torch", "Tensor.copy_", "u8", "1073741824", copy_samples,
                      copy_bytes, 0.0, torch_copy, device, date)]
+    sink.add(rows)
     print(f"device: {device}; torch {torch.__version__}; torch copy roofline {torch_copy:.1f} GB/s")
     with tempfile.TemporaryDirectory() as tmp:
         for job in jobs:
             csv_path = os.path.join(tmp, "workbook.csv")
             workbook = []
             for name, argv in job.commands:
-                if os.path.exists(csv_path):
-                    os.remove(csv_path)
                 argv = [a.replace("{csv}", csv_path) for a in argv]
-                done = subprocess.run(argv, capture_output=True, text=True)
-                if done.returncode != 0:
-                    notes.append(f"{name} {job.shape}: exit {done.returncode}: "
-                                 f"{(done.stderr or done.stdout).strip().splitlines()[-1:]}")
-                    continue
-                with open(csv_path, newline="") as f:
-                    workbook += list(csv.DictReader(f))
+                workbook += run_program(name, argv, job.shape, csv_path, args.program_timeout,
+                                        notes)
             rows += workbook
+            job_rows = list(workbook)
             copies = [float(r["copy_gbps"]) for r in workbook if float(r["copy_gbps"]) > 0]
             copy = statistics.median(copies) if copies else torch_copy
             for kernel, samples, note in run_torch_job(torch, timer, job):
                 if samples is None:
                     notes.append(f"{kernel} {job.dtype} {job.shape}: skipped: {note}")
                     continue
-                rows.append(make_row(job.op, "torch", "torch", kernel, job.dtype, job.shape,
-                                     samples, job.nbytes, job.flops, copy, device, date))
+                job_rows.append(make_row(job.op, "torch", "torch", kernel, job.dtype, job.shape,
+                                         samples, job.nbytes, job.flops, copy, device, date))
+            torch.cuda.empty_cache()  # the job's tensors are gone: give their memory back
+            rows += job_rows[len(workbook):]
+            sink.add(job_rows)
             print(f"  {job.op} {job.dtype} {job.shape}: {len(workbook)} workbook rows, torch done",
                   flush=True)
     return rows
