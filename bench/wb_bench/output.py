@@ -59,7 +59,9 @@ def ratio_table(rows):
             table.append([op, dtype, shape,
                           best["kernel"] if best else "-",
                           f"{float(best['throughput']):.1f}" if best else "-",
-                          f"{100 * float(best['fraction_of_copy']):.1f}%" if best else "-",
+                          # a kernel whose bytes are not counted (the backward) has no fraction
+                          f"{100 * float(best['fraction_of_copy']):.1f}%"
+                          if best and float(best["gbps"]) > 0 else "-",
                           t["kernel"] if t else "-",
                           f"{float(t['throughput']):.1f}" if t else "-",
                           ratio, ref["unit"]])

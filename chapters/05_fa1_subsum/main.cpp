@@ -94,12 +94,13 @@ void report(Backend backend, const Ladder<AttentionArgs>& ladder, AttentionShape
                "  K/V tile: "
             << tiles << " tiles x (2 d + " << kRowLanes
             << " x 2 + 2) = " << tiles * (2 * shape.d + 2 * kRowLanes + 2)
-            << " floats per query row (O read and written, (m, l) read by the row's lanes and\n"
-               "  written), against (5 + ceil(d / 64)) x lk = "
+            << " floats per query row (O read and\n"
+               "  written, (m, l) read by the row's lanes and written), against\n"
+               "  (5 + ceil(d / 64)) x lk = "
             << (5 + (shape.d + 63) / 64) * shape.lk
-            << " for writing and reading S and P in\n"
-               "  the baseline (eq. 7). Larger K/V tiles cut it (FA1 sizes them to fill shared\n"
-               "  memory); chapter 06 removes it.\n";
+            << " for writing and reading S and P in the baseline (eq. 7).\n"
+               "  Larger K/V tiles cut it (FA1 sizes them to fill shared memory); chapter 06\n"
+               "  removes it.\n";
   print_sim_time_note(std::cout, backend);
   std::cout << '\n';
 }
