@@ -1,5 +1,8 @@
 #include "common/attention_report.hpp"
 
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
 #include <iostream>
 #include <ostream>
 
@@ -38,10 +41,25 @@ AttentionShape AttentionShapeOptions::resolve(Backend backend) const {
 
 int check_probabilities(const Cli& cli, AttentionShape shape, int log2_max,
                         const std::string& why) {
-  if (shape.p_elems() <= (std::size_t{1} << log2_max)) return -1;
-  return cli.error("--bh x --lq x --lk = " + std::to_string(shape.p_elems()) +
-                   " exceeds this program's limit of 2^" + std::to_string(log2_max) + " (" + why +
-                   ")");
+  // In long double: bh x lq x lk reaches 2^90 from options of up to 2^30, past any integer.
+  const long double limit = std::ldexp(1.0L, log2_max);
+  const auto product = [](long double a, long double b, long double c) { return a * b * c; };
+  const auto count = [](long double x) {
+    char buf[48];
+    std::snprintf(buf, sizeof buf, x < 1e18L ? "%.0Lf" : "%.3Le", x);
+    return std::string(buf);
+  };
+  const long double p = product(shape.bh, shape.lq, shape.lk);
+  if (p > limit)
+    return cli.error("--bh x --lq x --lk = " + count(p) + " exceeds this program's limit of 2^" +
+                     std::to_string(log2_max) + " (" + why + ")");
+  // Q, K and V in fp64 references and float copies: the same limit for each.
+  const long double qkv = product(shape.bh, std::max(shape.lq, shape.lk), shape.d);
+  if (qkv > limit)
+    return cli.error("--bh x max(--lq, --lk) x --d = " + count(qkv) +
+                     " exceeds this program's limit of 2^" + std::to_string(log2_max) +
+                     " elements for Q, K and V");
+  return -1;
 }
 
 std::vector<AttentionRun> run_attention_table(Backend backend,

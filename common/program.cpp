@@ -103,6 +103,11 @@ int check_matrix_size(const Cli& cli, const ProgramOptions& options, int rows, i
 int run_guarded(const Cli& cli, const std::function<int()>& body) {
   try {
     return body();
+  } catch (const std::invalid_argument& e) {  // input refused (a rung's limits, --rung): exit 2
+    return cli.error(e.what());
+  } catch (const std::bad_alloc&) {
+    cli.error("out of memory for this shape (try smaller --lq, --lk, --rows or --cols)");
+    return 1;
   } catch (const std::exception& e) {
     cli.error(e.what());
     return 1;

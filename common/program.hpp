@@ -58,8 +58,9 @@ int list_ladder(const ProgramOptions& options, const std::string& chapter, const
 /// matrix), or 2^31 with --bench. -1 when it fits, else prints one line and returns 2.
 int check_matrix_size(const Cli& cli, const ProgramOptions& options, int rows, int cols);
 
-/// Runs `body`, turning an exception (a CUDA error, a simulator fault) into one line on stderr
-/// and exit code 1.
+/// Runs `body`, turning an exception into one line on stderr: exit code 2 for input it refuses
+/// (std::invalid_argument: a rung's limits, an unknown --rung), 1 for a failure (a CUDA error,
+/// a simulator fault, memory).
 int run_guarded(const Cli& cli, const std::function<int()>& body);
 
 /// Times `launch` on a kernel backend: CUDA events on a GPU (2 warm-ups, the median of 10,

@@ -50,6 +50,10 @@ ErrorReport compare_weighted(const std::vector<float>& actual, const std::vector
 // u = 2^-24 (kFloatEps).
 // ------------------------------------------------------------------------------------------
 
+/// gamma_n = n u / (1 - n u), the bound on the relative error of n successive roundings
+/// (Higham); infinite from n u >= 1 on, where it bounds nothing.
+double gamma(int n);
+
 /// |x - m| below which e^{x - m} is still a normal float: e^{-87.3} = FLT_MIN. Past it a
 /// probability is below FLT_MIN, where compare() measures error against FLT_MIN instead.
 inline constexpr double kExpArgRange = 88.0;

@@ -13,10 +13,6 @@ namespace {
 
 constexpr double kInf = std::numeric_limits<double>::infinity();
 
-double gamma(int n) {
-  return n * kFloatEps / (1.0 - n * kFloatEps);
-}
-
 }  // namespace
 
 AttentionGrads attention_backward(const AttentionInputs& in, const std::vector<float>& d_o,
