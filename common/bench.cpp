@@ -285,6 +285,8 @@ int BenchOptions::validate(const Cli& cli, bool listing, bool profiling) {
   if (!enabled && !listing && !profiling && !csv_path.empty())
     return cli.error("--csv only applies with --bench, --list or --profile");
   if (enabled && csv_path == "-") return cli.error("--bench --csv needs a file name, not -");
+  if (profiling && csv_path == "-")  // the profile's tables go to standard output
+    return cli.error("--profile --csv needs a file name, not -");
   if (reps == 0) reps = kBenchDefaultReps;
   return -1;
 }

@@ -62,11 +62,6 @@ inline std::string csv_row(const std::vector<std::string>& fields) {
 
 /// Appends `lines` to the CSV file at `path` (the header first when the file is new or empty).
 inline void append_profile_csv(const std::string& path, const std::vector<std::string>& lines) {
-  if (path == "-") {
-    std::cout << profile_csv_header() << '\n';
-    for (const std::string& l : lines) std::cout << l << '\n';
-    return;
-  }
   std::ofstream out(path, std::ios::app);
   if (!out) throw std::runtime_error("--csv: cannot write '" + path + "'");
   if (out.tellp() == 0) out << profile_csv_header() << '\n';
@@ -102,9 +97,13 @@ inline std::string buffer_summary(const std::vector<sim::LaunchProfile>& launche
 /// simulator ran them (docs/figures/tile_order.py draws from it), then every lane of each
 /// shared request as it completed: buffer "shared", offset from the start of the shared
 /// array, the request's number, the lane's bank phase, and whether it gave an ldmatrix row
-/// (docs/figures/bank_map.py). `header`: a new file.
+/// (docs/figures/bank_map.py). The program's first write starts the file; the rest append
+/// (a program may profile its ladder once per element type).
 inline void write_access_csv(const std::string& path, const std::string& rung,
-                             const std::vector<sim::LaunchProfile>& launches, bool header) {
+                             const std::vector<sim::LaunchProfile>& launches) {
+  static bool started = false;
+  const bool header = !started;
+  started = true;
   std::ofstream out(path, header ? std::ios::trunc : std::ios::app);
   if (!out) throw std::runtime_error("--access-csv: cannot write '" + path + "'");
   if (header)
@@ -155,8 +154,7 @@ int profile_ladder(const Ladder<Args>& ladder, const Args& args, std::uint64_t u
     sim::start_profile(/*trace_global=*/!access_csv.empty());
     rung.launch(args);
     const std::vector<LaunchProfile> launches = sim::stop_profile();
-    if (!access_csv.empty())
-      write_access_csv(access_csv, rung.name, launches, /*header=*/csv.empty());
+    if (!access_csv.empty()) write_access_csv(access_csv, rung.name, launches);
     sim::TrafficCounts total;
     std::vector<sim::LineTraffic> by_line;
     for (const LaunchProfile& p : launches) {

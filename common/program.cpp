@@ -76,6 +76,7 @@ int parse_program(Cli& cli, int argc, char** argv, ProgramOptions* options) {
   if (const int code = cli.parse(argc, argv); code >= 0) return code;
   if (!g_access_csv.empty() && !options->profile)
     return cli.error("--access-csv only applies with --profile");
+  if (g_access_csv == "-") return cli.error("--access-csv needs a file name, not -");
   if (!g_profile_rung.empty() && !options->profile)
     return cli.error("--rung only applies with --profile");
   if (options->profile) {

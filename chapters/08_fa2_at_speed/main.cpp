@@ -1,7 +1,6 @@
 // Chapter 08 program: FlashAttention-2 at speed, one optimization per rung. `--help` lists the
 // options.
 #include <cstdint>
-#include <fstream>
 #include <iostream>
 #include <string>
 #include <tuple>
@@ -168,8 +167,7 @@ void profile_bank_map() {
                    std::to_string(loads.ideal_units),
                    got == first ? "same registers" : "DIFFERS (wrong address)"});
     if (!access_csv.empty())
-      write_access_csv(access_csv, std::string("bank_map_") + name, launches,
-                       /*header=*/std::ifstream(access_csv).peek() == EOF);
+      write_access_csv(access_csv, std::string("bank_map_") + name, launches);
   }
   table.print(std::cout);
   std::cout << "  Unpadded, the 8 rows of a matrix are 128 bytes apart, all in banks 0-3: 8 "
