@@ -12,7 +12,9 @@ std::vector<double> softmax(const std::vector<float>& x, int rows, int cols) {
     const float* xr = x.data() + static_cast<std::size_t>(r) * cols;
     double* yr = y.data() + static_cast<std::size_t>(r) * cols;
     double m = -std::numeric_limits<double>::infinity();
-    for (int c = 0; c < cols; ++c) m = std::max(m, static_cast<double>(xr[c]));
+    // A NaN entry makes the row NaN (as in IEEE arithmetic), not a row std::max skips it in.
+    for (int c = 0; c < cols; ++c)
+      if (!(static_cast<double>(xr[c]) <= m)) m = std::isnan(m) ? m : static_cast<double>(xr[c]);
     if (m == -std::numeric_limits<double>::infinity()) {  // fully -inf row: zeros
       std::fill(yr, yr + cols, 0.0);
       continue;

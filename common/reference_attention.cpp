@@ -52,7 +52,7 @@ Attention attention(const AttentionInputs& in, AttentionShape shape, float scale
         }
         max_abs_score_terms = std::max(max_abs_score_terms, std::fabs(double(scale)) * abs_dot);
         s[j] = (causal && !visible(i, j, lq, lk)) ? -kInf : double(scale) * dot;
-        m = std::max(m, s[j]);
+        if (!(s[j] <= m)) m = std::isnan(m) ? m : s[j];  // a NaN score makes the row NaN
       }
       if (m == -kInf) continue;  // fully masked: P = 0, O = 0, lse = -inf, as initialized
       double d = 0.0;

@@ -89,6 +89,16 @@ TEST_SUITE("cpu") {
     CHECK(std::isnan(softmax_naive(shifted, rows, cols)[0]));
   }
 
+  TEST_CASE("the fp64 reference makes a row holding NaN all NaN, and it alone") {
+    // NaN is not a masked entry: a kernel that propagates it must match, one that writes
+    // zeros must not. Row 0 has a NaN after its max, row 1 before it, row 2 none.
+    const float kNaN = std::numeric_limits<float>::quiet_NaN();
+    const std::vector<float> x = {1.f, 5.f, kNaN, 2.f, kNaN, 5.f, 1.f, 2.f, 3.f};
+    const std::vector<double> y = ref::softmax(x, 3, 3);
+    for (int c = 0; c < 6; ++c) CHECK(std::isnan(y[std::size_t(c)]));
+    for (int c = 6; c < 9; ++c) CHECK(std::isfinite(y[std::size_t(c)]));
+  }
+
   TEST_CASE("every row of safe softmax sums to 1 and a fully -inf row is all zeros") {
     const int rows = 30, cols = 781;
     for (InputKind kind : all_input_kinds()) {
