@@ -46,9 +46,8 @@ TEST_CASE("the rungs from ldmatrix on have no shared-memory bank conflicts" *
       CAPTURE(d);
       AttentionBuffers buffers(Backend::sim, in, shape, scale, true, Dtype::fp16,
                                rung.limits.outputs);
-      sim::start_profile();
-      run_rung(rung, buffers.args);
-      const std::vector<sim::LaunchProfile> launches = sim::stop_profile();
+      const std::vector<sim::LaunchProfile> launches =
+          test::profile_launches([&] { run_rung(rung, buffers.args); });
       REQUIRE(launches.size() == 1);
       test::check_no_bank_conflicts(launches[0].counts);
     }
@@ -77,9 +76,8 @@ TEST_CASE("the last two rungs read from shared memory the fragment bytes of eq. 
       const Rung<AttentionArgs>& rung = *find_rung(ladder, name);
       AttentionBuffers buffers(Backend::sim, in, shape, scale, false, Dtype::fp16,
                                rung.limits.outputs);
-      sim::start_profile();
-      run_rung(rung, buffers.args);
-      const std::vector<sim::LaunchProfile> launches = sim::stop_profile();
+      const std::vector<sim::LaunchProfile> launches =
+          test::profile_launches([&] { run_rung(rung, buffers.args); });
       REQUIRE(launches.size() == 1);
       CHECK(launches[0].counts.shared_load.bytes == expected);
     }

@@ -63,9 +63,8 @@ TEST_CASE("fa2_backward_mma reads and writes shared memory without a bank confli
                       randn(s.q_elems(), 11),
                       {}};
     AttentionBackwardBuffers buffers(Backend::sim, in, s, 1.f, /*causal=*/true, Dtype::fp16);
-    sim::start_profile();
-    run_rung(*mma, buffers.args);
-    const std::vector<sim::LaunchProfile> launches = sim::stop_profile();
+    const std::vector<sim::LaunchProfile> launches =
+        test::profile_launches([&] { run_rung(*mma, buffers.args); });
     REQUIRE(launches.size() == 3);
     test::check_no_bank_conflicts(launches[1].counts);
   }

@@ -26,8 +26,9 @@ struct CountedTraffic {
   std::uint64_t loaded = 0, stored = 0;
 };
 
+/// The profiles of the launches `launch` makes, in order (profile mode around it).
 template <typename Launch>
-CountedTraffic count_traffic(Launch&& launch) {
+std::vector<wb::sim::LaunchProfile> profile_launches(Launch&& launch) {
   wb::sim::start_profile();
   try {
     launch();
@@ -35,8 +36,13 @@ CountedTraffic count_traffic(Launch&& launch) {
     wb::sim::stop_profile();
     throw;
   }
+  return wb::sim::stop_profile();
+}
+
+template <typename Launch>
+CountedTraffic count_traffic(Launch&& launch) {
   CountedTraffic c;
-  for (const wb::sim::LaunchProfile& p : wb::sim::stop_profile()) {
+  for (const wb::sim::LaunchProfile& p : profile_launches(launch)) {
     c.loaded += p.counts.global_load.bytes;
     c.stored += p.counts.global_store.bytes;
   }

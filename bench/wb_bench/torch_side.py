@@ -177,7 +177,6 @@ def real_run(args, jobs, notes, sink):
                 argv = [a.replace("{csv}", csv_path) for a in argv]
                 workbook += run_program(name, argv, job.shape, csv_path, args.program_timeout,
                                         notes)
-            rows += workbook
             job_rows = list(workbook)
             copies = [float(r["copy_gbps"]) for r in workbook if float(r["copy_gbps"]) > 0]
             copy = statistics.median(copies) if copies else torch_copy
@@ -188,7 +187,7 @@ def real_run(args, jobs, notes, sink):
                 job_rows.append(make_row(job.op, "torch", "torch", kernel, job.dtype, job.shape,
                                          samples, job.nbytes, job.flops, copy, device, date))
             torch.cuda.empty_cache()  # the job's tensors are gone: give their memory back
-            rows += job_rows[len(workbook):]
+            rows += job_rows
             sink.add(job_rows)
             print(f"  {job.op} {job.dtype} {job.shape}: {len(workbook)} workbook rows, torch done",
                   flush=True)

@@ -303,6 +303,19 @@ Region static_region(std::uintptr_t a, std::size_t bytes, bool store, const void
   return r;
 }
 
+/// Whether `a` lies in the running block's dynamic shared memory.
+bool in_dynamic_shared(const State& s, std::uintptr_t a) {
+  const auto lo = reinterpret_cast<std::uintptr_t>(s.launch.dynamic_shared);
+  return a >= lo && a < lo + s.launch.dynamic_shared_bytes;
+}
+
+/// The live device buffer holding `a`, or nullptr.
+const Buffer* buffer_holding(const State& s, std::uintptr_t a) {
+  auto after = s.buffers.upper_bound(a);
+  return after != s.buffers.begin() && a < std::prev(after)->second.hi ? &std::prev(after)->second
+                                                                       : nullptr;
+}
+
 /// Classifies [a, a + bytes); local memory returns false. Faults for memory a kernel may not
 /// touch.
 bool classify(State& s, std::uintptr_t a, std::size_t bytes, bool store, const void* pc,
@@ -310,8 +323,8 @@ bool classify(State& s, std::uintptr_t a, std::size_t bytes, bool store, const v
   if (a >= s.stack_lo && a < s.stack_hi) return false;  // registers and local memory
   const auto params = reinterpret_cast<std::uintptr_t>(s.launch.params);
   if (a >= params && a < params + s.launch.params_bytes) return false;  // the kernel's arguments
-  const auto shared_lo = reinterpret_cast<std::uintptr_t>(s.launch.dynamic_shared);
-  if (a >= shared_lo && a < shared_lo + s.launch.dynamic_shared_bytes) {
+  if (in_dynamic_shared(s, a)) {
+    const auto shared_lo = reinterpret_cast<std::uintptr_t>(s.launch.dynamic_shared);
     r.space = Space::shared;
     r.lo = shared_lo;
     r.hi = shared_lo + s.launch.dynamic_shared_bytes;
@@ -327,9 +340,7 @@ bool classify(State& s, std::uintptr_t a, std::size_t bytes, bool store, const v
       r = s.last_static;
       return true;
     }
-    b = nullptr;
-    auto after = s.buffers.upper_bound(a);
-    if (after != s.buffers.begin() && a < std::prev(after)->second.hi) b = &std::prev(after)->second;
+    b = buffer_holding(s, a);
   }
   if (b != nullptr) {
     s.last_buffer = b;
@@ -731,10 +742,8 @@ AddressSpace address_space(const void* address) {
   // Looked up without faulting: an address in neither space is the access's own fault, with
   // the kernel's line, when it is made.
   const auto a = reinterpret_cast<std::uintptr_t>(address);
-  const auto shared_lo = reinterpret_cast<std::uintptr_t>(s.launch.dynamic_shared);
-  if (a >= shared_lo && a < shared_lo + s.launch.dynamic_shared_bytes) return AddressSpace::shared;
-  auto after = s.buffers.upper_bound(a);
-  if (after != s.buffers.begin() && a < std::prev(after)->second.hi) return AddressSpace::global;
+  if (in_dynamic_shared(s, a)) return AddressSpace::shared;
+  if (buffer_holding(s, a) != nullptr) return AddressSpace::global;
   if (in_program_image(a)) {
     const StaticObject* o = static_object_near(a);
     if (o != nullptr && a < o->hi && !o->owner.empty()) return AddressSpace::shared;
