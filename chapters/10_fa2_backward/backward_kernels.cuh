@@ -108,12 +108,18 @@ __global__ void __launch_bounds__(kThreads)
       t.p[r * (kKeys + 1) + c] = p;
       t.ds[r * (kKeys + 1) + c] = ds;
     }
-    __syncthreads();                          // the tile of P and dS is complete
-    for (int m = 0; m < kKeysPerWarp; ++m) {  // dV += P^T dO, dK += dS^T Q: eqs. (1), (5)
+    __syncthreads();  // the tile of P and dS is complete
+    // dV += P^T dO, dK += dS^T Q: eqs. (1), (5). Both loops run to their compile-time ends
+    // (a column past d is skipped, not broken out of) so that nvcc unrolls them and every
+    // index into dk_acc and dv_acc is a constant: the accumulators stay in registers. With a
+    // `break` they lived in local memory (ptxas: 128 bytes of stack frame).
+#pragma unroll
+    for (int m = 0; m < kKeysPerWarp; ++m) {
       const int c = warp + kWarps * m;
+#pragma unroll
       for (int tc = 0; tc < kColumnsPerLane; ++tc) {
         const int col = lane + kWarpLanes * tc;
-        if (col >= d) break;
+        if (col >= d) continue;
         float pv = 0.f, sq = 0.f;
         for (int r = 0; r < kRows; ++r) {
           pv = fmaf(t.p[r * (kKeys + 1) + c], t.d_o[r * row + col], pv);
@@ -136,12 +142,14 @@ __global__ void __launch_bounds__(kThreads)
       }
     }
   }
+#pragma unroll
   for (int m = 0; m < kKeysPerWarp; ++m) {  // the block's dK, dV rows, written once
     const int j = j0 + warp + kWarps * m;
-    if (j >= lk) break;
+    if (j >= lk) continue;  // (continue, not break: constant indices, as above)
+#pragma unroll
     for (int tc = 0; tc < kColumnsPerLane; ++tc) {
       const int col = lane + kWarpLanes * tc;
-      if (col >= d) break;
+      if (col >= d) continue;
       dk[(k_off + j) * d + col] = scale * dk_acc[m][tc];
       dv[(k_off + j) * d + col] = dv_acc[m][tc];
     }

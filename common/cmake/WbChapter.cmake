@@ -14,6 +14,9 @@
 #                   NN_name/exercise-stub-fails when the chapter has an exercise
 include_guard(GLOBAL)
 
+# The launcher that keeps ptxas's report of each kernel beside its object (nvcc_resources.sh).
+set(_wb_nvcc_resources ${CMAKE_CURRENT_LIST_DIR}/nvcc_resources.sh)
+
 # A static library of kernels for one backend: one generated translation unit per header in
 # `headers` (absolute paths), so the kernel text itself stays free of any backend switch.
 # `suffix` names the variant (sim, cuda, sim_stub, ...).
@@ -47,6 +50,14 @@ function(_wb_kernel_library target language suffix headers)
   endif()
   if(NOT language STREQUAL "CUDA")
     target_link_libraries(${target} PUBLIC wb_sim)
+  endif()
+  # The chapter's own kernels: ptxas's registers, stack frame and spills of every kernel, for
+  # the nvcc/registers test (common/cmake/kernel_resources.py). A launcher set by the user
+  # (ccache) still runs, after this one.
+  if(suffix STREQUAL "cuda")
+    target_compile_options(${target} PRIVATE --resource-usage)
+    set(launcher ${_wb_nvcc_resources} ${CMAKE_CUDA_COMPILER_LAUNCHER})
+    set_target_properties(${target} PROPERTIES CUDA_COMPILER_LAUNCHER "${launcher}")
   endif()
 endfunction()
 
