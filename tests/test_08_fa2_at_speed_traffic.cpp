@@ -16,6 +16,19 @@
 
 namespace {
 using namespace wb;
+
+/// The counts of the one launch `rung` makes on `shape` (fp16, randn scores).
+sim::TrafficCounts one_launch(const Rung<AttentionArgs>& rung, const AttentionShape& shape,
+                              bool causal) {
+  const float scale = default_scale(shape.d);
+  const AttentionInputs in = make_attention_inputs(ScoreKind::randn, shape, scale, 9);
+  AttentionBuffers buffers(Backend::sim, in, shape, scale, causal, Dtype::fp16,
+                           rung.limits.outputs);
+  const std::vector<sim::LaunchProfile> launches =
+      test::profile_launches([&] { run_rung(rung, buffers.args); });
+  REQUIRE(launches.size() == 1);
+  return launches[0].counts;
+}
 }  // namespace
 
 TEST_CASE("every rung moves the bytes its header states, on odd shapes" *
@@ -37,19 +50,11 @@ TEST_CASE("the rungs from ldmatrix on have no shared-memory bank conflicts" *
   // fa2_mma's plain loads of V's column pairs are 16-bit: two lanes share a 4-byte word, which
   // the banks serve at once, so it is conflict-free too. Chapter 06's wmma rung is not checked.
   for (const int d : {64, 128}) {
-    const AttentionShape shape{1, 130, 150, d};
-    const float scale = default_scale(d);
-    const AttentionInputs in = make_attention_inputs(ScoreKind::randn, shape, scale, 9);
     for (const Rung<AttentionArgs>& rung : ch08::kernel_ladder<Backend::sim>()) {
       if (std::string(rung.name) == "fa2_tensor_core") continue;
       CAPTURE(rung.name);
       CAPTURE(d);
-      AttentionBuffers buffers(Backend::sim, in, shape, scale, true, Dtype::fp16,
-                               rung.limits.outputs);
-      const std::vector<sim::LaunchProfile> launches =
-          test::profile_launches([&] { run_rung(rung, buffers.args); });
-      REQUIRE(launches.size() == 1);
-      test::check_no_bank_conflicts(launches[0].counts);
+      test::check_no_bank_conflicts(one_launch(rung, {1, 130, 150, d}, /*causal=*/true));
     }
   }
 }
@@ -62,9 +67,6 @@ TEST_CASE("the last two rungs read from shared memory the fragment bytes of eq. 
   // of s keys, Q for their 32 rows (32 d) and the step's K and V (2 s d); s = 64 at d = 64 and
   // 32 at d = 128. Its other shared reads: none (the tiles arrive by cp.async, a store).
   for (const int d : {64, 128}) {
-    const AttentionShape shape{1, 128, 128, d};
-    const float scale = default_scale(d);
-    const AttentionInputs in = make_attention_inputs(ScoreKind::randn, shape, scale, 9);
     const int tiles = 2, step = d == 64 ? 64 : 32;
     const std::uint64_t scheduled = 2u * 8 * (16 * d + tiles * 2 * 64 * d);
     const std::uint64_t blocked = 2u * 4 * tiles * (64 / step) * (32 * d + 2 * step * d);
@@ -74,12 +76,7 @@ TEST_CASE("the last two rungs read from shared memory the fragment bytes of eq. 
       CAPTURE(d);
       const Ladder<AttentionArgs> ladder = ch08::kernel_ladder<Backend::sim>();
       const Rung<AttentionArgs>& rung = *find_rung(ladder, name);
-      AttentionBuffers buffers(Backend::sim, in, shape, scale, false, Dtype::fp16,
-                               rung.limits.outputs);
-      const std::vector<sim::LaunchProfile> launches =
-          test::profile_launches([&] { run_rung(rung, buffers.args); });
-      REQUIRE(launches.size() == 1);
-      CHECK(launches[0].counts.shared_load.bytes == expected);
+      CHECK(one_launch(rung, {1, 128, 128, d}, /*causal=*/false).shared_load.bytes == expected);
     }
     // Eq. (7): 10 d against 16 d bytes per row and tile at d = 64, 12 d against 16 d at d = 128
     // (Q once per step there), plus fa2_scheduled's one read of Q.

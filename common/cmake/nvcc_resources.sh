@@ -21,7 +21,8 @@ log=$object.resources
 status=$?
 # ptxas's lines are "ptxas info    : ..." and, under "Function properties", an indented
 # "N bytes stack frame, N bytes spill stores, N bytes spill loads".
-grep -E '^ptxas info|^ +[0-9]+ bytes stack frame' "$log.stderr" > "$log"
-grep -vE '^ptxas info|^ +[0-9]+ bytes stack frame' "$log.stderr" >&2
+ptxas_lines='^ptxas info|^ +[0-9]+ bytes stack frame'
+grep -E "$ptxas_lines" "$log.stderr" > "$log"
+grep -vE "$ptxas_lines" "$log.stderr" >&2
 rm -f "$log.stderr"
 exit "$status"
