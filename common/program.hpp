@@ -43,17 +43,6 @@ const std::string& profile_rung();
 /// on, else the exit code: 0 after --help, 2 after a one-line error.
 int parse_program(Cli& cli, int argc, char** argv, ProgramOptions* options);
 
-/// --list: the ladder of the program's backend (sim where the backend is cpu) as a table, or as
-/// CSV with --csv FILE. `make(b)` returns the ladder of kernel backend b (see
-/// select_kernel_backend). Returns the program's exit code.
-template <typename Make>
-int list_ladder(const ProgramOptions& options, const std::string& chapter, const std::string& op,
-                Make&& make) {
-  const Backend backend = options.backend == Backend::cpu ? Backend::sim : options.backend;
-  return print_ladder(std::cout, chapter, op, rung_infos(select_kernel_backend(backend, make)),
-                      options.bench.csv_path);
-}
-
 /// A row-wise chapter's size check: rows x cols at most 2^28 elements (1 GiB per float
 /// matrix), or 2^31 with --bench. -1 when it fits, else prints one line and returns 2.
 int check_matrix_size(const Cli& cli, const ProgramOptions& options, int rows, int cols);
@@ -62,6 +51,21 @@ int check_matrix_size(const Cli& cli, const ProgramOptions& options, int rows, i
 /// (std::invalid_argument: a rung's limits, an unknown --rung), 1 for a failure (a CUDA error,
 /// a simulator fault, memory).
 int run_guarded(const Cli& cli, const std::function<int()>& body);
+
+/// --list: the ladder of the program's backend (sim where the backend is cpu) as a table, or as
+/// CSV with --csv FILE. `make(b)` returns the ladder of kernel backend b (see
+/// select_kernel_backend). Returns the program's exit code: 1, after one line, when the CSV
+/// file cannot be written.
+template <typename Make>
+int list_ladder(const Cli& cli, const ProgramOptions& options, const std::string& chapter,
+                const std::string& op, Make&& make) {
+  const Backend backend = options.backend == Backend::cpu ? Backend::sim : options.backend;
+  return run_guarded(cli, [&] {
+    print_ladder(std::cout, chapter, op, rung_infos(select_kernel_backend(backend, make)),
+                 options.bench.csv_path);
+    return 0;
+  });
+}
 
 /// Times `launch` on a kernel backend: CUDA events on a GPU (2 warm-ups, the median of 10,
 /// the L2 cache flushed before each), the wall clock of one run on the simulator.

@@ -1,8 +1,8 @@
 #include "common/rung_list.hpp"
 
 #include <fstream>
-#include <iostream>
 #include <ostream>
+#include <stdexcept>
 
 #include "common/bench.hpp"
 #include "common/rung_args.hpp"
@@ -40,20 +40,17 @@ std::string ladder_csv_header() {
          "max_bh,causal";
 }
 
-int print_ladder(std::ostream& out, const std::string& chapter, const std::string& op,
-                 const std::vector<RungInfo>& rungs, const std::string& csv_path) {
+void print_ladder(std::ostream& out, const std::string& chapter, const std::string& op,
+                  const std::vector<RungInfo>& rungs, const std::string& csv_path) {
   if (csv_path == "-") {
     write_csv(out, chapter, op, rungs);
-    return 0;
+    return;
   }
   if (!csv_path.empty()) {
     std::ofstream file(csv_path);
     write_csv(file, chapter, op, rungs);
-    if (!file) {
-      std::cerr << "error: cannot write " << csv_path << '\n';
-      return 1;
-    }
-    return 0;
+    if (!file) throw std::runtime_error("--csv: cannot write '" + csv_path + "'");
+    return;
   }
   out << "Chapter " << chapter << ": the " << op << " ladder, each rung one idea better than the "
       << "one before\n";
@@ -61,7 +58,6 @@ int print_ladder(std::ostream& out, const std::string& chapter, const std::strin
   for (std::size_t i = 0; i < rungs.size(); ++i)
     t.add_row({std::to_string(i + 1), rungs[i].name, rungs[i].change, describe(rungs[i].limits)});
   t.print(out);
-  return 0;
 }
 
 }  // namespace wb

@@ -29,9 +29,9 @@ std::vector<RungInfo> rung_infos(const Ladder<Args>& ladder) {
 std::string ladder_csv_header();
 
 /// Prints the ladder of `chapter` (its op: softmax, layernorm or attention) as a table on
-/// `out`, or as CSV to `csv_path` when it is not empty ("-": to `out`). Returns the program's
-/// exit code: 0, or 1 (with one line on stderr) when the file cannot be written.
-int print_ladder(std::ostream& out, const std::string& chapter, const std::string& op,
-                 const std::vector<RungInfo>& rungs, const std::string& csv_path);
+/// `out`, or as CSV to `csv_path` when it is not empty ("-": to `out`). Throws
+/// std::runtime_error when the file cannot be written.
+void print_ladder(std::ostream& out, const std::string& chapter, const std::string& op,
+                  const std::vector<RungInfo>& rungs, const std::string& csv_path);
 
 }  // namespace wb

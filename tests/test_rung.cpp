@@ -99,10 +99,15 @@ TEST_SUITE("cpu") {
         {"a", "first, with a comma", row_limits(kAnyCols), &count_launch},
         {"b", "second", row_limits(1024, {Dtype::fp32, Dtype::fp16}, 2048), &count_launch}};
     std::ostringstream out;
-    REQUIRE(print_ladder(out, "99_test", "softmax", rung_infos(ladder), "-") == 0);
+    print_ladder(out, "99_test", "softmax", rung_infos(ladder), "-");
     CHECK(out.str() == ladder_csv_header() + "\n" +
                            "99_test,softmax,1,a,\"first, with a comma\",fp32," +
                            std::to_string(kAnyCols) + ",0,0,,0,\n" +
                            "99_test,softmax,2,b,second,fp32;fp16,1024,2048,0,,0,\n");
+    // A file that cannot be opened is an error the program reports, not an empty success.
+    CHECK_THROWS_WITH_AS(print_ladder(out, "99_test", "softmax", rung_infos(ladder),
+                                      "/nonexistent-directory/ladder.csv"),
+                         "--csv: cannot write '/nonexistent-directory/ladder.csv'",
+                         std::runtime_error);
   }
 }

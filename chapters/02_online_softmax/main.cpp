@@ -66,7 +66,7 @@ int main(int argc, char** argv) {
   ProgramOptions options;
   if (const int code = parse_program(cli, argc, argv, &options); code >= 0) return code;
   const auto make_ladder = [](auto b) { return kernel_ladder<decltype(b)::value>(); };
-  if (options.list) return list_ladder(options, "02_online_softmax", "softmax", make_ladder);
+  if (options.list) return list_ladder(cli, options, "02_online_softmax", "softmax", make_ladder);
   if (const int code = check_matrix_size(cli, options, rows, cols); code >= 0) return code;
   const Ladder<RowArgs> ladder = select_kernel_backend(options.backend, make_ladder);
   if (options.profile)

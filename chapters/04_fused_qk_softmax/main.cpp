@@ -102,7 +102,8 @@ int main(int argc, char** argv) {
   options.offers_bench = false;  // chapter 06's --bench times the FA2 rungs that replace it
   if (const int code = parse_program(cli, argc, argv, &options); code >= 0) return code;
   const auto make_ladder = [](auto b) { return kernel_ladder<decltype(b)::value>(); };
-  if (options.list) return list_ladder(options, "04_fused_qk_softmax", "attention", make_ladder);
+  if (options.list)
+    return list_ladder(cli, options, "04_fused_qk_softmax", "attention", make_ladder);
   const AttentionShape shape = shape_options.resolve(options.backend);
   // P in fp64: 2^26 probabilities are 512 MiB.
   if (const int code = check_probabilities(cli, shape, 26, "the fp64 reference keeps them all");

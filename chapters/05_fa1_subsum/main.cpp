@@ -115,7 +115,7 @@ int main(int argc, char** argv) {
   options.offers_bench = false;  // chapter 06's --bench times the FA2 rungs that replace FA1
   if (const int code = parse_program(cli, argc, argv, &options); code >= 0) return code;
   const auto make_ladder = [](auto b) { return kernel_ladder<decltype(b)::value>(); };
-  if (options.list) return list_ladder(options, "05_fa1_subsum", "attention", make_ladder);
+  if (options.list) return list_ladder(cli, options, "05_fa1_subsum", "attention", make_ladder);
   const AttentionShape shape = shape_options.resolve(options.backend);
   if (const int code = check_probabilities(cli, shape, 28, "the naive baseline stores P, 1 GiB");
       code >= 0)

@@ -246,7 +246,7 @@ int main(int argc, char** argv) {
   ProgramOptions options;
   if (const int code = parse_program(cli, argc, argv, &options); code >= 0) return code;
   const auto make_ladder = [](auto b) { return kernel_ladder<decltype(b)::value>(); };
-  if (options.list) return list_ladder(options, "06_fa2_rescaled", "attention", make_ladder);
+  if (options.list) return list_ladder(cli, options, "06_fa2_rescaled", "attention", make_ladder);
   const AttentionShape shape = shape_options.resolve(options.backend);
   if (!options.bench.enabled && !options.profile && (causal || dtype != "fp32"))
     return cli.error("--causal and --dtype only apply with --bench or --profile (the report runs both)");

@@ -322,7 +322,8 @@ int main(int argc, char** argv) {
   ProgramOptions options;
   if (const int code = parse_program(cli, argc, argv, &options); code >= 0) return code;
   const auto make_ladder = [](auto b) { return kernel_ladder<decltype(b)::value>(); };
-  if (options.list) return list_ladder(options, "07_welford_layernorm", "layernorm", make_ladder);
+  if (options.list)
+    return list_ladder(cli, options, "07_welford_layernorm", "layernorm", make_ladder);
   if (const int code = check_matrix_size(cli, options, rows, cols); code >= 0) return code;
   const std::vector<Dtype> dtypes = dtypes_of_option(dtype);
   const Ladder<LayerNormArgs> ladder = select_kernel_backend(options.backend, make_ladder);

@@ -191,7 +191,7 @@ int main(int argc, char** argv) {
   ProgramOptions options;
   if (const int code = parse_program(cli, argc, argv, &options); code >= 0) return code;
   const auto make_ladder = [](auto b) { return kernel_ladder<decltype(b)::value>(); };
-  if (options.list) return list_ladder(options, "08_fa2_at_speed", "attention", make_ladder);
+  if (options.list) return list_ladder(cli, options, "08_fa2_at_speed", "attention", make_ladder);
   const AttentionShape shape = shape_options.resolve(options.backend);
   if (!options.bench.enabled && !options.profile && (causal || dtype != "fp16"))
     return cli.error(

@@ -283,7 +283,7 @@ int main(int argc, char** argv) {
   ProgramOptions options;
   if (const int code = parse_program(cli, argc, argv, &options); code >= 0) return code;
   const auto make_ladder = [](auto b) { return kernel_ladder<decltype(b)::value>(); };
-  if (options.list) return list_ladder(options, "09_flash_decoding", "decode", make_ladder);
+  if (options.list) return list_ladder(cli, options, "09_flash_decoding", "decode", make_ladder);
   const bool gpu = options.backend == Backend::cuda;
   const DecodeShape shape{batch > 0 ? batch : (gpu ? 1 : 3), hq > 0 ? hq : (gpu ? 32 : 8),
                           hkv > 0 ? hkv : (gpu ? 32 : 2),    lq > 0 ? lq : (gpu ? 1 : 3),

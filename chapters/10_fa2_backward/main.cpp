@@ -227,7 +227,7 @@ int main(int argc, char** argv) {
   if (const int code = parse_program(cli, argc, argv, &options); code >= 0) return code;
   const auto make_ladder = [](auto b) { return kernel_ladder<decltype(b)::value>(); };
   if (options.list)
-    return list_ladder(options, "10_fa2_backward", "attention_backward", make_ladder);
+    return list_ladder(cli, options, "10_fa2_backward", "attention_backward", make_ladder);
   const AttentionShape shape = shape_options.resolve(options.backend);
   if (shape.q_elems() > kMaxBenchElements || shape.kv_elems() > kMaxBenchElements)
     return cli.error("--bh x --lq x --d or --bh x --lk x --d exceeds 2^31");

@@ -178,6 +178,13 @@ function(wb_add_chapter)
   add_test(NAME ${chapter}/lists-its-ladder COMMAND ${ch} --list --csv -)
   set_tests_properties(${chapter}/lists-its-ladder PROPERTIES LABELS cpu
                        PASS_REGULAR_EXPRESSION "^chapter,op,rung,name,change,[^\n]*\n${chapter},")
+  # A CSV file it cannot write: one line and exit code 1, not a silent empty success.
+  add_test(NAME ${chapter}/list-reports-unwritable-csv
+           COMMAND ${CMAKE_COMMAND} -D PROGRAM=$<TARGET_FILE:${ch}> -D NAME=${ch}
+                   "-D ARGS=--list;--csv;/nonexistent-directory/ladder.csv" -D EXIT=1
+                   "-D EXPECT=--csv: cannot write '/nonexistent-directory/ladder.csv'"
+                   -P ${PROJECT_SOURCE_DIR}/common/cmake/expect_refusal.cmake)
+  set_tests_properties(${chapter}/list-reports-unwritable-csv PROPERTIES LABELS cpu)
   set_property(GLOBAL APPEND PROPERTY WB_CHAPTER_PROGRAMS ${ch})
   set_property(GLOBAL APPEND PROPERTY WB_CHAPTER_PAGES ${pages})
 

@@ -1,15 +1,19 @@
-# cmake -D PROGRAM=... -D NAME=chNN -D ARGS="a;b" [-D EXPECT=text] -P expect_refusal.cmake
-# Passes when PROGRAM ARGS exits with 2 (the workbook's code for refused input), prints
-# nothing on stdout and exactly one line on stderr: "NAME: error: ..." containing EXPECT
-# (a plain substring; default: the --bench refusal, "--bench needs ").
+# cmake -D PROGRAM=... -D NAME=chNN -D ARGS="a;b" [-D EXPECT=text] [-D EXIT=1] -P expect_refusal.cmake
+# Passes when PROGRAM ARGS exits with EXIT (default 2, the workbook's code for refused input;
+# 1 is a failure such as a file it cannot write), prints nothing on stdout and exactly one
+# line on stderr: "NAME: error: ..." containing EXPECT (a plain substring; default: the
+# --bench refusal, "--bench needs ").
 if(NOT DEFINED EXPECT)
   set(EXPECT "--bench needs ")
+endif()
+if(NOT DEFINED EXIT)
+  set(EXIT 2)
 endif()
 execute_process(COMMAND ${PROGRAM} ${ARGS}
                 RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
 string(REPLACE "\n" "\\n" shown "${err}")
-if(NOT rc EQUAL 2)
-  message(FATAL_ERROR "expected exit code 2, got '${rc}'; stderr: ${shown}")
+if(NOT rc EQUAL EXIT)
+  message(FATAL_ERROR "expected exit code ${EXIT}, got '${rc}'; stderr: ${shown}")
 endif()
 if(NOT out STREQUAL "")
   message(FATAL_ERROR "expected nothing on stdout, got:\n${out}")
