@@ -129,7 +129,7 @@ struct SiteRequests {
     Space space;
     bool store;
     bool closed;
-    unsigned char joined;  // lanes that have made their k-th execution
+    unsigned joined;  // the lanes that have made their k-th execution, a bit each
   };
   std::uint32_t block = 0;            // the block (by count) this state belongs to
   std::size_t head = 0;               // requests before it are closed
@@ -371,12 +371,16 @@ AccessCounts& counts_of(TrafficCounts& t, Space space, bool store) {
 // vectors are reused (cleared, never freed), so that a request costs no allocation.
 using Parts = std::vector<std::pair<std::uintptr_t, std::size_t>>;
 
-/// The distinct units of `unit` bytes (sectors, bank words) the parts touch, by index, sorted.
-const std::vector<std::uintptr_t>& units_touched(const Parts& parts, std::size_t unit) {
+/// The distinct units of `Unit` bytes (sectors, bank words) the parts touch, by index, sorted.
+/// (Unit is a power of two known at compile time: the divisions are shifts, and this loop is
+/// the hottest of a profiled run.)
+template <std::size_t Unit>
+const std::vector<std::uintptr_t>& units_touched(const Parts& parts) {
+  static_assert((Unit & (Unit - 1)) == 0, "a power of two");
   static std::vector<std::uintptr_t> ids;
   ids.clear();
   for (const auto& [a, n] : parts) {
-    for (std::uintptr_t id = a / unit; id <= (a + n - 1) / unit; ++id) ids.push_back(id);
+    for (std::uintptr_t id = a / Unit; id <= (a + n - 1) / Unit; ++id) ids.push_back(id);
   }
   if (!std::is_sorted(ids.begin(), ids.end())) std::sort(ids.begin(), ids.end());  // mostly sorted
   ids.erase(std::unique(ids.begin(), ids.end()), ids.end());
@@ -384,13 +388,15 @@ const std::vector<std::uintptr_t>& units_touched(const Parts& parts, std::size_t
 }
 
 /// Distinct 32-byte sectors of a global request.
-std::uint64_t sectors(const Parts& parts) { return units_touched(parts, kSectorBytes).size(); }
+std::uint64_t sectors(const Parts& parts) {
+  return units_touched<kSectorBytes>(parts).size();
+}
 
 /// Wavefronts of one phase of a shared request: the most distinct 4-byte words in one bank.
 std::uint64_t phase_wavefronts(const Parts& parts) {
   std::uint64_t per_bank[kBanks] = {};
   std::uint64_t most = 0;
-  for (std::uintptr_t w : units_touched(parts, kBankBytes))
+  for (std::uintptr_t w : units_touched<kBankBytes>(parts))
     most = std::max(most, ++per_bank[w % kBanks]);
   return most;
 }
@@ -401,7 +407,7 @@ void add_request(LaunchRecord& rec, TrafficCounts& line, Space space, bool store
                  const std::vector<Parts>& phases) {
   AccessCounts c;
   c.requests = 1;
-  static Parts all;
+  static Parts all;  // a global request's parts: its sectors are counted over all of them
   all.clear();
   for (const auto& phase : phases) {
     if (phase.empty()) continue;
@@ -409,8 +415,9 @@ void add_request(LaunchRecord& rec, TrafficCounts& line, Space space, bool store
     if (space == Space::shared) {
       c.units += phase_wavefronts(phase);
       c.ideal_units += 1;
+    } else {
+      all.insert(all.end(), phase.begin(), phase.end());
     }
-    all.insert(all.end(), phase.begin(), phase.end());
   }
   if (space == Space::global) c.units = sectors(all);
   counts_of(rec.profile.counts, space, store) += c;
@@ -435,15 +442,6 @@ void trace_shared(LaunchRecord& rec, const std::uintptr_t (&address)[32], std::u
                                lane / lanes_per_phase, address[lane] - base, bytes[lane], store,
                                ldmatrix});
   }
-}
-
-/// The lanes that have joined request k of `sr`: those whose log reaches past k.
-unsigned joined_mask(const SiteRequests& sr, std::size_t k) {
-  unsigned mask = 0;
-  for (unsigned lane = 0; lane < 32; ++lane) {
-    if (sr.lanes[lane].size() > k) mask |= 1u << lane;
-  }
-  return mask;
 }
 
 /// Counts request k of instruction `site`, joined by the lanes of `mask`.
@@ -529,11 +527,11 @@ void record(State& s, const Region& r, std::uintptr_t a, std::size_t bytes, bool
   q.store = store;
   q.buffer = buffer_slot(s.records.back(), r.buffer);
   q.base = r.lo;
-  const unsigned live = live_lanes(warp);
-  if (++q.joined < __builtin_popcount(live)) return;
-  const unsigned mask = joined_mask(sr, k);
-  if (mask != live) return;  // an exited lane joined: closed with the block
-  close_request(s, site, sr, k, mask);
+  q.joined |= 1u << wb_sim_current.lane;
+  // Closed once every live lane has joined; a request an exited lane joined is closed with
+  // the block.
+  if (q.joined != live_lanes(warp)) return;
+  close_request(s, site, sr, k, q.joined);
   q.closed = true;
   while (sr.head < sr.requests.size() && sr.requests[sr.head].closed) ++sr.head;
   if (sr.head == sr.requests.size()) restart(sr);
@@ -545,7 +543,7 @@ void close_open_requests() {
   for (const auto& [warp, site] : s.touched) {
     SiteRequests& sr = s.warp_sites[warp][site];
     for (std::size_t k = sr.head; k < sr.requests.size(); ++k) {
-      if (!sr.requests[k].closed) close_request(s, site, sr, k, joined_mask(sr, k));
+      if (!sr.requests[k].closed) close_request(s, site, sr, k, sr.requests[k].joined);
     }
     restart(sr);
   }
