@@ -98,7 +98,10 @@ function(wb_add_chapter)
   # PROFILE_ARGS: a small shape for the CI run of `chNN --profile` (test NN_name/profile-runs).
   # KERNELS_FROM: earlier chapters (folder names) whose kernel launchers this chapter's
   # kernels call, e.g. chapter 05's baseline runs chapter 01's softmax.
-  cmake_parse_arguments(arg "" "" "PROFILE_ARGS;KERNELS_FROM" ${ARGN})
+  # CPU_FROM: earlier chapters whose compiled CPU code (their chNN_cpu) this chapter's program
+  # and tests call, e.g. chapter 04's naive Eigen baseline, which chapters 05, 06 and 10
+  # measure against.
+  cmake_parse_arguments(arg "" "" "PROFILE_ARGS;KERNELS_FROM;CPU_FROM" ${ARGN})
   get_filename_component(chapter ${CMAKE_CURRENT_SOURCE_DIR} NAME)  # 01_safe_softmax
   string(SUBSTRING ${chapter} 0 2 number)
   set(ch ch${number})
@@ -111,6 +114,15 @@ function(wb_add_chapter)
     endif()
     list(APPEND _wb_kernel_deps ch${dep_number})
   endforeach()
+  set(cpu_deps)
+  foreach(dep IN LISTS arg_CPU_FROM)
+    string(SUBSTRING ${dep} 0 2 dep_number)
+    if(NOT TARGET ch${dep_number}_cpu)
+      message(FATAL_ERROR "${chapter} calls the CPU code of ${dep}: build that chapter too "
+                          "(WB_ONLY_CHAPTERS)")
+    endif()
+    list(APPEND cpu_deps ch${dep_number}_cpu)
+  endforeach()
 
   file(GLOB kernels CONFIGURE_DEPENDS ${CMAKE_CURRENT_SOURCE_DIR}/*.cuh)
   file(GLOB cpu_sources CONFIGURE_DEPENDS ${CMAKE_CURRENT_SOURCE_DIR}/*.cpp)
@@ -119,10 +131,10 @@ function(wb_add_chapter)
 
   # What every variant of the chapter's program and tests links besides the kernels.
   add_library(${ch}_base INTERFACE)
-  target_link_libraries(${ch}_base INTERFACE wb_common Eigen3::Eigen)
+  target_link_libraries(${ch}_base INTERFACE wb_common Eigen3::Eigen ${cpu_deps})
   if(cpu_sources)
     add_library(${ch}_cpu STATIC ${cpu_sources})
-    target_link_libraries(${ch}_cpu PUBLIC wb_common Eigen3::Eigen PRIVATE wb_warnings)
+    target_link_libraries(${ch}_cpu PUBLIC wb_common Eigen3::Eigen ${cpu_deps} PRIVATE wb_warnings)
     target_link_libraries(${ch}_base INTERFACE ${ch}_cpu)
   endif()
   # The chapter with its reference kernels on both backends. With an exercise among several
