@@ -13,6 +13,11 @@ where they are not 0. No GPU is needed: this is what the compiler decided.
                                                 "| `fa2_rung` | regs D=64 | ... | regs D=128 |")
                                                 to sm_90's registers, when V's major.minor is
                                                 the one the page names ("nvcc 13.0 gives")
+  ... --page-claims PAGE... --nvcc-version V    also hold every count in the pages' prose
+                                                marked "<!--registers KERNEL on sm_NN-->N"
+                                                (the comment is invisible on the page; N is
+                                                the number the reader sees) to the compiler,
+                                                under the same condition
 
 Registers decide how many blocks an SM holds (65536 per SM, allocated 8 per thread at a
 time); a spill or a stack frame puts values in local memory, which is off-chip DRAM behind
@@ -41,6 +46,8 @@ ALLOWED = [
     (r"ch03::warp_registers_kernel<[^,]+, (16|32), false, 32>", r"sm_8\d", 8, SLOW_DIVISION),
     (r"ch07::warp_per_row_kernel<float, 32, 32, true>", r"sm_\d+", 16, SLOW_DIVISION),
 ]
+
+BUILT_ARCHS = set()  # the architectures this build compiled for (main fills it)
 
 ENTRY = re.compile(r"Compiling entry function '(\S+)' for '(sm_\d+)'")
 PROPERTIES = re.compile(r"Function properties for (\S+)")
@@ -145,21 +152,32 @@ def snake(recipe):
     return re.sub(r"(?<!^)(?=[A-Z])", "_", recipe.removesuffix("Recipe")).lower()
 
 
+def comparable(text, page, nvcc_version, archs):
+    """Whether the page's counts can be compared with this build's: "yes"; "no" when they are
+    another compiler's or for an architecture not built (a note says so); "error" when the
+    page names no compiler."""
+    named = re.search(r"nvcc (\d+\.\d+) gives", text)
+    if not named:
+        print(f"error: {page}: no 'nvcc NN.N gives' names the compiler its counts are from")
+        return "error"
+    if named.group(1) != ".".join(nvcc_version.split(".")[:2]):
+        print(f"note: {page.name}'s counts are nvcc {named.group(1)}'s, this is nvcc "
+              f"{nvcc_version}: not compared")
+        return "no"
+    missing = sorted(a for a in archs if a not in BUILT_ARCHS)
+    if missing:
+        print(f"note: {page.name} states counts for {', '.join(missing)}, which this build does "
+              "not compile for: not compared")
+        return "no"
+    return "yes"
+
+
 def check_page(kernels, names, page, nvcc_version):
     """The page's rung table against sm_90's registers (fp16 and bf16 alike)."""
     text = page.read_text()
-    named = re.search(r"nvcc (\d+\.\d+) gives", text)
-    if not named:
-        print(f"error: {page}: no 'nvcc NN.N gives' names the compiler its table is from")
-        return 1
-    if named.group(1) != ".".join(nvcc_version.split(".")[:2]):
-        print(f"note: {page.name}'s table is nvcc {named.group(1)}'s, this is nvcc "
-              f"{nvcc_version}: not compared")
-        return 0
-    if not any("sm_90" in k.registers for k in kernels.values()):
-        print(f"note: {page.name}'s table is sm_90's, which this build does not compile for: "
-              "not compared")
-        return 0
+    verdict = comparable(text, page, nvcc_version, ["sm_90"])
+    if verdict != "yes":
+        return int(verdict == "error")
     measured = {}  # (rung, D) -> set of sm_90 registers
     for mangled, k in kernels.items():
         m = re.search(r"fa2_fast_kernel<[^,]+, (\d+), [\w:]*::(\w+Recipe)>", names[mangled])
@@ -184,11 +202,42 @@ def check_page(kernels, names, page, nvcc_version):
     return bad
 
 
+CLAIM = re.compile(r"<!--registers (.+?) on (sm_\d+)-->(\d+)")
+
+
+def check_claims(kernels, names, pages, nvcc_version):
+    """Every marked register count in the pages' prose against the compiler."""
+    bad = 0
+    for page in pages:
+        text = page.read_text()
+        claims = CLAIM.findall(text)
+        if not claims:
+            continue
+        verdict = comparable(text, page, nvcc_version, sorted({c[1] for c in claims}))
+        if verdict != "yes":
+            bad += int(verdict == "error")
+            continue
+        agree = 0
+        for kernel, arch, stated in claims:
+            got = {k.registers[arch] for mangled, k in kernels.items()
+                   if names[mangled] == kernel and arch in k.registers}
+            if got == {int(stated)}:
+                agree += 1
+            else:
+                print(f"error: {page.name}: states {stated} registers for {kernel} on {arch}, "
+                      f"nvcc {nvcc_version} gives {sorted(got) if got else 'no such kernel'}")
+                bad += 1
+        print(f"{page.name}: {agree} of {len(claims)} register counts in the text agree with "
+              f"nvcc {nvcc_version}")
+    return bad
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("build_dir", type=pathlib.Path)
     parser.add_argument("--check", action="store_true")
     parser.add_argument("--page-table", type=pathlib.Path)
+    parser.add_argument("--page-claims", type=pathlib.Path, nargs="+", default=[])
     parser.add_argument("--nvcc-version")
     args = parser.parse_args()
     files = sorted(args.build_dir.glob("**/*.resources"))
@@ -198,10 +247,12 @@ def main():
     kernels = parse(files)
     names = readable(kernels)
     archs = sorted({a for k in kernels.values() for a in k.registers})
+    BUILT_ARCHS.update(archs)
     table(kernels, names, archs)
     bad = check_frames(kernels, names) if args.check else 0
     if args.page_table:
         bad += check_page(kernels, names, args.page_table, args.nvcc_version or "")
+    bad += check_claims(kernels, names, args.page_claims, args.nvcc_version or "")
     return 1 if bad else 0
 
 
