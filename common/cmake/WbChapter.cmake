@@ -94,6 +94,20 @@ function(_wb_exercise_kernels ch suffix kernels exercise_kernel exercise_header)
   set(exercise_libs ${libs} PARENT_SCOPE)
 endfunction()
 
+# `out` receives chNN for each earlier chapter folder given (01_safe_softmax -> ch01), after
+# checking that chapter was built (its target chNN`suffix`): `why` words the error.
+function(_wb_earlier_chapters chapter suffix why out)
+  set(result)
+  foreach(dep IN LISTS ARGN)
+    string(SUBSTRING ${dep} 0 2 dep_number)
+    if(NOT TARGET ch${dep_number}${suffix})
+      message(FATAL_ERROR "${chapter} ${why} ${dep}: build that chapter too (WB_ONLY_CHAPTERS)")
+    endif()
+    list(APPEND result ch${dep_number})
+  endforeach()
+  set(${out} "${result}" PARENT_SCOPE)
+endfunction()
+
 function(wb_add_chapter)
   # PROFILE_ARGS: a small shape for the CI run of `chNN --profile` (test NN_name/profile-runs).
   # KERNELS_FROM: earlier chapters (folder names) whose kernel launchers this chapter's
@@ -105,24 +119,10 @@ function(wb_add_chapter)
   get_filename_component(chapter ${CMAKE_CURRENT_SOURCE_DIR} NAME)  # 01_safe_softmax
   string(SUBSTRING ${chapter} 0 2 number)
   set(ch ch${number})
-  set(_wb_kernel_deps)  # read by _wb_kernel_library, which this function calls
-  foreach(dep IN LISTS arg_KERNELS_FROM)
-    string(SUBSTRING ${dep} 0 2 dep_number)
-    if(NOT TARGET ch${dep_number}_sim)
-      message(FATAL_ERROR "${chapter} runs kernels of ${dep}: build that chapter too "
-                          "(WB_ONLY_CHAPTERS)")
-    endif()
-    list(APPEND _wb_kernel_deps ch${dep_number})
-  endforeach()
-  set(cpu_deps)
-  foreach(dep IN LISTS arg_CPU_FROM)
-    string(SUBSTRING ${dep} 0 2 dep_number)
-    if(NOT TARGET ch${dep_number}_cpu)
-      message(FATAL_ERROR "${chapter} calls the CPU code of ${dep}: build that chapter too "
-                          "(WB_ONLY_CHAPTERS)")
-    endif()
-    list(APPEND cpu_deps ch${dep_number}_cpu)
-  endforeach()
+  # _wb_kernel_deps is read by _wb_kernel_library, which this function calls.
+  _wb_earlier_chapters(${chapter} _sim "runs kernels of" _wb_kernel_deps ${arg_KERNELS_FROM})
+  _wb_earlier_chapters(${chapter} _cpu "calls the CPU code of" cpu_deps ${arg_CPU_FROM})
+  list(TRANSFORM cpu_deps APPEND _cpu)
 
   file(GLOB kernels CONFIGURE_DEPENDS ${CMAKE_CURRENT_SOURCE_DIR}/*.cuh)
   file(GLOB cpu_sources CONFIGURE_DEPENDS ${CMAKE_CURRENT_SOURCE_DIR}/*.cpp)
