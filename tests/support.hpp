@@ -7,6 +7,7 @@
 #include "common/compare.hpp"
 
 #include "common/sim/access.hpp"
+#include "common/sim/runtime.hpp"
 
 namespace wb::test {
 /// True in the race-mode twin of a test binary (linked with ThreadSanitizer over the
@@ -17,6 +18,25 @@ namespace wb::test {
 inline bool small_shapes() {
   return sim::race_mode() || sim::instrumented();
 }
+
+/// For its lifetime, the simulator runs launches with their blocks in reverse order
+/// (sim::set_block_order), so that what depends on the order of blocks (atomics summed
+/// across blocks) comes out of another order than the default's. On a GPU it does nothing:
+/// the hardware picks the order.
+class ReversedBlocks {
+ public:
+  explicit ReversedBlocks(Backend b) : sim_(b == Backend::sim) {
+    if (sim_) sim::set_block_order(sim::BlockOrder::reverse);
+  }
+  ~ReversedBlocks() {
+    if (sim_) sim::set_block_order(sim::BlockOrder::forward);
+  }
+  ReversedBlocks(const ReversedBlocks&) = delete;
+  ReversedBlocks& operator=(const ReversedBlocks&) = delete;
+
+ private:
+  bool sim_;
+};
 }  // namespace wb::test
 
 /// CHECK that `report` is within `bound`, printing the worst element when it is not.

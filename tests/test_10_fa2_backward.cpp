@@ -278,11 +278,13 @@ namespace {
 /// rounded inputs) under the 2x policy, fully masked rows' dQ exactly 0, and two
 /// runs: dK and dV bit for bit (each written once by one block), dQ within the reordering of
 /// its atomic sum over the K/V tiles (2 gamma_tiles of its weight, and for a 16-bit dQ one
-/// rounding either way; equal on the simulator, which runs blocks in one order).
+/// rounding either way). The simulator runs the second with its blocks in reverse order, so
+/// that dQ's terms meet in another order there too.
 template <Backend B>
 void rungs_equal_fp64_and_the_cpu_step() {
   const Ladder<AttentionBackwardArgs> ladder = kernel_ladder<B>();
   test::RungsRan ran;
+  bool dq_reordered = false;
   for (Dtype type : {Dtype::fp32, Dtype::fp16, Dtype::bf16})
     for (const Case& c : type == Dtype::fp32 ? cases() : tensor_core_cases()) {
       CAPTURE(describe(c));
@@ -298,9 +300,14 @@ void rungs_equal_fp64_and_the_cpu_step() {
       const Errors e_tiled = errors(tiled.grads.dq, tiled.grads.dk, tiled.grads.dv, r);
       AttentionBackwardBuffers buffers(B, in, s, scale, c.causal, type);
       for (const Rung<AttentionBackwardArgs>& rung : rungs_taking(ladder, type)) {
-        if (!why_refused(rung, buffers.args).empty()) continue;  // d not one it takes
         const std::string rung_name = rung.name;
         CAPTURE(rung_name);
+        if (!rung.limits.takes_head_dim(s.d)) {  // the tensor-core rungs: d = 64 or 128
+          CHECK(!why_refused(rung, buffers.args).empty());
+          continue;
+        }
+        // Any other refusal would skip the case unseen.
+        REQUIRE(why_refused(rung, buffers.args).empty());
         ran.add(rung_name);
         // The baseline reads the stored P: its step and floor are the standard backward's.
         const bool stores_p = rung_name == "standard_backward";
@@ -321,10 +328,14 @@ void rungs_equal_fp64_and_the_cpu_step() {
         for (std::size_t row = 0; row < s.rows(); ++row)
           if (r.lse[row] == -INFINITY)
             for (int col = 0; col < s.d; ++col) CHECK(first.dq[row * s.d + col] == 0.f);
-        run_rung(rung, buffers.args);
+        {  // Again, the blocks in reverse order on the simulator: dQ's sums in another order.
+          const test::ReversedBlocks reversed(B);
+          run_rung(rung, buffers.args);
+        }
         const BackwardOut second = buffers.download();
         CHECK(second.dk == first.dk);
         CHECK(second.dv == first.dv);
+        dq_reordered = dq_reordered || second.dq != first.dq;
         // dQ's terms: one per K/V tile, of 16 keys for fp32 and of 64 for the 16-bit rungs.
         const int keys = type == Dtype::fp32 ? kKernelKeys : kTensorCoreKeys;
         const int tiles = (s.lk + keys - 1) / keys;
@@ -337,6 +348,8 @@ void rungs_equal_fp64_and_the_cpu_step() {
       }
     }
   ran.check_every_rung(ladder);
+  // The reordered runs did move dQ's bits somewhere: the bound above was put to the test.
+  if (B == Backend::sim) CHECK(dq_reordered);
 }
 
 }  // namespace

@@ -1,6 +1,7 @@
 // The simulator's scheduler: launches, blocks, barriers, warp collectives and faults.
 //
-// One launch at a time (a global mutex). For each block, in blockIdx order (x fastest), every
+// One launch at a time (a global mutex). For each block, in blockIdx order (x fastest; or its
+// reverse, set_block_order), every
 // CUDA thread gets a fiber; the scheduler sweeps the threads in linear order and resumes each
 // runnable one until it blocks (at a barrier or collective that others have not reached yet),
 // exits, or faults. A barrier or collective completes when its last participant arrives; that
@@ -118,6 +119,7 @@ struct Launch {
 
 Launch g_launch;
 std::mutex g_launch_mutex;
+BlockOrder g_block_order = BlockOrder::forward;  // set_block_order
 // Happens-before objects that order blocks: the scheduler releases `g_block_start` before a
 // block and each of its threads acquires it first; each thread releases `g_block_end` whenever
 // it hands control back, and the scheduler acquires it after the block.
@@ -696,18 +698,18 @@ void launch(const char* name, KernelKey key, dim3 grid, dim3 block, std::size_t 
   wb_sim_current.kernel = name;
   wb_sim_current.block_dim = block;
   wb_sim_current.grid_dim = grid;
-  for (unsigned bz = 0; bz < grid.z && !L.faulted; ++bz) {
-    for (unsigned by = 0; by < grid.y && !L.faulted; ++by) {
-      for (unsigned bx = 0; bx < grid.x && !L.faulted; ++bx) {
-        wb_sim_current.block = uint3{bx, by, bz};
-        // Real shared memory starts with whatever the previous block left: make reads of
-        // unwritten bytes visible (NaN as float) instead of a convenient zero.
-        if (shared_bytes > 0) std::memset(L.shared, 0xff, shared_bytes);
-        access_block_begin();
-        cp_async_block_begin();
-        run_block(fibers);
-      }
-    }
+  const unsigned long long blocks = 1ull * grid.x * grid.y * grid.z;
+  for (unsigned long long n = 0; n < blocks && !L.faulted; ++n) {
+    const unsigned long long b = g_block_order == BlockOrder::forward ? n : blocks - 1 - n;
+    wb_sim_current.block =
+        uint3{static_cast<unsigned>(b % grid.x), static_cast<unsigned>(b / grid.x % grid.y),
+              static_cast<unsigned>(b / grid.x / grid.y)};
+    // Real shared memory starts with whatever the previous block left: make reads of
+    // unwritten bytes visible (NaN as float) instead of a convenient zero.
+    if (shared_bytes > 0) std::memset(L.shared, 0xff, shared_bytes);
+    access_block_begin();
+    cp_async_block_begin();
+    run_block(fibers);
   }
   std::free(L.shared);
   L.shared = nullptr;
@@ -866,6 +868,16 @@ unsigned char* dynamic_shared_bytes() {
                 "wb::sim: dynamic shared memory exists only inside a running kernel");
   }
   return detail::g_launch.shared;
+}
+
+void set_block_order(BlockOrder order) {
+  std::lock_guard<std::mutex> lock(detail::g_launch_mutex);
+  detail::g_block_order = order;
+}
+
+BlockOrder block_order() {
+  std::lock_guard<std::mutex> lock(detail::g_launch_mutex);
+  return detail::g_block_order;
 }
 
 }  // namespace wb::sim

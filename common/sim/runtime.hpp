@@ -76,6 +76,15 @@ const WbSimCurrent* current();
 /// start are 0xff bytes (NaN as float), not zeros, as real shared memory is uninitialized.
 unsigned char* dynamic_shared_bytes();
 
+/// The order in which launches run their blocks. CUDA promises none; the simulator runs them
+/// one after another, by default in blockIdx order (x fastest). `reverse` runs the last block
+/// first: a kernel whose result depends on the order (float atomics summed across blocks, a
+/// block reading what another block of the launch wrote) shows it when run both ways. Applies
+/// to later launches.
+enum class BlockOrder { forward, reverse };
+void set_block_order(BlockOrder order);
+BlockOrder block_order();
+
 namespace detail {
 using KernelKey = void (*)();
 void set_max_dynamic_shared_bytes(KernelKey kernel, const char* name, std::size_t bytes);

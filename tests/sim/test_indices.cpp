@@ -67,6 +67,14 @@ __global__ void many_blocks_kernel(unsigned* out) {
   }
 }
 
+// position: (blocks), the place in the launch's order at which each block ran, from a counter
+// every block's first thread increments.
+__global__ void run_order_kernel(unsigned* counter, unsigned* position) {
+  if (threadIdx.x != 0) return;
+  const unsigned block = (blockIdx.z * gridDim.y + blockIdx.y) * gridDim.x + blockIdx.x;
+  position[block] = atomicAdd(counter, 1u);
+}
+
 }  // namespace
 
 TEST_CASE("every thread of a 3-D grid writes its indices into its own slot" *
@@ -144,4 +152,22 @@ TEST_CASE("thousands of blocks run one after another with their own shared memor
   std::vector<unsigned> expected(kBlocks);
   std::iota(expected.begin(), expected.end(), 0u);
   CHECK(out == expected);
+}
+
+TEST_CASE("blocks run in blockIdx order, x fastest, or in its reverse after set_block_order" *
+          doctest::test_suite("indices")) {
+  const dim3 grid(3, 2, 2);
+  constexpr unsigned kBlocks = 12;
+  REQUIRE(wb::sim::block_order() == wb::sim::BlockOrder::forward);  // the default
+  for (wb::sim::BlockOrder order : {wb::sim::BlockOrder::forward, wb::sim::BlockOrder::reverse}) {
+    wb::sim::set_block_order(order);
+    unsigned counter = 0;
+    std::vector<unsigned> position(kBlocks, kBlocks);
+    wb::launch<run_order_kernel>(grid, dim3(32), 0, &counter, position.data());
+    std::vector<unsigned> expected(kBlocks);
+    for (unsigned b = 0; b < kBlocks; ++b)
+      expected[b] = order == wb::sim::BlockOrder::forward ? b : kBlocks - 1 - b;
+    CHECK(position == expected);
+  }
+  wb::sim::set_block_order(wb::sim::BlockOrder::forward);
 }
