@@ -91,6 +91,8 @@ std::vector<Case> cpu_cases() {
     cases.push_back(make_case({3, 8, 2, 5, 1000, 32}, {1000, 0, 517}, causal));
     cases.push_back(make_case({2, 2, 2, 16, 4097, 16}, {4097, 33}, causal));
     cases.push_back(make_case({1, 1, 1, 1, 65537, 8}, {}, causal));
+    // A sequence shorter than lq: under the causal mask its first rows see no key at all.
+    cases.push_back(make_case({2, 4, 1, 5, 31, 16}, {31, 3}, causal));
   }
   return cases;
 }
@@ -356,18 +358,25 @@ namespace {
 struct KernelCase {
   Case c;
   std::vector<int> splits;
+  std::vector<Dtype> dtypes;  // empty: fp32, and fp16 and bf16 on the short caches
 };
 
 std::vector<KernelCase> kernel_cases() {
   std::vector<KernelCase> cases;
   const auto add = [&](DecodeShape shape, std::vector<int> lengths, bool causal,
-                       std::vector<int> splits) {
+                       std::vector<int> splits, std::vector<Dtype> dtypes = {}) {
     KernelCase k;
     k.c = make_case(shape, std::move(lengths), causal);
     k.splits = std::move(splits);
+    k.dtypes = std::move(dtypes);
     cases.push_back(std::move(k));
   };
   for (bool causal : {false, true}) {
+    // mma_kv (fp16 or bf16, d = 64 or 128) on the odd lengths too: one key, two keys with a
+    // sequence of one (its first row sees nothing under the mask), and, below, 1000, 4097 and
+    // 65537 keys, beside the other rungs in fp16.
+    add({1, 4, 1, 1, 1, 64}, {}, causal, {1, 2}, {Dtype::fp16});
+    add({2, 8, 1, 2, 2, 128}, {2, 1}, causal, {1, 3}, {Dtype::fp16});
     add({1, 1, 1, 1, 1, 16}, {}, causal, {1, 2, 5});
     add({2, 4, 1, 2, 2, 59}, {2, 1}, causal, {1, 3});
     add({1, 8, 1, 3, 31, 64}, {}, causal, {1, 2, 33});
@@ -389,6 +398,12 @@ std::vector<KernelCase> kernel_cases() {
     add({2, 2, 2, 16, 4097, 128}, {4097, 33}, causal, {9});
     add({1, 4, 4, 1, 4097, 16}, {}, causal, {100});  // 100 splits of 2 tiles: lanes hold 4
     add({1, 1, 1, 1, 65537, 8}, {}, causal, {2049});
+    add({1, 4, 1, 3, 1000, 64}, {}, causal, {1, 7}, {Dtype::fp16});
+    add({1, 2, 1, 1, 4097, 128}, {}, causal, {9}, {Dtype::fp16});
+    add({1, 1, 1, 1, 65537, 64}, {}, causal, {20}, {Dtype::fp16});
+    // Every split count from 1 to more splits than keys on every rung, as on the CPU.
+    add({1, 4, 1, 2, 31, 64}, {}, causal, split_counts(31), {Dtype::fp16});
+    add({1, 1, 1, 1, 33, 16}, {}, causal, split_counts(33), {Dtype::fp32});
   }
   return cases;
 }
@@ -398,13 +413,16 @@ void every_rung_equals_the_cpu_step() {
   const Ladder<DecodeArgs> ladder = kernel_ladder<B>();
   for (const KernelCase& kc : kernel_cases()) {
     const Case& c = kc.c;
-    for (Dtype dtype : {Dtype::fp32, Dtype::fp16, Dtype::bf16}) {
-      // The long caches and race mode in fp32 only: the 16-bit types differ in the loads and
-      // the final rounding, which the short caches cover (the suite's time); but mma_kv, 16-bit
-      // only, runs its tile shapes (d = 64, 128) in race mode in fp16.
+    const bool chosen = !kc.dtypes.empty();
+    for (Dtype dtype :
+         chosen ? kc.dtypes : std::vector<Dtype>{Dtype::fp32, Dtype::fp16, Dtype::bf16}) {
+      // Unless the case names its types: the long caches and race mode in fp32 only, as the
+      // 16-bit types differ in the loads and the final rounding, which the short caches cover
+      // (the suite's time); but mma_kv, 16-bit only, runs its tile shapes (d = 64, 128) in race
+      // mode in fp16.
       const bool tensor_core_shape = c.shape.d == 64 || c.shape.d == 128;
-      if (c.shape.lk > 1000 && dtype != Dtype::fp32) continue;
-      if (test::small_shapes() && dtype != Dtype::fp32 &&
+      if (!chosen && c.shape.lk > 1000 && dtype != Dtype::fp32) continue;
+      if (!chosen && test::small_shapes() && dtype != Dtype::fp32 &&
           !(tensor_core_shape && dtype == Dtype::fp16))
         continue;
       // Outlier keys everywhere; on the short caches also scores offset by 1e4 (an exp of an
@@ -429,6 +447,8 @@ void every_rung_equals_the_cpu_step() {
           CAPTURE(where);
           for (const Rung<DecodeArgs>& rung : ladder) {
             if (!rung.limits.takes(dtype)) continue;  // mma_kv: fp16 and bf16
+            // one_split is one range whatever the split count: once per case.
+            if (std::string(rung.name) == "one_split" && splits != kc.splits.front()) continue;
             CAPTURE(std::string(rung.name));
             // Fresh buffers per rung: an output one rung wrote cannot stand in for another's.
             DecodeBuffers buffers(B, in, c.lengths, c.shape, splits, opt.scale, c.causal, dtype);
