@@ -98,15 +98,17 @@ using Shape = RowShape;
 
 // The bucket edges and the required irregular ones, rows never a multiple of the rows per
 // block of the register rungs (4 warps, each 32 / group_width rows), and lane_groups' vector
-// groups (8 to 248 columns: 1 to 32 lanes of one float4 or 8 halves, 24 leaving lanes of a
-// group idle).
+// groups (4 to 248 columns: 1 to 32 lanes of one float4 or 8 halves, 12 and 24 leaving lanes
+// of a group idle): every group width in fp32 and in the 16-bit types.
 inline const std::vector<Shape> kFastShapes = {
-    {5, 1},   {3, 2},   {9, 8},    {11, 24},  {7, 31},   {5, 32},   {6, 33},  {3, 64},
-    {5, 65},  {6, 120}, {2, 127},  {3, 128},  {5, 129},  {5, 248},  {3, 256}, {2, 257},
-    {3, 512}, {2, 513}, {3, 1000}, {5, 1023}, {3, 1024}, {2, 1025}, {3, 4096}};
-// Race mode checks shared memory: the register rungs have none, the block rungs' rows
-// past 1024 columns do.
-inline const std::vector<Shape> kFastRaceShapes = {{2, 1}, {3, 33}, {5, 136}, {2, 1040}};
+    {5, 1},   {3, 2},   {7, 4},   {9, 8},    {5, 12},   {9, 16},   {11, 24},  {7, 31},  {5, 32},
+    {6, 33},  {3, 64},  {5, 65},  {6, 120},  {2, 127},  {3, 128},  {5, 129},  {5, 248}, {3, 256},
+    {2, 257}, {3, 512}, {2, 513}, {3, 1000}, {5, 1023}, {3, 1024}, {2, 1025}, {3, 4096}};
+// Race mode checks shared memory, which the block rungs' rows past 1024 columns use, and the
+// warp shuffles, which lane_groups' groups of 2 to 8 lanes (16 and 24 columns) confine to a
+// group's lanes.
+inline const std::vector<Shape> kFastRaceShapes = {{2, 1},  {9, 16},  {7, 24},
+                                                   {3, 33}, {5, 136}, {2, 1040}};
 
 inline const std::vector<Shape>& fast_shapes() {
   return small_shapes() ? kFastRaceShapes : kFastShapes;

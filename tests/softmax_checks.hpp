@@ -19,6 +19,7 @@
 #include "common/rung_buffers.hpp"
 #include "tests/ladder_checks.hpp"
 #include "tests/lane_checks.hpp"
+#include "tests/row_shape.hpp"
 #include "tests/support.hpp"
 
 namespace wb::test {
@@ -69,10 +70,6 @@ inline double online_cpu_floor(int cols) {
 inline double online_cpu_bound(int cols) {
   return chain_bound(kSafeCpuRelBound, online_cpu_floor(cols));
 }
-
-struct RowShape {
-  int rows, cols;
-};
 
 /// Shapes that are multiples of nothing, and the edges: one column, one short of a warp, one
 /// past, more than the 256-thread block, Triton's irregular 1823 x 781.

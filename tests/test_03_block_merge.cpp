@@ -6,6 +6,7 @@
 // merged (m, d) (tests/softmax_checks.hpp).
 #include <cmath>
 #include <random>
+#include <set>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -211,6 +212,26 @@ TEST_SUITE("cpu") {
     CHECK(plan_fast_softmax(aligned, aligned, 116193, Dtype::fp16, kSm90).path == block);
     // The simulator models that device.
     CHECK(Kernels<Backend::sim>::max_dynamic_shared_bytes() == kSm90);
+  }
+
+  TEST_CASE("the kernel shapes run lane_groups with every width of group in every type") {
+    // 1 to 32 lanes per row in the sim suite; in race mode the warp and at least two groups
+    // that share a warp between rows. bf16 plans as fp16 (the same bytes).
+    alignas(16) static unsigned char buffer[16];
+    for (Dtype t : {Dtype::fp32, Dtype::fp16}) {
+      const std::string dtype = to_string(t);
+      CAPTURE(dtype);
+      const auto widths = [&](const std::vector<Shape>& shapes) {
+        std::set<int> w;
+        for (const Shape& s : shapes)
+          w.insert(lane_groups_plan(buffer, buffer, s.cols, t).group_width);
+        return w;
+      };
+      CHECK(widths(kFastShapes) == std::set<int>{1, 2, 4, 8, 16, 32});
+      const std::set<int> race = widths(kFastRaceShapes);
+      CHECK(race.count(32) == 1);
+      CHECK(race.size() >= 3);
+    }
   }
 
   TEST_CASE("fast rung inputs are rounded to nearest even like the GPU conversions") {

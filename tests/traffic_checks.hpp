@@ -18,6 +18,7 @@
 #include "common/rung_args.hpp"
 #include "common/rung_buffers.hpp"
 #include "common/sim/access.hpp"
+#include "tests/row_shape.hpp"
 
 namespace wb::test {
 
@@ -26,10 +27,11 @@ struct CountedTraffic {
   std::uint64_t loaded = 0, stored = 0;
 };
 
-/// The profiles of the launches `launch` makes, in order (profile mode around it).
+/// The profiles of the launches `launch` makes, in order (profile mode around it; with
+/// `trace_global`, every global access too: LaunchProfile::trace).
 template <typename Launch>
-std::vector<wb::sim::LaunchProfile> profile_launches(Launch&& launch) {
-  wb::sim::start_profile();
+std::vector<wb::sim::LaunchProfile> profile_launches(Launch&& launch, bool trace_global = false) {
+  wb::sim::start_profile(trace_global);
   try {
     launch();
   } catch (...) {
@@ -89,11 +91,6 @@ inline void check_no_bank_conflicts(const sim::TrafficCounts& c) {
   CHECK(c.shared_load.units == c.shared_load.ideal_units);
   CHECK(c.shared_store.units == c.shared_store.ideal_units);
 }
-
-/// A softmax shape: rows x cols.
-struct RowShape {
-  int rows, cols;
-};
 
 /// check_ladder_traffic on every shape, in every type of `dtypes`, over a constant x (traffic
 /// does not depend on the values). Returns the rungs that took some case.
