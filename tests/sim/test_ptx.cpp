@@ -11,6 +11,7 @@
 #include <cstring>
 #include <random>
 #include <type_traits>
+#include <utility>
 #include <vector>
 
 #include "common/kernel.cuh"
@@ -391,9 +392,12 @@ constexpr int kQueries = 16;  // one warp's query rows
 //   A of P from S's accumulators by pack_pair (two 16x8 accumulators side by side hold P's
 //   16x16 A fragment, register for register),
 //   B of V by ldmatrix_x4_trans (V row-major: B's k pairs are a column pair, .trans gathers it).
-// One warp; dynamic shared memory (16 + 2 N) (D + 8) elements.
+// One warp; dynamic shared memory (16 + 2 N) (D + 8) elements. `planted` misuses ldmatrix as a
+// kernel with a wrong fragment would: K's two B fragments swapped, or V's loaded without .trans.
+enum PlantedLdmatrix : int { kLdmNone = 0, kLdmSwapKB = 1, kLdmVWithoutTrans = 2 };
 template <typename T, int D, int N>
-__global__ void attention_tiles_kernel(const T* q, const T* k, const T* v, float* s, float* o) {
+__global__ void attention_tiles_kernel(const T* q, const T* k, const T* v, float* s, float* o,
+                                       int planted) {
   static_assert(D % 16 == 0 && N % 16 == 0, "whole 16x16 fragments");
   constexpr int kLd = D + 8, kChunksPerRow = D / 8;
   T* q_tile = wb::dynamic_shared<T>();
@@ -428,6 +432,10 @@ __global__ void attention_tiles_kernel(const T* q, const T* k, const T* v, float
       std::uint32_t r[4];
       const int key = key0 + lane % 8 + 8 * (lane / 16), col = col0 + 8 * (lane / 8 % 2);
       wb::ptx::ldmatrix_x4(r, k_tile + key * kLd + col);
+      if (planted == kLdmSwapKB) {
+        std::swap(r[0], r[2]);
+        std::swap(r[1], r[3]);
+      }
       const std::uint32_t b0[2] = {r[0], r[1]}, b1[2] = {r[2], r[3]};
       wb::ptx::mma_m16n8k16<T>(acc_s[key0 / 8], a, b0, acc_s[key0 / 8]);
       wb::ptx::mma_m16n8k16<T>(acc_s[key0 / 8 + 1], a, b1, acc_s[key0 / 8 + 1]);
@@ -455,7 +463,11 @@ __global__ void attention_tiles_kernel(const T* q, const T* k, const T* v, float
       // Matrices (keys 0-7, cols 0-7), (8-15, 0-7), (0-7, 8-15), (8-15, 8-15), transposed.
       std::uint32_t r[4];
       const int key = key0 + lane % 8 + 8 * (lane / 8 % 2), col = col0 + 8 * (lane / 16);
-      wb::ptx::ldmatrix_x4_trans(r, v_tile + key * kLd + col);
+      if (planted == kLdmVWithoutTrans) {
+        wb::ptx::ldmatrix_x4(r, v_tile + key * kLd + col);
+      } else {
+        wb::ptx::ldmatrix_x4_trans(r, v_tile + key * kLd + col);
+      }
       const std::uint32_t b0[2] = {r[0], r[1]}, b1[2] = {r[2], r[3]};
       wb::ptx::mma_m16n8k16<T>(acc_o[col0 / 8], a, b0, acc_o[col0 / 8]);
       wb::ptx::mma_m16n8k16<T>(acc_o[col0 / 8 + 1], a, b1, acc_o[col0 / 8 + 1]);
@@ -469,8 +481,13 @@ __global__ void attention_tiles_kernel(const T* q, const T* k, const T* v, float
   }
 }
 
+/// How many elements of S and of O differ from the exact matmuls.
+struct TileMismatches {
+  int s = 0, o = 0;
+};
+
 template <typename T>
-void check_attention_tiles() {
+TileMismatches attention_tiles_mismatches(int planted) {
   constexpr int D = 32, N = 48;
   Aligned<T> q(kQueries * D), k(N * D), v(N * D);
   Aligned<float> s(kQueries * N), o(kQueries * D);
@@ -482,8 +499,10 @@ void check_attention_tiles() {
   for (std::size_t i = 0; i < k.size; ++i) k[i] = to16<T>(static_cast<float>(small(rng)));
   for (std::size_t i = 0; i < v.size; ++i) v[i] = to16<T>(static_cast<float>(small(rng)));
   const std::size_t bytes = (kQueries + 2 * N) * (D + 8) * sizeof(T);
-  wb::launch<attention_tiles_kernel<T, D, N>>(dim3(1), dim3(32), bytes, q.p, k.p, v.p, s.p, o.p);
-  std::vector<double> p(kQueries * N);
+  wb::launch<attention_tiles_kernel<T, D, N>>(dim3(1), dim3(32), bytes, q.p, k.p, v.p, s.p, o.p,
+                                              planted);
+  TileMismatches m;
+  std::vector<double> p(kQueries * N);  // the exact S, which P equals
   for (int i = 0; i < kQueries; ++i) {
     for (int j = 0; j < N; ++j) {
       double sum = 0.0;
@@ -492,26 +511,39 @@ void check_attention_tiles() {
                static_cast<float>(k[j * D + c]);
       }
       p[i * N + j] = sum;
-      CAPTURE(i);
-      CAPTURE(j);
-      REQUIRE(static_cast<double>(s[i * N + j]) == sum);
+      m.s += static_cast<double>(s[i * N + j]) != sum;
     }
   }
   for (int i = 0; i < kQueries; ++i) {
     for (int c = 0; c < D; ++c) {
       double sum = 0.0;
       for (int j = 0; j < N; ++j) sum += p[i * N + j] * static_cast<float>(v[j * D + c]);
-      CAPTURE(i);
-      CAPTURE(c);
-      REQUIRE(static_cast<double>(o[i * D + c]) == sum);
+      m.o += static_cast<double>(o[i * D + c]) != sum;
     }
   }
+  return m;
+}
+
+template <typename T>
+void check_attention_tiles() {
+  const TileMismatches exact = attention_tiles_mismatches<T>(kLdmNone);
+  CHECK(exact.s == 0);
+  CHECK(exact.o == 0);
+  // The planted misuse: nothing faults (the simulator cannot know which fragment was meant),
+  // the products come out wrong, which the comparison with the matmul shows.
+  const TileMismatches swapped = attention_tiles_mismatches<T>(kLdmSwapKB);
+  CHECK(swapped.s > 0);
+  const TileMismatches untransposed = attention_tiles_mismatches<T>(kLdmVWithoutTrans);
+  CHECK(untransposed.s == 0);
+  CHECK(untransposed.o > 0);
 }
 
 }  // namespace
 
-TEST_CASE("S = Q K^T and O = P V from ldmatrix fragments equal the plain matmuls" *
-          doctest::test_suite("ptx")) {
+TEST_CASE(
+    "S = Q K^T and O = P V from ldmatrix fragments equal the plain matmuls, and a wrong "
+    "fragment (K's B fragments swapped, V without .trans) does not" *
+    doctest::test_suite("ptx")) {
   SUBCASE("half") {
     check_attention_tiles<__half>();
   }
