@@ -126,7 +126,7 @@ TEST_SUITE("cpu") {
     }
   }
 
-  TEST_CASE("the merge trees cover every block once") {
+  TEST_CASE("the merge trees cover every block once and know their longest path") {
     std::mt19937_64 rng(kSeed);
     for (int blocks : {1, 2, 3, 8, 37}) {
       CAPTURE(blocks);
@@ -141,8 +141,18 @@ TEST_SUITE("cpu") {
         }
         CHECK(merges == blocks - 1);
         for (int v : seen) CHECK(v == 1);
+        // Its longest path: between a balanced tree's, ceil(log2 blocks), and a chain's.
+        int balanced_depth = 0;
+        while ((1 << balanced_depth) < blocks) ++balanced_depth;
+        CHECK(tree.depth() >= balanced_depth);
+        CHECK(tree.depth() <= std::max(0, blocks - 1));
       }
+      CHECK(left_to_right_tree(blocks).depth() == blocks - 1);
     }
+    MergeTree balanced;  // ((0 1) (2 3))
+    const int left = balanced.add_merge(balanced.add_leaf(0), balanced.add_leaf(1));
+    balanced.add_merge(left, balanced.add_merge(balanced.add_leaf(2), balanced.add_leaf(3)));
+    CHECK(balanced.depth() == 2);
   }
 
   TEST_CASE("the fast dispatcher picks its rung, group and bucket at every boundary") {

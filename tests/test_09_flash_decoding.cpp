@@ -111,6 +111,15 @@ Partial merge_without_rescale(const Partial& a, const Partial& b) {
   return out;
 }
 
+/// A merge that swaps the two weights: right when both partials carry the same lse, wrong
+/// otherwise.
+Partial merge_with_swapped_weights(const Partial& a, const Partial& b) {
+  const LseMerge w = lse_merge(a.lse, b.lse);
+  Partial out{w.lse, std::vector<float>(a.o.size())};
+  for (std::size_t c = 0; c < a.o.size(); ++c) out.o[c] = w.w_b * a.o[c] + w.w_a * b.o[c];
+  return out;
+}
+
 bool same_bits(float a, float b) {
   return std::memcmp(&a, &b, sizeof(float)) == 0;
 }
@@ -208,8 +217,8 @@ TEST_SUITE("cpu") {
                                    Variant{"even, left to right", &even, &ordered},
                                    Variant{"random cuts, random tree", &cut, &shuffled}}) {
             CAPTURE(v.name);
-            // Eq. (4) merges once; a tree's longest path has at most splits - 1 merges.
-            const int depth = v.tree == nullptr ? 1 : splits - 1;
+            // Eq. (4) merges once; a tree as many times as its longest path.
+            const int depth = v.tree == nullptr ? 1 : v.tree->depth();
             const DecodeResult out =
                 attention_split_kv(in, c.shape, c.lengths, opt, *v.split, {v.tree});
             WB_CHECK_WITHIN(ref::compare_weighted(out.o, r.o, r.o_weight),
@@ -222,6 +231,28 @@ TEST_SUITE("cpu") {
         }
       }
     }
+  }
+
+  TEST_CASE("a merge with its weights swapped fails the bound at 2049 splits of 65537 keys") {
+    // The bound grows with the merges on a path: the tree's depth (21 here), not splits - 1.
+    // On a ramp of scores (the partials' lse far apart, their O's different) the swapped
+    // weights are 5.7 o_weight off, the right merge 0.001; the bound is 0.6, where counting
+    // splits - 1 merges per path would have allowed 16.
+    const Case c = make_case({1, 1, 1, 1, 65537, 8}, {}, false);
+    const AttentionInputs in = inputs_of(c.shape, ScoreKind::arange, kSeed);
+    const DecodeOptions opt{default_scale(c.shape.d), false};
+    const DecodeReference r = decode_reference(in, c.shape, c.lengths, opt);
+    std::mt19937_64 rng(kSeed);
+    const int splits = 2049;
+    const ch03::MergeTree tree = ch03::random_tree(splits, rng);
+    CAPTURE(tree.depth());
+    const SplitRule split = [&](int len) { return even_splits(len, splits); };
+    const DecodeResult right = attention_split_kv(in, c.shape, c.lengths, opt, split, {&tree});
+    const DecodeResult wrong =
+        attention_split_kv(in, c.shape, c.lengths, opt, split, {&tree, merge_with_swapped_weights});
+    const double bound = o_bound(0.0, r, c.shape.lk, tree.depth(), splits);
+    CHECK(ref::compare_weighted(right.o, r.o, r.o_weight).within(bound));
+    CHECK_FALSE(ref::compare_weighted(wrong.o, r.o, r.o_weight).within(bound));
   }
 
   TEST_CASE("a merge that forgets the rescale fails the bound") {

@@ -7,6 +7,7 @@
 // block_merge.md for the proofs.
 #pragma once
 
+#include <algorithm>
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
@@ -109,6 +110,18 @@ struct MergeTree {
   }
   std::string to_string() const { return nodes.empty() ? "()" : to_string(root()); }
   int root() const { return static_cast<int>(nodes.size()) - 1; }
+  /// The most merges on a path from a leaf to the root (0 for a single leaf or none): what
+  /// bounds the rounding any one block's statistics go through. A node comes after its operands.
+  int depth() const {
+    std::vector<int> below(nodes.size(), 0);
+    for (std::size_t i = 0; i < nodes.size(); ++i) {
+      const Node& n = nodes[i];
+      if (n.block < 0)
+        below[i] = 1 + std::max(below[static_cast<std::size_t>(n.left)],
+                                below[static_cast<std::size_t>(n.right)]);
+    }
+    return nodes.empty() ? 0 : below.back();
+  }
 };
 
 /// Writes the trees to `path` as one Graphviz DOT graph, each in a box of its own titled by
