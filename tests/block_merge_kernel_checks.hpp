@@ -105,10 +105,9 @@ inline const std::vector<Shape> kFastShapes = {
     {6, 33},  {3, 64},  {5, 65},  {6, 120},  {2, 127},  {3, 128},  {5, 129},  {5, 248}, {3, 256},
     {2, 257}, {3, 512}, {2, 513}, {3, 1000}, {5, 1023}, {3, 1024}, {2, 1025}, {3, 4096}};
 // Race mode checks shared memory, which the block rungs' rows past 1024 columns use, and the
-// warp shuffles, which lane_groups' groups of 2 to 8 lanes (16 and 24 columns) confine to a
-// group's lanes.
-inline const std::vector<Shape> kFastRaceShapes = {{2, 1},  {9, 16},  {7, 24},
-                                                   {3, 33}, {5, 136}, {2, 1040}};
+// warp shuffles, which lane_groups confines to a group's lanes (16 columns: groups of 4 lanes
+// in fp32, 2 in the 16-bit types).
+inline const std::vector<Shape> kFastRaceShapes = {{2, 1}, {9, 16}, {3, 33}, {5, 136}, {2, 1040}};
 
 inline const std::vector<Shape>& fast_shapes() {
   return small_shapes() ? kFastRaceShapes : kFastShapes;
@@ -135,11 +134,12 @@ inline std::vector<SoftmaxCase> fast_cases(const std::vector<Dtype>& dtypes) {
 // ------------------------------------------------------------------------------------------
 
 // Runs `rung` on x rounded to `t`, checks it against the CPU step on the same rounded values,
-// that fully -inf rows give zeros, and that nothing before or after y is written. `offset`:
-// bytes past a 16-byte boundary where x and y start (one element forces the scalar path).
+// that fully -inf rows give zeros, and that nothing before or after y is written. `x_offset`,
+// `y_offset`: bytes past a 16-byte boundary where x and y start (one element, for either,
+// forces the scalar path).
 template <Backend B>
 void check_fast_kernel(const Rung<RowArgs>& rung, Dtype t, int rows, int cols, InputKind kind,
-                       std::size_t offset) {
+                       std::size_t x_offset, std::size_t y_offset) {
   const std::vector<float> x = make_input(kind, rows, cols, kSeed);
   const std::vector<float> rounded = round_elements(x, t);            // the values the kernel sees
   const std::vector<double> ref = ref::softmax(rounded, rows, cols);  // fp64 from them
@@ -147,17 +147,17 @@ void check_fast_kernel(const Rung<RowArgs>& rung, Dtype t, int rows, int cols, I
 
   const std::vector<unsigned char> in = encode_elements(x, t);
   const std::size_t bytes = in.size();
-  std::vector<unsigned char> padded(offset + bytes + 16, 0);
-  std::copy(in.begin(), in.end(), padded.begin() + static_cast<std::ptrdiff_t>(offset));
+  std::vector<unsigned char> padded(x_offset + bytes + 16, 0);
+  std::copy(in.begin(), in.end(), padded.begin() + static_cast<std::ptrdiff_t>(x_offset));
   DeviceBuffer<unsigned char> dx(B, padded);
-  DeviceBuffer<unsigned char> dy(B, padded.size());
+  DeviceBuffer<unsigned char> dy(B, y_offset + bytes + 16);
   dy.fill_zero();
-  const RowArgs args{dx.data() + offset, dy.data() + offset, rows, cols, t};
-  if (offset % kVecBytes != 0)
+  const RowArgs args{dx.data() + x_offset, dy.data() + y_offset, rows, cols, t};
+  if (x_offset % kVecBytes != 0 || y_offset % kVecBytes != 0)
     REQUIRE_FALSE(rung_plan<B>(rung.name, args.x, args.y, cols, t).vectorized);
   run_rung(rung, args);
   const std::vector<unsigned char> out = dy.download();
-  const std::vector<float> y = decode_elements(out.data() + offset, x.size(), t);
+  const std::vector<float> y = decode_elements(out.data() + y_offset, x.size(), t);
 
   // The float computation: at most twice the CPU step's error plus the floor (6) gives the
   // kernel with CUDA's exp; then the rounding to t (rounded_bound). And the same with the CPU
@@ -176,7 +176,7 @@ void check_fast_kernel(const Rung<RowArgs>& rung, Dtype t, int rows, int cols, I
   // The padding around y is untouched: no write before the row or past its end.
   std::size_t touched = 0;
   for (std::size_t i = 0; i < out.size(); ++i)
-    touched += (i < offset || i >= offset + bytes) && out[i] != 0;
+    touched += (i < y_offset || i >= y_offset + bytes) && out[i] != 0;
   CHECK(touched == 0);
 
   for (int row = 0; row < rows; ++row) {  // a fully -inf row: exactly zeros, never NaN

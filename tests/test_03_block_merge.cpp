@@ -225,8 +225,8 @@ TEST_SUITE("cpu") {
   }
 
   TEST_CASE("the kernel shapes run lane_groups with every width of group in every type") {
-    // 1 to 32 lanes per row in the sim suite; in race mode the warp and at least two groups
-    // that share a warp between rows. bf16 plans as fp16 (the same bytes).
+    // 1 to 32 lanes per row in the sim suite; in race mode the warp and a group that shares a
+    // warp between rows. bf16 plans as fp16 (the same bytes).
     alignas(16) static unsigned char buffer[16];
     for (Dtype t : {Dtype::fp32, Dtype::fp16}) {
       const std::string dtype = to_string(t);
@@ -240,7 +240,7 @@ TEST_SUITE("cpu") {
       CHECK(widths(kFastShapes) == std::set<int>{1, 2, 4, 8, 16, 32});
       const std::set<int> race = widths(kFastRaceShapes);
       CHECK(race.count(32) == 1);
-      CHECK(race.size() >= 3);
+      CHECK(*race.begin() < 32);
     }
   }
 
@@ -316,7 +316,7 @@ void every_fast_kernel_equals_the_cpu_step_in_16_bits() {
 template <Backend B>
 void fast_kernels_write_only_their_rows() {
   for_each_fast_case<B>(fast_shapes(), [](const Rung<RowArgs>& rung, Dtype t, const Shape& s) {
-    check_fast_kernel<B>(rung, t, s.rows, s.cols, InputKind::neg_inf_rows, 0);
+    check_fast_kernel<B>(rung, t, s.rows, s.cols, InputKind::neg_inf_rows, 0, 0);
   });
 }
 
@@ -328,11 +328,16 @@ void misaligned_rows_take_the_scalar_path() {
       test::small_shapes() ? std::vector<Shape>{{3, 136}, {2, 1040}}
                       : std::vector<Shape>{{5, 256}, {3, 1024}, {2, 1032}, {3, 4096}};
   for_each_fast_case<B>(shapes, [](const Rung<RowArgs>& rung, Dtype t, const Shape& s) {
+    // x and y one element off, and each alone (a kernel that checked one pointer only would
+    // take vectors on the other).
+    const std::size_t off = dtype_bytes(t);
     for (InputKind kind : {InputKind::outliers, InputKind::large_offset, InputKind::neg_inf_rows}) {
       const std::string input = to_string(kind);
       CAPTURE(input);
-      check_fast_kernel<B>(rung, t, s.rows, s.cols, kind, dtype_bytes(t));
+      check_fast_kernel<B>(rung, t, s.rows, s.cols, kind, off, off);
     }
+    check_fast_kernel<B>(rung, t, s.rows, s.cols, InputKind::outliers, off, 0);
+    check_fast_kernel<B>(rung, t, s.rows, s.cols, InputKind::outliers, 0, off);
   });
 }
 

@@ -2,7 +2,8 @@
 #
 # Called from chapters/NN_name/, it finds the chapter's parts by the workbook's conventions:
 #   *.hpp           the CPU implementation (header-only), included by name
-#   *.cpp           more CPU code, if any (main.cpp excepted)
+#   *.cpp           more CPU code, if any (main.cpp excepted), target chNN_cpu; a later
+#                   chapter that calls it names this chapter in CPU_FROM
 #   *.cuh           the kernels and their launchers, compiled twice: by the host compiler
 #                   against common/sim (target chNN_sim) and by nvcc (target chNN_cuda)
 #   main.cpp        the chapter program, target chNN
