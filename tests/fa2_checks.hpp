@@ -57,6 +57,8 @@ inline RungError fa2_rung_error(const AttentionRungRun& run, Tiles t) {
   // The +1e4 offsets (large_offset) still make sense in fp16: q_0 = k_0 = sqrt(1e4 /
   // scale) is about 283 (d = 64) or 336 (d = 128), far below fp16's 65504, and the
   // scores of about 1e4 only ever exist in the float accumulator.
+  REQUIRE_FALSE(has_nan(r.o));
+  REQUIRE_FALSE(has_nan(r.lse));
   const ch06::Fa2Result cpu =
       ch06::attention_fa2(run.in, shape, {run.scale, run.c.causal, t.br, t.bc});
   const std::vector<double> w =

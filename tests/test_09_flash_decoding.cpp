@@ -474,6 +474,8 @@ void every_rung_equals_the_cpu_step() {
         const AttentionInputs in = ch06::round_inputs(inputs_of(c.shape, kind, kSeed), dtype);
         const DecodeOptions opt{default_scale(c.shape.d), c.causal};
         const DecodeReference r = decode_reference(in, c.shape, c.lengths, opt);
+        REQUIRE_FALSE(test::has_nan(r.o));
+        REQUIRE_FALSE(test::has_nan(r.lse));
         // A 16-bit O is rounded once: u max(|O|, N) <= u (o_weight + N), N the smallest normal.
         std::vector<double> w = r.o_weight;
         for (double& x : w) x += ch06::smallest_normal(dtype);

@@ -294,6 +294,9 @@ void rungs_equal_fp64_and_the_cpu_step() {
       const float scale = default_scale(s.d);
       const BackwardInputs in = backward_inputs(c, type);
       ref::AttentionGrads r = ref::attention_backward(in.qkv, in.d_o, s, scale, c.causal);
+      REQUIRE_FALSE(test::has_nan(r.dq));
+      REQUIRE_FALSE(test::has_nan(r.dk));
+      REQUIRE_FALSE(test::has_nan(r.dv));
       add_subnormal_terms(r, in.qkv, in.d_o, s, scale, type);
       const BackwardResult tiled = attention_backward_fa2(
           in.qkv, in.o, in.lse, in.d_o, s, {scale, c.causal, kKernelRows, kKernelKeys});
