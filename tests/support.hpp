@@ -34,21 +34,22 @@ bool has_nan(const std::vector<T>& v) {
 
 /// For its lifetime, the simulator runs launches with their blocks in reverse order
 /// (sim::set_block_order), so that what depends on the order of blocks (atomics summed
-/// across blocks) comes out of another order than the default's. On a GPU it does nothing:
-/// the hardware picks the order.
+/// across blocks) comes out of another order than the default's; then the order it found
+/// again. On a GPU it does nothing: the hardware picks the order.
 class ReversedBlocks {
  public:
-  explicit ReversedBlocks(Backend b) : sim_(b == Backend::sim) {
+  explicit ReversedBlocks(Backend b) : sim_(b == Backend::sim), before_(sim::block_order()) {
     if (sim_) sim::set_block_order(sim::BlockOrder::reverse);
   }
   ~ReversedBlocks() {
-    if (sim_) sim::set_block_order(sim::BlockOrder::forward);
+    if (sim_) sim::set_block_order(before_);
   }
   ReversedBlocks(const ReversedBlocks&) = delete;
   ReversedBlocks& operator=(const ReversedBlocks&) = delete;
 
  private:
   bool sim_;
+  sim::BlockOrder before_;
 };
 }  // namespace wb::test
 

@@ -1,7 +1,5 @@
 // Chapter 03's kernels move the bytes their headers state (suite "profile": the instrumented
 // twin, CTest 03_block_merge/sim-profile; tests/traffic_checks.hpp).
-#include <cstdint>
-#include <set>
 #include <string>
 #include <vector>
 
@@ -31,13 +29,10 @@ TEST_CASE("every rung moves the bytes its header states, on odd shapes" *
 TEST_CASE("every rung moves 16-byte vectors exactly where its plan says, else single elements" *
           doctest::test_suite("profile")) {
   const Ladder<RowArgs> ladder = ch03::kernel_ladder<Backend::sim>();
-  // Vectors (cols a multiple of every type's width, aligned rows): lane_groups' narrow groups
-  // (24), warp_registers' whole vectors per lane (136), the block rungs (1032). Single
-  // elements: 37 columns, a multiple of no vector width. The two online rungs never vectorize.
-  // Every global access the launch makes, lane by lane, has the one width.
+  // Every global access the launch makes, lane by lane, has the one width; the two online
+  // rungs never vectorize.
   for (Dtype t : {Dtype::fp32, Dtype::fp16, Dtype::bf16}) {
-    for (const test::RowShape& s :
-         std::vector<test::RowShape>{{7, 24}, {3, 136}, {2, 1032}, {5, 37}}) {
+    for (const test::RowShape& s : test::kVectorWidthShapes) {
       RowBuffers buffers(Backend::sim,
                          std::vector<float>(static_cast<std::size_t>(s.rows) * s.cols, 0.5f),
                          s.rows, s.cols, t);
@@ -49,12 +44,8 @@ TEST_CASE("every rung moves 16-byte vectors exactly where its plan says, else si
         const bool vectors = !online && test::block_merge::rung_plan<Backend::sim>(
                                             name, buffers.args.x, buffers.args.y, s.cols, t)
                                             .vectorized;
-        std::set<std::uint32_t> widths;
-        for (const sim::LaunchProfile& p :
-             test::profile_launches([&] { rung.launch(buffers.args); }, /*trace_global=*/true))
-          for (const sim::GlobalAccess& a : p.trace) widths.insert(a.bytes);
-        const std::uint32_t width = vectors ? 16u : static_cast<std::uint32_t>(dtype_bytes(t));
-        CHECK(widths == std::set<std::uint32_t>{width});
+        CHECK(test::global_access_widths([&] { rung.launch(buffers.args); }) ==
+              test::row_access_width(vectors, t));
       }
     }
   }

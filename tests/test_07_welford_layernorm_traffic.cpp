@@ -1,8 +1,6 @@
 // Chapter 07's kernels move the bytes their headers state (suite "profile": the instrumented
 // twin, CTest 07_welford_layernorm/sim-profile; tests/traffic_checks.hpp).
 #include <cstddef>
-#include <cstdint>
-#include <set>
 #include <string>
 #include <vector>
 
@@ -44,12 +42,9 @@ TEST_CASE("every rung moves x, y, gamma and beta in 16-byte vectors exactly wher
           doctest::test_suite("profile")) {
   const Ladder<LayerNormArgs> ladder = ch07::kernel_ladder<Backend::sim>();
   constexpr float kEps = 1e-5f;
-  // Vectors (cols a multiple of every type's width, aligned rows): warp_per_row's narrow
-  // groups (24), its whole warps (136), the block rungs (1032). Single elements: 37 columns.
   // Every access to the four row buffers has the one width (mean and rstd are a float each).
   for (Dtype t : {Dtype::fp32, Dtype::fp16, Dtype::bf16}) {
-    for (const test::RowShape& s :
-         std::vector<test::RowShape>{{7, 24}, {3, 136}, {2, 1032}, {5, 37}}) {
+    for (const test::RowShape& s : test::kVectorWidthShapes) {
       const std::vector<float> x(static_cast<std::size_t>(s.rows) * s.cols, 0.5f);
       const std::vector<float> gamma(s.cols, 2.f), beta(s.cols, 1.f);
       LayerNormBuffers buffers(Backend::sim, x, gamma, beta, s.rows, s.cols, kEps, t);
@@ -57,21 +52,12 @@ TEST_CASE("every rung moves x, y, gamma and beta in 16-byte vectors exactly wher
       sim::label_device_buffer(buffers.y.data(), "y");
       sim::label_device_buffer(buffers.gamma.data(), "gamma");
       sim::label_device_buffer(buffers.beta.data(), "beta");
-      const std::uint32_t width =
-          ch07::can_vectorize(buffers.args) ? 16u : static_cast<std::uint32_t>(dtype_bytes(t));
       for (const Rung<LayerNormArgs>& rung : ladder) {
         if (!why_refused(rung, buffers.args).empty()) continue;
         INFO(rung.name, " on ", s.rows, " x ", s.cols, " ", to_string(t));
-        std::set<std::uint32_t> widths;
-        for (const sim::LaunchProfile& p :
-             test::profile_launches([&] { rung.launch(buffers.args); }, /*trace_global=*/true)) {
-          for (const sim::GlobalAccess& a : p.trace) {
-            const std::string& name = p.buffers[static_cast<std::size_t>(a.buffer)].name;
-            if (name == "x" || name == "y" || name == "gamma" || name == "beta")
-              widths.insert(a.bytes);
-          }
-        }
-        CHECK(widths == std::set<std::uint32_t>{width});
+        CHECK(test::global_access_widths([&] { rung.launch(buffers.args); },
+                                         {"x", "y", "gamma", "beta"}) ==
+              test::row_access_width(ch07::can_vectorize(buffers.args), t));
       }
     }
   }

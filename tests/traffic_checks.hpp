@@ -5,8 +5,10 @@
 // or whole vectors fails.
 #pragma once
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
+#include <set>
 #include <string>
 #include <utility>
 #include <vector>
@@ -14,6 +16,7 @@
 #include <doctest/doctest.h>
 
 #include "common/attention_inputs.hpp"
+#include "common/dtype.hpp"
 #include "common/rung.hpp"
 #include "common/rung_args.hpp"
 #include "common/rung_buffers.hpp"
@@ -39,6 +42,32 @@ std::vector<wb::sim::LaunchProfile> profile_launches(Launch&& launch, bool trace
     throw;
   }
   return wb::sim::stop_profile();
+}
+
+/// The widths in bytes of the global accesses `launch` makes, lane by lane (trace mode): to
+/// every buffer, or only to those labelled (sim::label_device_buffer) with one of `buffers`.
+template <typename Launch>
+std::set<std::uint32_t> global_access_widths(Launch&& launch,
+                                             const std::vector<std::string>& buffers = {}) {
+  std::set<std::uint32_t> widths;
+  for (const wb::sim::LaunchProfile& p : profile_launches(launch, /*trace_global=*/true)) {
+    for (const wb::sim::GlobalAccess& a : p.trace) {
+      const std::string& name = p.buffers[static_cast<std::size_t>(a.buffer)].name;
+      if (buffers.empty() || std::find(buffers.begin(), buffers.end(), name) != buffers.end())
+        widths.insert(a.bytes);
+    }
+  }
+  return widths;
+}
+
+/// The rows of the vector-width checks: 16-byte vectors (cols a multiple of every type's
+/// width, aligned rows) in a narrow group of lanes (24), whole vectors per lane of a warp
+/// (136) and in the block rungs (1032); single elements (37, a multiple of no vector width).
+inline const std::vector<RowShape> kVectorWidthShapes = {{7, 24}, {3, 136}, {2, 1032}, {5, 37}};
+
+/// The one width every access of a row has: a 16-byte vector, or an element of `t`.
+inline std::set<std::uint32_t> row_access_width(bool vectors, Dtype t) {
+  return {vectors ? 16u : static_cast<std::uint32_t>(dtype_bytes(t))};
 }
 
 template <typename Launch>

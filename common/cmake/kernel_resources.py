@@ -47,8 +47,6 @@ ALLOWED = [
     (r"ch07::warp_per_row_kernel<float, 32, 32, true>", r"sm_\d+", 16, SLOW_DIVISION),
 ]
 
-BUILT_ARCHS = set()  # the architectures this build compiled for (main fills it)
-
 ENTRY = re.compile(r"Compiling entry function '(\S+)' for '(sm_\d+)'")
 PROPERTIES = re.compile(r"Function properties for (\S+)")
 FRAME = re.compile(r"(\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) bytes spill loads")
@@ -152,7 +150,7 @@ def snake(recipe):
     return re.sub(r"(?<!^)(?=[A-Z])", "_", recipe.removesuffix("Recipe")).lower()
 
 
-def comparable(text, page, nvcc_version, archs):
+def comparable(kernels, text, page, nvcc_version, archs):
     """Whether the page's counts can be compared with this build's: "yes"; "no" when they are
     another compiler's or for an architecture not built (a note says so); "error" when the
     page names no compiler."""
@@ -164,7 +162,8 @@ def comparable(text, page, nvcc_version, archs):
         print(f"note: {page.name}'s counts are nvcc {named.group(1)}'s, this is nvcc "
               f"{nvcc_version}: not compared")
         return "no"
-    missing = sorted(a for a in archs if a not in BUILT_ARCHS)
+    built = {a for k in kernels.values() for a in k.registers}
+    missing = sorted(a for a in archs if a not in built)
     if missing:
         print(f"note: {page.name} states counts for {', '.join(missing)}, which this build does "
               "not compile for: not compared")
@@ -175,7 +174,7 @@ def comparable(text, page, nvcc_version, archs):
 def check_page(kernels, names, page, nvcc_version):
     """The page's rung table against sm_90's registers (fp16 and bf16 alike)."""
     text = page.read_text()
-    verdict = comparable(text, page, nvcc_version, ["sm_90"])
+    verdict = comparable(kernels, text, page, nvcc_version, ["sm_90"])
     if verdict != "yes":
         return int(verdict == "error")
     measured = {}  # (rung, D) -> set of sm_90 registers
@@ -213,7 +212,7 @@ def check_claims(kernels, names, pages, nvcc_version):
         claims = CLAIM.findall(text)
         if not claims:
             continue
-        verdict = comparable(text, page, nvcc_version, sorted({c[1] for c in claims}))
+        verdict = comparable(kernels, text, page, nvcc_version, sorted({c[1] for c in claims}))
         if verdict != "yes":
             bad += int(verdict == "error")
             continue
@@ -247,7 +246,6 @@ def main():
     kernels = parse(files)
     names = readable(kernels)
     archs = sorted({a for k in kernels.values() for a in k.registers})
-    BUILT_ARCHS.update(archs)
     table(kernels, names, archs)
     bad = check_frames(kernels, names) if args.check else 0
     if args.page_table:
