@@ -1,5 +1,6 @@
 // The PTX wrappers' warp side (mma.m16n8k16, ldmatrix) and the cp.async queues.
 #include <cstdio>
+#include <cstring>
 #include <deque>
 #include <vector>
 
@@ -151,6 +152,11 @@ void cp_async_check(const void* dst, const void* src, bool full, Site site) {
 
 void cp_async_issue(void* dst, const std::uint32_t (&data)[4]) {
   const RuntimeScope runtime;
+  // In flight, the destination holds no defined value (a GPU may have written all of it, some
+  // or none): 0xff bytes, a NaN in every floating type, until the wait lands the copy. Written
+  // here, outside the instrumentation, so that initcheck still sees the bytes as unwritten and
+  // a profile counts no store.
+  std::memset(dst, 0xff, sizeof(CpAsyncCopy::data));
   CpAsyncQueue& q = queues()[wb_sim_current.linear];
   CpAsyncCopy copy;
   copy.dst = dst;

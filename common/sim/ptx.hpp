@@ -16,11 +16,15 @@
 //
 // cp.async: a copy is queued for its thread when issued and written to shared memory by that
 // thread when a cp_async_wait<N>() covers its group (all but the N newest committed groups), not
-// before: shared memory keeps its old bytes until then, so a kernel that reads without waiting
-// reads stale data (or unwritten bytes, which an instrumented run reports), and a kernel that
-// waits but does not __syncthreads before other threads read is a race in race mode, as on a
-// GPU. Copies still queued when the block ends are dropped (a GPU would complete them, but no
-// thread could read them without a wait).
+// before. In between, its destination holds 0xff bytes (NaN as float, __half or bf16): a GPU may
+// land the copy at any moment of that window, so nothing read there is defined. A kernel that
+// reads without waiting reads NaN (and bytes no instrumented code wrote, which an instrumented
+// run reports); one that refills a buffer while another thread still reads it, with no barrier
+// between the reads and the issue, hands that thread NaN, and race mode reports the issue's write
+// (it writes the 0xff bytes where ThreadSanitizer sees them); one that waits but does not
+// __syncthreads before other threads read is a race at the wait's write, as on a GPU. Copies
+// still queued when the block ends are dropped (a GPU would complete them, but no thread could
+// read them without a wait).
 #pragma once
 
 #include <cmath>
@@ -123,7 +127,14 @@ namespace wb::ptx {
   using namespace wb::sim::detail;
   cp_async_check(dst, src, full, Site{file, line});
   const Chunk16 chunk = full ? *static_cast<const Chunk16*>(src) : Chunk16{};
-  cp_async_issue(dst, chunk.w);
+  cp_async_issue(dst, chunk.w);  // the destination is 0xff bytes until the copy lands
+#if defined(WB_SIM_RACE_MODE)
+  // The same 0xff bytes again, where ThreadSanitizer sees them: a GPU writes the destination at
+  // some moment between the issue and the wait, so race mode writes it at both ends. A copy into
+  // a buffer that another thread still reads with no barrier in between is a race at the issue.
+  auto* words = static_cast<std::uint32_t*>(dst);
+  for (int i = 0; i < 4; ++i) words[i] = 0xffffffffu;
+#endif
 }
 
 /// Closes this thread's group of the copies queued since the last commit.

@@ -1,7 +1,7 @@
 // PTX wrapper misuse in the simulator: the faults a kernel's mma, ldmatrix and cp.async calls
 // are reported with (a partial or diverged warp, an address off its 16 bytes), and race mode on
-// a cp.async chunk read by another thread without a barrier. The products and the misuse a
-// result shows: test_ptx.cpp.
+// a cp.async chunk read by another thread without a barrier, or refilled while another thread
+// still reads it. The products and the misuse a result shows: test_ptx.cpp.
 #include <doctest/doctest.h>
 
 #include <cmath>
@@ -169,6 +169,34 @@ __global__ void cp_async_neighbour_kernel(const float* src, float* out, int sync
   }
 }
 
+// A double buffer over `tiles` tiles of 64 chunks, as a pipelined kernel runs it with two warps:
+// thread t copies chunk t of every tile, and after the wait and the barrier reads chunk
+// (t + 32) % 64, the other warp's, of the tile in use. The next iteration issues tile i + 2's
+// copies into the buffer tile i is in, so a second barrier (`sync` = 1) must order every
+// thread's read of tile i before any thread's issue. Without it, a thread of warp 0 refills the
+// buffer while warp 1 has yet to read it: on a GPU it reads tile i or tile i + 2, whichever
+// landed; a race. out: (tiles, 64, 4), what each thread read.
+__global__ void cp_async_refill_kernel(const float* src, int tiles, float* out, int sync) {
+  constexpr int kThreads = 64, kTileFloats = kThreads * kChunkFloats;
+  float* buffer = wb::dynamic_shared<float>();  // two tiles
+  const int t = static_cast<int>(threadIdx.x), other = (t + 32) % kThreads;
+  wb::ptx::cp_async_16(buffer + t * kChunkFloats, src + t * kChunkFloats, true);
+  wb::ptx::cp_async_commit();
+  for (int i = 0; i < tiles; ++i) {
+    if (i + 1 < tiles) {
+      wb::ptx::cp_async_16(buffer + (i + 1) % 2 * kTileFloats + t * kChunkFloats,
+                           src + (i + 1) * kTileFloats + t * kChunkFloats, true);  // planted race
+    }
+    wb::ptx::cp_async_commit();
+    wb::ptx::cp_async_wait<1>();  // tile i's copy of this thread landed
+    __syncthreads();              // ... and every thread's
+    for (int j = 0; j < kChunkFloats; ++j)
+      out[(i * kThreads + t) * kChunkFloats + j] =
+          buffer[i % 2 * kTileFloats + other * kChunkFloats + j];
+    if (sync != 0) __syncthreads();  // tile i read: its buffer may be refilled
+  }
+}
+
 // Lane l writes row (l + 1) % 32 of a tile of 32 rows of 8 16-bit elements (element (r, c) =
 // 8 r + c) in the launch's dynamic shared memory, then the warp reads the tile by ldmatrix_x4,
 // lane l handing in row l. ldmatrix synchronizes registers, not memory: row l was written by
@@ -184,6 +212,9 @@ __global__ void ldmatrix_after_store_kernel(std::uint32_t* out, int sync) {
 }
 
 constexpr std::size_t kChunksBytes = 32 * kChunkFloats * sizeof(float);
+constexpr int kRefillThreads = 64, kRefillTiles = 4;
+constexpr int kRefillFloats = kRefillTiles * kRefillThreads * kChunkFloats;
+constexpr std::size_t kRefillBytes = 2 * kRefillThreads * kChunkFloats * sizeof(float);
 constexpr std::size_t kRowsBytes = 32 * 8 * sizeof(std::uint16_t);
 
 }  // namespace
@@ -205,6 +236,32 @@ TEST_CASE("a cp_async chunk read by another thread after wait and syncthreads is
   // starts as 0xff bytes, a NaN as float).
   wb::launch<cp_async_neighbour_kernel>(dim3(1), dim3(32), kChunksBytes, src.p, out.data(), 0);
   CHECK(std::isnan(out[0]));
+#endif
+}
+
+TEST_CASE("a double buffer refilled after a barrier behind every read is race-free" *
+          doctest::test_suite("ptx")) {
+  Aligned<float> src(kRefillFloats);
+  for (std::size_t i = 0; i < src.size; ++i) src[i] = static_cast<float>(i);
+  std::vector<float> out(kRefillFloats);
+  wb::launch<cp_async_refill_kernel>(dim3(1), dim3(kRefillThreads), kRefillBytes, src.p,
+                                     kRefillTiles, out.data(), 1);
+  for (int i = 0; i < kRefillTiles; ++i) {
+    for (int t = 0; t < kRefillThreads; ++t) {
+      const int other = (t + 32) % kRefillThreads;
+      for (int j = 0; j < kChunkFloats; ++j) {
+        CHECK(out[(i * kRefillThreads + t) * kChunkFloats + j] ==
+              static_cast<float>((i * kRefillThreads + other) * kChunkFloats + j));
+      }
+    }
+  }
+#if !defined(WB_SIM_RACE_MODE)
+  // Without the second barrier the plain simulator hands warp 1 NaN: warp 0 runs on to the next
+  // iteration's barrier, issuing its copies into the buffer of tile 0 (0xff bytes from the
+  // issue to the wait), before warp 1 reads tile 0.
+  wb::launch<cp_async_refill_kernel>(dim3(1), dim3(kRefillThreads), kRefillBytes, src.p,
+                                     kRefillTiles, out.data(), 0);
+  CHECK(std::isnan(out[32 * kChunkFloats]));  // thread 32 of tile 0, reading thread 0's chunk
 #endif
 }
 
@@ -234,6 +291,15 @@ TEST_CASE("a cp_async wait lands only the calling thread's copies" *
   for (std::size_t i = 0; i < src.size; ++i) src[i] = 1.0f;
   std::vector<float> out(32 * kChunkFloats);
   wb::launch<cp_async_neighbour_kernel>(dim3(1), dim3(32), kChunksBytes, src.p, out.data(), 0);
+}
+
+TEST_CASE("a cp_async refill of a buffer another thread still reads is a race" *
+          doctest::test_suite("race_planted_cp_async_refill")) {
+  Aligned<float> src(kRefillFloats);
+  for (std::size_t i = 0; i < src.size; ++i) src[i] = 1.0f;
+  std::vector<float> out(kRefillFloats);
+  wb::launch<cp_async_refill_kernel>(dim3(1), dim3(kRefillThreads), kRefillBytes, src.p,
+                                     kRefillTiles, out.data(), 0);
 }
 
 TEST_CASE("ldmatrix gives no memory ordering without syncwarp" *
