@@ -137,10 +137,14 @@ namespace {
 
 // lq and lk from {1, 17, 97, 203, 1000}: partial Q tiles of 64 and 128 rows and K/V tiles of 64
 // (and chapter 06's 32) keys, lq != lk both ways (fully masked rows under the mask, Q tiles
-// that visit no K/V tile), d = 64 and 128, bh 1 and 2.
-const std::vector<AttentionShape> kShapes = {{1, 1, 1, 64},     {2, 17, 97, 64},
-                                             {1, 203, 17, 128}, {1, 97, 203, 128},
-                                             {1, 1000, 97, 64}, {1, 1, 1000, 128}};
+// that visit no K/V tile), d = 64 and 128, bh 1 and 2. And the two boundaries an off-by-one
+// hides behind, at lq = 126, lk = 127: the last key step reaches one key past lk (127 = 64 + 63
+// = 3 x 32 + 31: its last key alone is masked, at 64 and at 32 keys a step), and under the mask
+// key 64, the first of the second K/V tile, is seen by row 63 alone, the last row of a warp's 16
+// (rows 48-63) and of its 32 (rows 32-63, fa2_register_blocked).
+const std::vector<AttentionShape> kShapes = {
+    {1, 1, 1, 64},     {2, 17, 97, 64},   {1, 203, 17, 128}, {1, 97, 203, 128},
+    {1, 1000, 97, 64}, {1, 1, 1000, 128}, {1, 126, 127, 64}, {1, 126, 127, 128}};
 // Race mode and the instrumented twin (several times slower): both d, partial tiles, lq > lk.
 const std::vector<AttentionShape> kRaceShapes = {{1, 17, 97, 64}, {1, 203, 17, 128}};
 

@@ -36,13 +36,14 @@ struct Case {
 
 /// One key; d = 59 over tiles of 16 keys and rows with lq != lk; lq > lk causal (the first
 /// lq - lk rows fully masked); a long row of 1000 keys; lq = 97 (six Q tiles and a short one);
-/// every input kind on a shape that crosses tiles both ways, with and without the mask.
+/// every input kind on a shape that crosses tiles both ways, with and without the mask. And
+/// lk = lq + 1 under the mask: key 16 j is seen first by row 16 j - 1, the last row of a Q tile,
+/// the boundary of eq. (7)'s first Q tile.
 std::vector<Case> cases() {
-  std::vector<Case> c = {{{1, 1, 1, 8}, ScoreKind::randn, false},
-                         {{2, 17, 33, 59}, ScoreKind::randn, true},
-                         {{2, 17, 33, 59}, ScoreKind::outliers, false},
-                         {{1, 40, 19, 16}, ScoreKind::randn, true},
-                         {{1, 2, 1000, 32}, ScoreKind::randn, true}};
+  std::vector<Case> c = {
+      {{1, 1, 1, 8}, ScoreKind::randn, false},       {{2, 17, 33, 59}, ScoreKind::randn, true},
+      {{2, 17, 33, 59}, ScoreKind::outliers, false}, {{1, 40, 19, 16}, ScoreKind::randn, true},
+      {{1, 2, 1000, 32}, ScoreKind::randn, true},    {{1, 48, 49, 8}, ScoreKind::randn, true}};
   if (test::small_shapes()) return c;
   c.push_back({{1, 97, 64, 64}, ScoreKind::randn, true});
   c.push_back({{1, 31, 203, 128}, ScoreKind::randn, false});
@@ -52,10 +53,12 @@ std::vector<Case> cases() {
 }
 
 /// The tensor-core rung's cases (d = 64 or 128): tiles of 64 rows and keys, short last tiles,
-/// lq > lk causal (fully masked rows), outliers.
+/// lq > lk causal (fully masked rows), outliers; lk = lq + 1 = 127 under the mask (key 64 seen
+/// first by row 63, the last of a Q tile; the last 16 keys one past lk).
 std::vector<Case> tensor_core_cases() {
   std::vector<Case> c = {{{1, 20, 70, 64}, ScoreKind::randn, true},
-                         {{1, 70, 20, 128}, ScoreKind::randn, true}};
+                         {{1, 70, 20, 128}, ScoreKind::randn, true},
+                         {{1, 126, 127, 64}, ScoreKind::randn, true}};
   if (test::small_shapes()) return c;
   c.push_back({{2, 33, 130, 64}, ScoreKind::outliers, false});
   c.push_back({{1, 97, 150, 128}, ScoreKind::randn, true});
