@@ -47,10 +47,14 @@ void* device_alloc(Backend backend, std::size_t bytes) {
   check_kernel_backend(backend);
   const std::size_t requested = bytes;
   if (bytes == 0) bytes = 1;  // a valid, unique pointer for empty buffers on both backends
+  // A new buffer holds 0xff bytes, a NaN in every floating type, on both backends: an output
+  // element a kernel forgets to write fails its comparison, where memory as allocated (often the
+  // freed buffer of the rung before, holding the right answer) could let it pass.
   if (backend == Backend::cuda) {
 #if WB_HAVE_CUDA
     void* ptr = nullptr;
     WB_CUDA_CHECK(cudaMalloc(&ptr, bytes));
+    WB_CUDA_CHECK(cudaMemset(ptr, 0xff, bytes));
     return ptr;
 #else
     no_cuda();
@@ -59,7 +63,9 @@ void* device_alloc(Backend backend, std::size_t bytes) {
   // 256-byte alignment, as cudaMalloc guarantees, so vectorized loads behave the same.
   void* ptr = std::aligned_alloc(256, (bytes + 255) / 256 * 256);
   if (ptr == nullptr) throw std::bad_alloc();
-  // memcheck and initcheck in instrumented builds see exactly the requested bytes, unwritten.
+  std::memset(ptr, 0xff, bytes);
+  // memcheck and initcheck in instrumented builds see exactly the requested bytes, unwritten
+  // (the 0xff bytes above are no kernel's writes).
   tell_simulator(sim::detail::note_device_alloc, ptr, requested);
   return ptr;
 }

@@ -6,10 +6,12 @@ at a tile boundary, a missing barrier or wait, a forgotten rescale, a wrong alig
 names the chapter whose tests must catch it. For each, the script edits a copy of the sources,
 rebuilds that chapter's test binaries and runs its suites (sim, cpu, race, memcheck, profile,
 or the mutant's own `stages`) until one fails: the mutant is killed. One that every suite
-passes survived: a test that could not fail, or a shape that misses the boundary. The copy
-lives in BUILD_DIR (default build-mutants/), so the working tree is never touched.
+passes survived: a test that could not fail, or a shape that misses the boundary. A mutant of
+the simulator itself (chapter "sim") names its `targets` and a `ctest` regex instead: the
+planted faults, races and counts of the simulator's own tests must notice. The copy lives in
+BUILD_DIR (default build-mutants/), so the working tree is never touched.
 
-  tests/mutants/run_mutants.py                 every mutant (about 30 minutes on 2 cores)
+  tests/mutants/run_mutants.py                 every mutant (about 25 minutes on 2 cores)
   tests/mutants/run_mutants.py NAME ...        those mutants
   tests/mutants/run_mutants.py --check         only that every edit still applies (seconds;
                                                CTest runs this as mutants/apply)
@@ -43,6 +45,8 @@ def load(path):
         for key in ("name", "chapter", "plants", "edits"):
             if key not in m:
                 sys.exit(f"run_mutants: mutant {m.get('name', '?')} has no '{key}'")
+        if m["chapter"] == "sim" and not ("targets" in m and "ctest" in m):
+            sys.exit(f"run_mutants: mutant {m['name']} of the simulator needs targets and ctest")
         for stage in m.get("stages", []):
             if stage not in STAGES:
                 sys.exit(f"run_mutants: mutant {m['name']}: unknown stage '{stage}'")
@@ -50,6 +54,8 @@ def load(path):
 
 
 def chapter_dir(root, chapter):
+    if chapter == "sim":
+        return "sim"
     found = sorted((root / "chapters").glob(chapter + "_*"))
     if len(found) != 1:
         raise ValueError(f"no single chapter {chapter} under {root / 'chapters'}")
@@ -88,6 +94,18 @@ def run(cmd, timeout):
         return p.returncode, p.stdout + p.stderr
     except subprocess.TimeoutExpired:
         return 124, f"timed out after {timeout} s"
+
+
+def run_simulator_mutant(m, build, jobs):
+    """Builds the mutant's targets and runs `ctest -R` on its regex: (verdict, detail)."""
+    rc, out = run(["cmake", "--build", str(build), "--target", *m["targets"], "-j", jobs], 3600)
+    if rc != 0:
+        return "DOES NOT COMPILE", out[-1500:]
+    rc, out = run(["ctest", "--test-dir", str(build), "-R", m["ctest"]], 1800)
+    if rc != 0:
+        failed = [l.strip() for l in out.splitlines() if "(Failed)" in l or "***" in l]
+        return "killed by ctest", "\n".join(failed)
+    return "SURVIVED", ""
 
 
 def copy_tree(dest):
@@ -146,7 +164,9 @@ def main():
         for f, (_, text) in texts.items():
             (src / f).write_text(text)
         try:
-            for stage in m.get("stages", DEFAULT_STAGES):
+            if m["chapter"] == "sim":
+                verdict, detail = run_simulator_mutant(m, build, args.jobs)
+            for stage in [] if m["chapter"] == "sim" else m.get("stages", DEFAULT_STAGES):
                 suffix, suite = STAGES[stage]
                 target = f"test_{chapter}{suffix}"
                 rc, out = run(["cmake", "--build", str(build), "--target", target, "-j", args.jobs],
