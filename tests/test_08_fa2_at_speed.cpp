@@ -145,8 +145,10 @@ namespace {
 const std::vector<AttentionShape> kShapes = {
     {1, 1, 1, 64},     {2, 17, 97, 64},   {1, 203, 17, 128}, {1, 97, 203, 128},
     {1, 1000, 97, 64}, {1, 1, 1000, 128}, {1, 126, 127, 64}, {1, 126, 127, 128}};
-// Race mode and the instrumented twin (several times slower): both d, partial tiles, lq > lk.
-const std::vector<AttentionShape> kRaceShapes = {{1, 17, 97, 64}, {1, 203, 17, 128}};
+// Race mode and the instrumented twin (several times slower): both d, partial tiles, lq < lk
+// and lq > lk, and d = 128 with lk = lq + 1 (the warp boundary above).
+const std::vector<AttentionShape> kRaceShapes = {
+    {1, 17, 97, 64}, {1, 203, 17, 128}, {1, 64, 65, 128}};
 
 test::RungError measure(const test::AttentionRungRun& run) {
   const RungTiles t = rung_tiles(run.rung.name, run.c.shape.d);
