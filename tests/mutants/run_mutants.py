@@ -96,6 +96,24 @@ def run(cmd, timeout):
         return 124, f"timed out after {timeout} s"
 
 
+def run_chapter_mutant(m, chapter, build, jobs):
+    """Builds the chapter's test binaries and runs the mutant's stages until one fails:
+    (verdict, detail)."""
+    for stage in m.get("stages", DEFAULT_STAGES):
+        suffix, suite = STAGES[stage]
+        target = f"test_{chapter}{suffix}"
+        rc, out = run(["cmake", "--build", str(build), "--target", target, "-j", jobs], 3600)
+        if rc != 0:
+            return "DOES NOT COMPILE", out[-1500:]
+        exe = build / "chapters" / chapter / target
+        rc, out = run([str(exe), f"--test-suite={suite}", "--abort-after=1"], 1800)
+        if rc != 0:
+            caught = [l.strip() for l in out.splitlines()
+                      if "ERROR" in l or "error" in l or "ThreadSanitizer" in l]
+            return f"killed by {stage}", "\n".join(caught)
+    return "SURVIVED", ""
+
+
 def run_simulator_mutant(m, build, jobs):
     """Builds the mutant's targets and runs `ctest -R` on its regex: (verdict, detail)."""
     rc, out = run(["cmake", "--build", str(build), "--target", *m["targets"], "-j", jobs], 3600)
@@ -160,35 +178,23 @@ def main():
             print(f"{m['name']}: NO LONGER APPLIES ({e})", flush=True)
             failed += 1
             continue
-        verdict, detail = "SURVIVED", ""
         for f, (_, text) in texts.items():
             (src / f).write_text(text)
         try:
             if m["chapter"] == "sim":
                 verdict, detail = run_simulator_mutant(m, build, args.jobs)
-            for stage in [] if m["chapter"] == "sim" else m.get("stages", DEFAULT_STAGES):
-                suffix, suite = STAGES[stage]
-                target = f"test_{chapter}{suffix}"
-                rc, out = run(["cmake", "--build", str(build), "--target", target, "-j", args.jobs],
-                              3600)
-                if rc != 0:
-                    verdict, detail = "DOES NOT COMPILE", out[-1500:]
-                    break
-                exe = build / "chapters" / chapter / target
-                rc, out = run([str(exe), f"--test-suite={suite}", "--abort-after=1"], 1800)
-                if rc != 0:
-                    verdict = f"killed by {stage}"
-                    detail = "\n".join(l for l in out.splitlines() if "ERROR" in l or "error" in l
-                                       or "ThreadSanitizer" in l)[:600]
-                    break
+            else:
+                verdict, detail = run_chapter_mutant(m, chapter, build, args.jobs)
         finally:
             for f, (original, _) in texts.items():
                 (src / f).write_text(original)
         if not verdict.startswith("killed"):
             failed += 1
         print(f"{m['name']}: {verdict} ({time.time() - start:.0f} s): {m['plants']}", flush=True)
-        if detail and not verdict.startswith("killed"):
-            print("  " + detail.replace("\n", "\n  "), flush=True)
+        if detail:  # what caught it (its first lines), or why it was not caught
+            lines = detail.splitlines()
+            shown = lines[:2] if verdict.startswith("killed") else lines
+            print("  " + "\n  ".join(shown), flush=True)
     print(f"{len(chosen) - failed} of {len(chosen)} mutants killed")
     return 1 if failed else 0
 
