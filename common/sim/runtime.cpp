@@ -1,13 +1,12 @@
 // The simulator's scheduler: launches, blocks, barriers, warp collectives and faults.
 //
 // One launch at a time (a global mutex). For each block, in blockIdx order (x fastest; or its
-// reverse, set_block_order), every
-// CUDA thread gets a fiber; the scheduler sweeps the threads in linear order and resumes each
-// runnable one until it blocks (at a barrier or collective that others have not reached yet),
-// exits, or faults. A barrier or collective completes when its last participant arrives; that
-// thread computes everyone's results and carries on. When a sweep finds no runnable thread
-// while some are still blocked, nothing can ever complete: that is reported as a fault naming
-// the waiting thread and the one it waits for, instead of hanging.
+// reverse, set_block_order), every CUDA thread gets a fiber; the scheduler sweeps the threads
+// in linear order and resumes each runnable one until it blocks (at a barrier or collective
+// that others have not reached yet), exits, or faults. A barrier or collective completes when
+// its last participant arrives; that thread computes everyone's results and carries on. When a
+// sweep finds no runnable thread while some are still blocked, nothing can ever complete: that
+// is reported as a fault naming the waiting thread and the one it waits for, instead of hanging.
 //
 // Race mode (ThreadSanitizer): fibers switch without synchronizing (no happens-before), so the
 // only orderings TSan sees between CUDA threads of a block are the ones CUDA guarantees:
