@@ -35,6 +35,19 @@ inline constexpr Backend kThisBackend = Backend::sim;
 /// without a + b - 1, which overflows int for a near 2^31.
 __host__ __device__ constexpr int ceil_div(int a, int b) { return a / b + (a % b != 0); }
 
+/// Adds a to p[0] and b to p[1] in global memory (p 8-byte aligned), each element atomically:
+/// one vector reduction (`red.global.add.v2.f32`, CUDA's float2 atomicAdd) on sm_90 and
+/// later, two scalar ones before sm_90 and in the simulator. As on the GPU, the pair is not
+/// one atomic: another thread may see one element added and not yet the other.
+__device__ __forceinline__ void atomic_add_pair(float* p, float a, float b) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  atomicAdd(reinterpret_cast<float2*>(p), make_float2(a, b));
+#else
+  atomicAdd(p, a);
+  atomicAdd(p + 1, b);
+#endif
+}
+
 /// The launch's dynamic shared memory (the third launch parameter), viewed as T[].
 /// CUDA spells it `extern __shared__ T name[]`, which the simulator cannot bind per launch,
 /// so kernels ask for it through this one function.

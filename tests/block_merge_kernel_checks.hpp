@@ -96,14 +96,16 @@ double rung_floor(const Rung<RowArgs>& rung, const void* x, const void* y, int c
 
 using Shape = RowShape;
 
-// The bucket edges and the required irregular ones, rows never a multiple of the rows per
+// The bucket edges (1024 and 2048 columns: the registers' last rows of fp32 and of 16-bit
+// types) and the required irregular ones, rows never a multiple of the rows per
 // block of the register rungs (4 warps, each 32 / group_width rows), and lane_groups' vector
 // groups (4 to 248 columns: 1 to 32 lanes of one float4 or 8 halves, 12 and 24 leaving lanes
 // of a group idle): every group width in fp32 and in the 16-bit types.
 inline const std::vector<Shape> kFastShapes = {
-    {5, 1},   {3, 2},   {7, 4},   {9, 8},    {5, 12},   {9, 16},   {11, 24},  {7, 31},  {5, 32},
-    {6, 33},  {3, 64},  {5, 65},  {6, 120},  {2, 127},  {3, 128},  {5, 129},  {5, 248}, {3, 256},
-    {2, 257}, {3, 512}, {2, 513}, {3, 1000}, {5, 1023}, {3, 1024}, {2, 1025}, {3, 4096}};
+    {5, 1},    {3, 2},    {7, 4},    {9, 8},    {5, 12},  {9, 16},   {11, 24},  {7, 31},
+    {5, 32},   {6, 33},   {3, 64},   {5, 65},   {6, 120}, {2, 127},  {3, 128},  {5, 129},
+    {5, 248},  {3, 256},  {2, 257},  {3, 512},  {2, 513}, {3, 1000}, {5, 1023}, {3, 1024},
+    {2, 1025}, {5, 2047}, {3, 2048}, {2, 2049}, {3, 4096}};
 // Race mode checks shared memory, which the block rungs' rows past 1024 columns use, and the
 // warp shuffles, which lane_groups confines to a group's lanes (16 columns: groups of 4 lanes
 // in fp32, 2 in the 16-bit types).
@@ -114,17 +116,20 @@ inline const std::vector<Shape>& fast_shapes() {
 }
 
 // Every fast shape of this binary times every input kind, in each of `dtypes`; and, outside
-// race mode, block_cached's longest row on an H100 (the simulator's device: 232448 bytes to opt
-// in to, less 64 for the warps' pairs) and one past it (block_vec), one row of randn each, in
-// fp32 and fp16 (bf16's rows are fp16's bytes).
+// race mode, the dispatcher's last block_cached row and one past it (block_vec), and
+// block_cached's longest row on an H100 (the simulator's device: 232448 bytes to opt in to,
+// less 64 for the warps' pairs) and one past it (refused by block_cached), one row of randn
+// each, in fp32 and fp16 (bf16's rows are fp16's bytes).
 inline std::vector<SoftmaxCase> fast_cases(const std::vector<Dtype>& dtypes) {
   std::vector<SoftmaxCase> cases;
   for (Dtype t : dtypes) {
     for (const Shape& s : fast_shapes())
       for (InputKind kind : all_input_kinds()) cases.push_back({s, kind, t});
     if (small_shapes() || t == Dtype::bf16) continue;
+    const int dispatched = t == Dtype::fp32 ? 28912 : 57824;
     const int last = t == Dtype::fp32 ? 58096 : 116192;
-    for (int cols : {last, last + 1}) cases.push_back({{1, cols}, InputKind::randn, t});
+    for (int cols : {dispatched, dispatched + 1, last, last + 1})
+      cases.push_back({{1, cols}, InputKind::randn, t});
   }
   return cases;
 }

@@ -76,12 +76,13 @@ struct KernelShape {
 
 // cols 1..32 (narrow groups, several rows per warp), one past every group width, the vector
 // groups' edges (8 to 256 columns: 1 to 32 lanes of one float4 or 8 halves each, 24 leaving
-// lanes of a group without a vector), one past the warp limit and the default shared-memory
-// limit, and the edge sizes; rows never a multiple of the rows per block.
+// lanes of a group without a vector), the warp limits (1024 floats, 2048 halves) and one past
+// them, the default shared-memory limit, and the edge sizes; rows never a multiple of the
+// rows per block.
 inline const std::vector<KernelShape> kKernelShapes = {
-    {130, 1}, {67, 2},   {37, 3},   {9, 8},    {19, 16},  {11, 24}, {5, 17},  {7, 31},
-    {5, 32},  {6, 33},   {7, 64},   {5, 97},   {6, 120},  {5, 128}, {3, 129}, {5, 248},
-    {3, 256}, {5, 1000}, {3, 1023}, {3, 1024}, {3, 1025}, {2, 4096}};
+    {130, 1},  {67, 2},   {37, 3},   {9, 8},    {19, 16},  {11, 24},  {5, 17},  {7, 31},  {5, 32},
+    {6, 33},   {7, 64},   {5, 97},   {6, 120},  {5, 128},  {3, 129},  {5, 248}, {3, 256}, {5, 1000},
+    {3, 1023}, {3, 1024}, {3, 1025}, {5, 2047}, {3, 2048}, {3, 2049}, {2, 4096}};
 // Long rows, few of them: the simulator runs 256 threads per row.
 inline const std::vector<KernelShape> kLongShapes = {{2, 12264}, {2, 12265}, {1, 32768}};
 // Race mode checks every shared-memory access: narrow groups, a partial warp, several
@@ -136,6 +137,9 @@ inline std::vector<LadderProblem> fp32_problems(std::size_t max_shared) {
   }
   std::vector<KernelShape> long_shapes = test::small_shapes() ? kRaceLongShapes : kLongShapes;
   if (!test::small_shapes()) {
+    const int dispatched = max_dispatched_cached_cols(max_shared);
+    long_shapes.push_back({1, dispatched});      // the dispatcher's last cached row
+    long_shapes.push_back({1, dispatched + 1});  // one past: the dispatcher goes uncached
     const int max_cached = max_cached_cols(max_shared);
     long_shapes.push_back({1, max_cached});      // the longest cached row: all of shared memory
     long_shapes.push_back({1, max_cached + 1});  // one past: uncached
@@ -150,7 +154,8 @@ inline std::vector<LadderProblem> fp32_problems(std::size_t max_shared) {
 /// The fp16 and bf16 problems: on the fp32 shapes (at least 3 rows, so that the two inputs'
 /// rows cover all five kinds, and 3 is no multiple of any rows per block, 4 to 128), then the
 /// 16-bit boundaries of block_cached, one row each: the first row past 48 KiB (24529 halves,
-/// opted in) and the device's limit (116176 on the simulator) with one past it (uncached).
+/// opted in), the dispatcher's last cached row (57808 on the simulator) with one past it, and
+/// the device's limit (116176) with one past it (uncached).
 /// On each: rows of every kind without gamma and beta (from randn on), rows of every kind with
 /// them (from randn + offset on), and those again misaligned where vectors could be used.
 inline std::vector<LadderProblem> problems_16_bit(std::size_t max_shared) {
@@ -160,6 +165,8 @@ inline std::vector<LadderProblem> problems_16_bit(std::size_t max_shared) {
     for (KernelShape& s : shapes) s.rows = std::max(s.rows, 3);
     shapes.push_back({1, max_cached_cols(kDefaultDynamicSharedBytes, t) + 1});
     if (!test::small_shapes()) {
+      shapes.push_back({1, max_dispatched_cached_cols(max_shared, t)});
+      shapes.push_back({1, max_dispatched_cached_cols(max_shared, t) + 1});
       shapes.push_back({1, max_cached_cols(max_shared, t)});
       shapes.push_back({1, max_cached_cols(max_shared, t) + 1});
     }

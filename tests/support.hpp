@@ -4,6 +4,8 @@
 #include <doctest/doctest.h>
 
 #include <cmath>
+#include <cstdlib>
+#include <string>
 #include <vector>
 
 #include "common/backend.hpp"
@@ -17,9 +19,15 @@ namespace wb::test {
 /// simulator's fibers) and in its instrumented twin (memcheck and initcheck), see the
 /// simulator's page: every memory access is checked and kernels run several times slower, so
 /// kernel tests use their smaller shapes there. Asked at run time: one compile of the tests
-/// serves every twin (common/cmake/WbChapter.cmake), only the kernel libraries differ.
+/// serves every twin (common/cmake/WbChapter.cmake), only the kernel libraries differ. On a
+/// GPU, WB_TEST_SMALL_SHAPES=1 asks for the same shapes, for compute-sanitizer's racecheck,
+/// which runs the kernels as many times slower as the simulator's race mode does.
 inline bool small_shapes() {
-  return sim::race_mode() || sim::instrumented();
+  static const bool asked = [] {
+    const char* v = std::getenv("WB_TEST_SMALL_SHAPES");
+    return v != nullptr && std::string(v) == "1";
+  }();
+  return asked || sim::race_mode() || sim::instrumented();
 }
 
 /// Whether `v` holds a NaN. The kernel tests' inputs hold none, so neither may their fp64

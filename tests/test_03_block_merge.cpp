@@ -156,12 +156,13 @@ TEST_SUITE("cpu") {
   }
 
   TEST_CASE("the fast dispatcher picks its rung, group and bucket at every boundary") {
-    // Up to 1024 columns, lane_groups: with vectors (cols a multiple of the width, 4 floats or
-    // 8 halves, and aligned pointers) one vector per lane in a group of the next power of 2 of
-    // vectors up to 32 lanes, then the whole warp with a power of 2 of vectors each; without,
-    // warp_registers' plan (the warp, a power of 2 of entries each). Past 1024, block_cached while
-    // the row and the warps' pairs fit in the 232448 bytes an H100 block may opt in to, block_vec
-    // beyond.
+    // Up to 4 KiB rows (1024 floats, 2048 halves), lane_groups: with vectors (cols a multiple of
+    // the width, 4 floats or 8 halves, and aligned pointers) one vector per lane in a group of
+    // the next power of 2 of vectors up to 32 lanes, then the whole warp with a power of 2 of
+    // vectors each; without, warp_registers' plan (the warp, a power of 2 of entries each).
+    // Past that, block_cached while two blocks' rows and warps' pairs fit on an H100 SM (232448
+    // bytes a block may opt in to, plus 1 KiB the SM keeps back per block: 115712 bytes each,
+    // 28912 floats), block_vec beyond. `path` is fp32's; 16-bit rows move at 2048 and 57824.
     alignas(16) static unsigned char buffer[32];
     const void* aligned = buffer;
     constexpr std::size_t kSm90 = 232448;
@@ -177,36 +178,30 @@ TEST_SUITE("cpu") {
     const FastPath reg = FastPath::warp_registers, cached = FastPath::block_cached;
     const FastPath block = FastPath::block_vec;
     const Lanes none = {0, 0, false}, none_vec = {0, 0, true};
-    const Expect expected[] = {{1, reg, {32, 1, false}, {32, 1, false}},
-                               {8, reg, {2, 4, true}, {1, 8, true}},
-                               {24, reg, {8, 4, true}, {4, 8, true}},
-                               {32, reg, {8, 4, true}, {4, 8, true}},
-                               {33, reg, {32, 2, false}, {32, 2, false}},
-                               {64, reg, {16, 4, true}, {8, 8, true}},
-                               {65, reg, {32, 4, false}, {32, 4, false}},
-                               {128, reg, {32, 4, true}, {16, 8, true}},
-                               {129, reg, {32, 8, false}, {32, 8, false}},
-                               {136, reg, {32, 8, true}, {32, 8, true}},
-                               {256, reg, {32, 8, true}, {32, 8, true}},
-                               {257, reg, {32, 16, false}, {32, 16, false}},
-                               {512, reg, {32, 16, true}, {32, 16, true}},
-                               {513, reg, {32, 32, false}, {32, 32, false}},
-                               {1020, reg, {32, 32, true}, {32, 32, false}},
-                               {1024, reg, {32, 32, true}, {32, 32, true}},
-                               {1025, cached, none, none},
-                               {1032, cached, none_vec, none_vec},
-                               {58096, cached, none_vec, none_vec},
-                               {58104, block, none_vec, none_vec},
-                               {116192, block, none_vec, none_vec}};
+    const Expect expected[] = {
+        {1, reg, {32, 1, false}, {32, 1, false}},     {8, reg, {2, 4, true}, {1, 8, true}},
+        {24, reg, {8, 4, true}, {4, 8, true}},        {32, reg, {8, 4, true}, {4, 8, true}},
+        {33, reg, {32, 2, false}, {32, 2, false}},    {64, reg, {16, 4, true}, {8, 8, true}},
+        {65, reg, {32, 4, false}, {32, 4, false}},    {128, reg, {32, 4, true}, {16, 8, true}},
+        {129, reg, {32, 8, false}, {32, 8, false}},   {136, reg, {32, 8, true}, {32, 8, true}},
+        {256, reg, {32, 8, true}, {32, 8, true}},     {257, reg, {32, 16, false}, {32, 16, false}},
+        {512, reg, {32, 16, true}, {32, 16, true}},   {513, reg, {32, 32, false}, {32, 32, false}},
+        {1020, reg, {32, 32, true}, {32, 32, false}}, {1024, reg, {32, 32, true}, {32, 32, true}},
+        {1025, cached, none, {32, 64, false}},        {1032, cached, none_vec, {32, 64, true}},
+        {2048, cached, none_vec, {32, 64, true}},     {2049, cached, none, none},
+        {28912, cached, none_vec, none_vec},          {28913, block, none, none},
+        {58096, block, none_vec, none_vec},           {116192, block, none_vec, none_vec}};
     for (const Expect& e : expected) {
       for (Dtype t : {Dtype::fp32, Dtype::fp16, Dtype::bf16}) {
         CAPTURE(e.cols);
         const std::string dtype = to_string(t);
         CAPTURE(dtype);
         const Lanes& l = t == Dtype::fp32 ? e.fp32 : e.bits16;
-        // A 16-bit row is half the bytes: block_cached holds it up to 116192 columns.
-        const FastPath path =
-            t != Dtype::fp32 && e.cols > 1024 && e.cols <= 116192 ? cached : e.path;
+        // A 16-bit row is half the bytes: in registers up to 2048 columns, two block_cached
+        // blocks fit up to 57824.
+        FastPath path = e.path;
+        if (t != Dtype::fp32 && e.cols > 1024)
+          path = e.cols <= 2048 ? reg : e.cols <= 57824 ? cached : block;
         const FastPlan plan = plan_fast_softmax(aligned, aligned, e.cols, t, kSm90);
         CHECK(plan.path == path);
         CHECK(plan.group_width == l.group);
@@ -219,7 +214,8 @@ TEST_SUITE("cpu") {
         CHECK(plan_fast_softmax(off, off, e.cols, t, kSm90).path == path);
       }
     }
-    CHECK(plan_fast_softmax(aligned, aligned, 116193, Dtype::fp16, kSm90).path == block);
+    CHECK(plan_fast_softmax(aligned, aligned, 57824, Dtype::fp16, kSm90).path == cached);
+    CHECK(plan_fast_softmax(aligned, aligned, 57825, Dtype::fp16, kSm90).path == block);
     // The simulator models that device.
     CHECK(Kernels<Backend::sim>::max_dynamic_shared_bytes() == kSm90);
   }
@@ -264,15 +260,20 @@ TEST_SUITE("cpu") {
     REQUIRE(warp != nullptr);
     REQUIRE(online != nullptr);
     // Null pointers: a launch would fault, so the refusal must come first.
-    CHECK_THROWS_WITH_AS(run_rung(*warp, RowArgs{nullptr, nullptr, 2, 1025, Dtype::fp16}),
-                         "warp_registers: rows must be >= 1 and cols in [1, 1024] for fp16, got "
+    CHECK_THROWS_WITH_AS(run_rung(*warp, RowArgs{nullptr, nullptr, 2, 1025, Dtype::fp32}),
+                         "warp_registers: rows must be >= 1 and cols in [1, 1024] for fp32, got "
                          "(2, 1025)",
+                         std::invalid_argument);
+    CHECK_THROWS_WITH_AS(run_rung(*warp, RowArgs{nullptr, nullptr, 2, 2049, Dtype::fp16}),
+                         "warp_registers: rows must be >= 1 and cols in [1, 2048] for fp16, got "
+                         "(2, 2049)",
                          std::invalid_argument);
     CHECK_THROWS_WITH_AS(run_rung(*online, RowArgs{nullptr, nullptr, 2, 64, Dtype::bf16}),
                          "block_per_row_online: takes fp32 elements, not bf16",
                          std::invalid_argument);
     unsigned char row[1];  // never launched: only the limits are read
-    CHECK(why_refused(*warp, RowArgs{row, row, 2, 1024, Dtype::bf16}).empty());
+    CHECK(why_refused(*warp, RowArgs{row, row, 2, 2048, Dtype::bf16}).empty());
+    CHECK(why_refused(*warp, RowArgs{row, row, 2, 1024, Dtype::fp32}).empty());
   }
 }
 
@@ -325,8 +326,9 @@ void fast_kernels_write_only_their_rows() {
 template <Backend B>
 void misaligned_rows_take_the_scalar_path() {
   const std::vector<Shape> shapes =
-      test::small_shapes() ? std::vector<Shape>{{3, 136}, {2, 1040}}
-                      : std::vector<Shape>{{5, 256}, {3, 1024}, {2, 1032}, {3, 4096}};
+      test::small_shapes()
+          ? std::vector<Shape>{{3, 136}, {2, 1040}}
+          : std::vector<Shape>{{5, 256}, {3, 1024}, {2, 1032}, {2, 2048}, {3, 4096}};
   for_each_fast_case<B>(shapes, [](const Rung<RowArgs>& rung, Dtype t, const Shape& s) {
     // x and y one element off, and each alone (a kernel that checked one pointer only would
     // take vectors on the other).

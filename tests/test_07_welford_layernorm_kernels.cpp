@@ -51,12 +51,18 @@ TEST_SUITE("cpu") {
       CHECK(cached_shared_bytes(max_cached + 1) > limit);
       CHECK(choose_strategy(1, limit) == Strategy::warp_per_row);
       CHECK(choose_strategy(kWarpMaxCols, limit) == Strategy::warp_per_row);
+      // The dispatcher caches while two blocks fit on an SM (common/shared_memory.hpp).
+      const int dispatched = max_dispatched_cached_cols(limit);
+      CHECK(two_blocks_fit(cached_shared_bytes(dispatched), limit));
+      CHECK_FALSE(two_blocks_fit(cached_shared_bytes(dispatched + 1), limit));
       CHECK(choose_strategy(kWarpMaxCols + 1, limit) == Strategy::block_cached);
-      CHECK(choose_strategy(max_cached, limit) == Strategy::block_cached);
-      CHECK(choose_strategy(max_cached + 1, limit) == Strategy::block_uncached);
+      CHECK(choose_strategy(dispatched, limit) == Strategy::block_cached);
+      CHECK(choose_strategy(dispatched + 1, limit) == Strategy::block_uncached);
+      CHECK(choose_strategy(max_cached, limit) == Strategy::block_uncached);
       CHECK(choose_strategy(kMaxCols, limit) == Strategy::block_uncached);
     }
     CHECK(max_cached_cols(kSm90SharedBytes) == 58088);  // (232448 - 96) / 4
+    CHECK(max_dispatched_cached_cols(kSm90SharedBytes) == 28904);  // ((232448 - 1024) / 2 - 96) / 4
     // A device with no more shared memory than the scratch caches nothing.
     CHECK(max_cached_cols(kCachedScratchBytes) == 0);
     CHECK(choose_strategy(kWarpMaxCols + 1, kCachedScratchBytes) == Strategy::block_uncached);
@@ -64,13 +70,14 @@ TEST_SUITE("cpu") {
 
   TEST_CASE("warp groups narrow for short rows and always cover the row") {
     for (int width : {1, 4, 8})  // scalar accesses, float4, 8 halves
-      for (int cols = 1; cols <= kWarpMaxCols; ++cols) {
+      for (int cols = 1; cols <= warp_max_cols(Dtype::fp16); ++cols) {
         if (cols % width != 0) continue;  // vectors only for whole vectors per row
         CAPTURE(width);
         CAPTURE(cols);
         const RowLanes w = warp_shape(cols, width);
         CHECK(w.group_width * w.cols_per_lane >= cols);  // every value has a register
-        CHECK(w.cols_per_lane <= kMaxColsPerLane);
+        // At most 32 floats a lane: more only for 16-bit rows, up to 64.
+        CHECK(w.cols_per_lane <= (cols <= kWarpMaxCols ? 32 : 64));
         CHECK(w.cols_per_lane % width == 0);  // whole vectors per lane
         // Not wasteful: half the group, or half the vectors per lane, would not hold the row.
         CHECK((w.group_width / 2) * w.cols_per_lane < cols);
@@ -121,12 +128,17 @@ TEST_SUITE("cpu") {
       CHECK(max_cached == 2 * max_cached_cols(limit));  // (limit - 96) / 2, limit a multiple of 4
       CHECK(cached_shared_bytes(max_cached, 2) <= limit);
       CHECK(cached_shared_bytes(max_cached + 1, 2) > limit);
-      CHECK(choose_strategy(kWarpMaxCols, limit, 2) == Strategy::warp_per_row);
-      CHECK(choose_strategy(kWarpMaxCols + 1, limit, 2) == Strategy::block_cached);
-      CHECK(choose_strategy(max_cached, limit, 2) == Strategy::block_cached);
-      CHECK(choose_strategy(max_cached + 1, limit, 2) == Strategy::block_uncached);
+      // 16-bit rows stay in registers up to 4 KiB too: 2048 values.
+      CHECK(warp_max_cols(Dtype::fp16) == 2 * kWarpMaxCols);
+      CHECK(choose_strategy(2 * kWarpMaxCols, limit, 2) == Strategy::warp_per_row);
+      CHECK(choose_strategy(2 * kWarpMaxCols + 1, limit, 2) == Strategy::block_cached);
+      const int dispatched = max_dispatched_cached_cols(limit, Dtype::fp16);
+      CHECK(choose_strategy(dispatched, limit, 2) == Strategy::block_cached);
+      CHECK(choose_strategy(dispatched + 1, limit, 2) == Strategy::block_uncached);
+      CHECK(choose_strategy(max_cached, limit, 2) == Strategy::block_uncached);
     }
     CHECK(max_cached_cols(kSm90SharedBytes, Dtype::fp16) == 116176);  // (232448 - 96) / 2
+    CHECK(max_dispatched_cached_cols(kSm90SharedBytes, Dtype::fp16) == 57808);
   }
 
   TEST_CASE("16-bit vectors need aligned pointers and cols a multiple of 8") {
@@ -190,8 +202,10 @@ template <Backend B>
 void dispatcher_reports_the_strategy_it_launched() {
   const std::size_t limit = Kernels<B>::max_dynamic_shared_bytes();
   for (Dtype t : kDtypes) {
-    const int max_cached = max_cached_cols(limit, t);
-    for (int cols : {1, kWarpMaxCols, kWarpMaxCols + 1, max_cached, max_cached + 1}) {
+    const int dispatched = max_dispatched_cached_cols(limit, t);
+    const int warp = warp_max_cols(t);
+    for (int cols :
+         {1, kWarpMaxCols, kWarpMaxCols + 1, warp, warp + 1, dispatched, dispatched + 1}) {
       const std::string dtype = to_string(t);
       CAPTURE(dtype);
       CAPTURE(cols);
@@ -247,7 +261,8 @@ void constant_rows_give_rstd_one_over_sqrt_eps() {
 }
 
 // The longest row each rung holds is taken, one more (and an empty row) refused before any
-// launch by run_rung, with the limit named: 1024 for warp_per_row, what the device's shared
+// launch by run_rung, with the limit named: 1024 floats or 2048 halves for warp_per_row, what
+// the device's shared
 // memory holds of the type for block_cached, 2^24 (a Welford count exact in a float) for the
 // others.
 template <Backend B>
@@ -257,7 +272,7 @@ void rungs_refuse_rows_they_cannot_hold() {
   const Ladder<LayerNormArgs> ladder = kernel_ladder<B>();
   const std::size_t limit = Kernels<B>::max_dynamic_shared_bytes();
   for (Dtype t : kDtypes) {
-    const std::pair<const char*, int> longest[] = {{"warp_per_row", kWarpMaxCols},
+    const std::pair<const char*, int> longest[] = {{"warp_per_row", warp_max_cols(t)},
                                                    {"block_cached", max_cached_cols(limit, t)},
                                                    {"block_uncached", kMaxCols},
                                                    {"dispatch", kMaxCols}};

@@ -26,6 +26,7 @@
 #include "common/row_lanes.hpp"
 #include "common/rung.hpp"
 #include "common/rung_args.hpp"
+#include "common/shared_memory.hpp"
 
 namespace wb::ch03 {
 
@@ -230,10 +231,16 @@ inline MD reduce_tree(const MergeTree& tree, const std::vector<MD>& leaves,
 
 inline constexpr int kLanes = 32;
 
-/// warp_registers holds each lane's share of the row in at most this many float registers,
-/// so it takes rows of up to kWarpRegistersMaxCols = 32 x 32 = 1024 entries.
-inline constexpr int kMaxColsPerLane = 32;
-inline constexpr int kWarpRegistersMaxCols = kLanes * kMaxColsPerLane;
+/// warp_registers holds each lane's share of the row in float registers: rows of up to
+/// common/row_lanes.hpp's kWarpRowMaxBytes, 1024 floats (32 registers a lane) or 2048 fp16 or
+/// bf16 values (64 a lane).
+inline int warp_registers_max_cols(Dtype t) {
+  return warp_row_max_cols(dtype_bytes(t));
+}
+
+/// The most values a lane holds for elements of T: 32 floats, 64 halves (a template bound).
+template <typename T>
+inline constexpr int kMaxColsPerLane = warp_row_max_per_lane(sizeof(T));
 
 /// The longest row block_vec and the dispatcher take (the launches index columns with int).
 inline constexpr int kFastMaxCols = 1 << 30;
@@ -270,10 +277,10 @@ struct FastPlan {
 
 // [fast_dispatch]
 /// warp_registers on rows of `cols` entries: the registers per lane are bucketed to the next
-/// power of 2 of ceil(cols / 32) (1, 2, 4, ..., 32: one kernel instantiation each), so
-/// cols = 32, 64, ..., 1024 are the last columns of each bucket. Vectors need can_vectorize()
-/// and whole vectors per lane (cols_per_lane a multiple of the vector width: cols > 64 for
-/// fp32, cols > 128 for fp16 and bf16).
+/// power of 2 of ceil(cols / 32) (1, 2, 4, ..., 32, and 64 in 16 bits: one kernel
+/// instantiation each), so cols = 32, 64, ..., 1024 (2048) are the last columns of each bucket.
+/// Vectors need can_vectorize() and whole vectors per lane (cols_per_lane a multiple of the vector
+/// width: cols > 64 for fp32, cols > 128 for fp16 and bf16).
 inline FastPlan warp_registers_plan(const void* x, const void* y, int cols, Dtype t) {
   const int per_lane = next_pow2((cols + kLanes - 1) / kLanes);
   return {FastPath::warp_registers, kLanes, per_lane,
@@ -311,15 +318,19 @@ inline std::size_t cached_shared_bytes(int cols, std::size_t elem_bytes) {
   return kCachedScratchBytes + static_cast<std::size_t>(cols) * elem_bytes;
 }
 
-/// The dispatcher's rule. Rows of up to 1024 entries fit in one warp's registers (32 lanes x
-/// at most 32 floats): lane_groups reads x once, short rows several to a warp. Longer rows get a
-/// block of 256 threads: block_cached keeps the row in shared memory while it fits in what one
-/// block may opt in to (`max_shared`, the device's limit: 227 KiB on an H100), reading x once;
-/// past that, block_vec reads x twice (the second time from L2 where it can).
+/// The dispatcher's rule. Rows of up to 4 KiB fit in one warp's registers (1024 floats or 2048
+/// halves: 32 lanes x at most 32 or 64 values): lane_groups reads x once, short rows several to
+/// a warp. Longer rows get a
+/// block of 256 threads: block_cached keeps the row in shared memory, reading x once, while two
+/// of its blocks fit on an SM (113 KiB of row on an H100: 28912 floats or 57824 halves); past
+/// that, block_vec reads x twice (the second time from L2 where it can). One block of 8 warps
+/// per SM has too few loads in flight: on an H100 (2026-11-24, 49152 rows) block_cached read
+/// 64 KiB rows at 2450-2601 GB/s against block_vec's 1989-1993, and 128 KiB rows (32768
+/// floats, one block per SM) at 1425 against block_vec's 1977.
 inline FastPlan plan_fast_softmax(const void* x, const void* y, int cols, Dtype t,
                                   std::size_t max_shared) {
-  if (cols <= kWarpRegistersMaxCols) return lane_groups_plan(x, y, cols, t);
-  if (cached_shared_bytes(cols, dtype_bytes(t)) <= max_shared)
+  if (cols <= warp_registers_max_cols(t)) return lane_groups_plan(x, y, cols, t);
+  if (two_blocks_fit(cached_shared_bytes(cols, dtype_bytes(t)), max_shared))
     return block_cached_plan(x, y, cols, t);
   return block_vec_plan(x, y, cols, t);
 }
@@ -365,7 +376,7 @@ inline Traffic row_in_shared(const RowArgs& a) {
 }
 
 /// The dispatcher moves what the rung it picks moves (plan_fast_softmax on backend B's
-/// device): 1 read of x up to kWarpRegistersMaxCols columns and while block_cached holds the
+/// device): 1 read of x up to warp_registers_max_cols(t) columns and while block_cached holds the
 /// row, block_vec's 2 reads beyond; 1 write of y.
 template <Backend B>
 Traffic dispatched(const RowArgs& a) {
@@ -393,12 +404,13 @@ Ladder<RowArgs> kernel_ladder() {
       {"warp_per_row_online", "one warp per row: the merge stays in registers, no barrier",
        row_limits(kAnyCols), &Kernels<B>::warp_per_row_online, &two_passes},
       {"warp_registers", "the row kept in registers: x read once; 16-byte vectors, 16-bit types",
-       row_limits(kWarpRegistersMaxCols, all_types), &Kernels<B>::warp_registers,
+       row_limits(warp_row_max_cols(2), all_types, kWarpRowMaxBytes), &Kernels<B>::warp_registers,
        &row_in_registers},
       {"lane_groups",
        "short rows share a warp: a group of 1 to 16 lanes per row, each lane a whole 16-byte "
        "vector, so every lane works at 32 to 256 columns",
-       row_limits(kWarpRegistersMaxCols, all_types), &Kernels<B>::lane_groups, &row_in_registers},
+       row_limits(warp_row_max_cols(2), all_types, kWarpRowMaxBytes), &Kernels<B>::lane_groups,
+       &row_in_registers},
       {"block_vec", "a block per row for any length, each 16-byte vector one block of eq. (1)",
        row_limits(kFastMaxCols, all_types), &Kernels<B>::block_vec, &two_passes},
       {"block_cached",
@@ -408,8 +420,8 @@ Ladder<RowArgs> kernel_ladder() {
                   Kernels<B>::max_dynamic_shared_bytes() - kCachedScratchBytes),
        &Kernels<B>::block_cached, &row_in_shared},
       {"fast_softmax",
-       "the dispatcher: lane_groups up to 1024 columns, block_cached while the row fits in "
-       "shared memory, block_vec beyond",
+       "the dispatcher: lane_groups up to 4 KiB rows, block_cached while two blocks' rows "
+       "fit in an SM's shared memory, block_vec beyond",
        row_limits(kFastMaxCols, all_types), &Kernels<B>::fast_softmax, &dispatched<B>}};
 }
 // [ladder]

@@ -15,7 +15,7 @@
 // Launch shapes:
 //   warp_registers  one warp per row, 4 warps (128 threads) per block, ceil(rows / 4) blocks;
 //                   each lane holds cols_per_lane = next_pow2(ceil(cols / 32)) floats
-//                   (1, 2, 4, ..., 32: a template parameter)
+//                   (1, 2, 4, ..., 32, and 64 for 16-bit types: a template parameter)
 //   lane_groups     the same kernel with groups of G = 1, 2, 4, 8, 16 or 32 lanes per row
 //                   holding 16-byte vectors (row_lanes in common/row_lanes.hpp): 128 / G
 //                   rows per block; rows that take no vectors run warp_registers' plan
@@ -27,7 +27,8 @@
 // Vectors: when can_vectorize() (both pointers 16-byte aligned, cols a multiple of 16 /
 //           sizeof(T)) every access is one 16-byte Vec<T> (common/vector_types.cuh);
 //           otherwise one element at a time.
-// Limits: rows in [1, 2^31 - 1]; cols in [1, 1024] for warp_registers and lane_groups, a row
+// Limits: rows in [1, 2^31 - 1]; cols in [1, 1024] for warp_registers and lane_groups on
+//           fp32 rows, [1, 2048] on 16-bit ones (rows of 4 KiB), a row
 //           of at most the opt-in limit less 64 bytes for block_cached, in [1, 2^30] for
 //           block_vec and fast_softmax: their RungLimits in kernel_ladder() (block_merge.hpp),
 //           checked before launch.
@@ -119,7 +120,7 @@ constexpr int kWarpRegistersBlock = kWarpRegistersRows * kLanes;
 template <typename T, int kColsPerLane, bool kVec, int kGroup>
 __global__ void __launch_bounds__(kWarpRegistersBlock)
     warp_registers_kernel(const T* __restrict__ x, T* __restrict__ y, int rows, int cols) {
-  static_assert(kColsPerLane >= 1 && kColsPerLane <= kMaxColsPerLane, "registers per lane");
+  static_assert(kColsPerLane >= 1 && kColsPerLane <= kMaxColsPerLane<T>, "registers per lane");
   constexpr int kWidth = kVec ? Vec<T>::kWidth : 1;  // elements per access
   static_assert(kColsPerLane % kWidth == 0, "whole vectors per lane");
   const int lane = static_cast<int>(threadIdx.x) % kGroup;
@@ -241,11 +242,12 @@ void launch_registers(const void* x, void* y, int rows, int cols) {
 }
 
 // Whole-warp groups: the instantiation for `cols_per_lane` values per lane, the buckets 1, 2,
-// 4, ..., 32 tried in turn (a template needs the count at compile time); with kVec, only those
-// holding whole vectors per lane exist (a float4 per lane from 65 columns on, 8 halves from 129).
+// 4, ..., 32 (64 for 16-bit types) tried in turn (a template needs the count at compile time); with
+// kVec, only those holding whole vectors per lane exist (a float4 per lane from 65 columns on, 8
+// halves from 129).
 template <typename T, bool kVec, int kColsPerLane = 1>
 void launch_warp_bucket(int cols_per_lane, const void* x, void* y, int rows, int cols) {
-  if constexpr (kColsPerLane > kMaxColsPerLane) {
+  if constexpr (kColsPerLane > kMaxColsPerLane<T>) {
     throw std::logic_error("warp_registers: no kernel for " + std::to_string(cols_per_lane) +
                            " values per lane" + (kVec ? " in vectors" : ""));
   } else {

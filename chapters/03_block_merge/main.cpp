@@ -177,9 +177,9 @@ int main(int argc, char** argv) {
         << "  The merge tree is shallower than chapter 02's chain (a slice of\n"
            "  cols / threads updates, then log2(threads) merges), so d' collects fewer\n"
            "  roundings. GB/s counts one read and one write of x per element (the ideal).\n"
-           "  The fast rungs: warp_registers (cols <= "
-        << kWarpRegistersMaxCols
-        << ", the row in registers, x read once),\n"
+           "  The fast rungs: warp_registers (rows of up to "
+        << kWarpRowMaxBytes
+        << " bytes, the row in registers, x read once),\n"
            "  lane_groups (short rows several to a warp), block_vec (16-byte vectors, x read\n"
            "  twice), block_cached (the row in shared memory, x read once) and fast_softmax,\n"
            "  the dispatcher: here it runs "

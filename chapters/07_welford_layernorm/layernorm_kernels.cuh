@@ -12,7 +12,7 @@
 // Launch shapes:
 //   warp_per_row    blocks of 128 threads; a group of G lanes per row (G = 1..32, a power of
 //                   2), 128 / G rows per block, ceil(rows / (128 / G)) blocks; the row in
-//                   registers, up to 32 values per lane
+//                   registers, up to 32 floats or 64 16-bit values per lane
 //   block_cached    one block of 256 threads per row; the row, as T, in dynamic shared memory
 //                   (cached_shared_bytes(cols, sizeof(T)), opted in above 48 KiB)
 //   block_uncached  one block of 256 threads per row; x read twice, no row cache
@@ -21,7 +21,8 @@
 // All three use 16-byte vector loads and stores (Vec<T>, common/vector_types.cuh: 4 floats or
 // 8 halves) when cols is a multiple of the width and every pointer is 16-byte aligned
 // (can_vectorize), scalar accesses otherwise.
-// Limits: rows in [1, 2^31 - 1]; cols in [1, 1024] for warp_per_row, up to the device's
+// Limits: rows in [1, 2^31 - 1]; cols in [1, 1024] for warp_per_row (fp32; [1, 2048] for
+//   16-bit rows), up to the device's
 //   shared memory (58088 fp32 or 116176 16-bit values on an H100 or the simulator) for
 //   block_cached, up to 2^24 for block_uncached: each rung's limits in kernel_ladder
 //   (layernorm_ladder.hpp), checked before launch by run_rung with one line naming the limit.
@@ -97,7 +98,7 @@ __global__ void __launch_bounds__(kWarpBlockThreads)
                         const T* __restrict__ beta, T* __restrict__ y, float* __restrict__ mean,
                         float* __restrict__ rstd, int rows, int cols, float eps) {
   constexpr int kWidth = kVec ? Vec<T>::kWidth : 1;  // elements per access
-  static_assert(kColsPerLane >= 1 && kColsPerLane <= kMaxColsPerLane, "registers per lane");
+  static_assert(kColsPerLane >= 1 && kColsPerLane <= kMaxColsPerLane<T>, "registers per lane");
   static_assert(kColsPerLane % kWidth == 0, "whole vectors per lane");
   static_assert(kWarpBlockThreads % kLanes == 0, "whole warps");
   constexpr int kRowsPerBlock = kWarpBlockThreads / kGroupWidth;
@@ -262,6 +263,9 @@ void launch_warp_full(const LayerNormArgs& a, int cols_per_lane) {
       return launch_warp<T, 32, kLanes, kVec>(a);
     default:
       break;
+  }
+  if constexpr (kMaxColsPerLane<T> >= 64) {  // 16-bit rows of 1025 to 2048 values
+    if (cols_per_lane == 64) return launch_warp<T, 64, kLanes, kVec>(a);
   }
   if constexpr (!kVec || Vec<T>::kWidth <= 4) {
     if (cols_per_lane == 4) return launch_warp<T, 4, kLanes, kVec>(a);

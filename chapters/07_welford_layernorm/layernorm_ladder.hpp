@@ -14,6 +14,7 @@
 #include "common/row_lanes.hpp"
 #include "common/rung.hpp"
 #include "common/rung_args.hpp"
+#include "common/shared_memory.hpp"
 
 namespace wb::ch07 {
 
@@ -24,16 +25,22 @@ namespace wb::ch07 {
 /// Lanes in a warp.
 inline constexpr int kLanes = 32;
 
-/// warp_per_row holds a row in registers: at most this many floats per lane, so at most
-/// kWarpMaxCols columns. 32 registers of the 255 a thread may have leaves room for the rest.
-inline constexpr int kMaxColsPerLane = 32;
-inline constexpr int kWarpMaxCols = kLanes * kMaxColsPerLane;  // 1024
+/// warp_per_row holds a row in registers, as floats: rows of up to common/row_lanes.hpp's
+/// kWarpRowMaxBytes, so at most kWarpMaxCols = 1024 floats (32 a lane) or 2048 fp16 or bf16
+/// values (64 a lane).
+inline int warp_max_cols(Dtype t) {
+  return warp_row_max_cols(dtype_bytes(t));
+}
+inline constexpr int kWarpMaxCols = warp_row_max_cols(sizeof(float));  // 1024
+/// The most values a lane holds for elements of T: 32 floats, 64 halves (a template bound).
+template <typename T>
+inline constexpr int kMaxColsPerLane = warp_row_max_per_lane(sizeof(T));
 
 /// warp_per_row's block: 4 warps, each serving 32 / group_width rows.
 inline constexpr int kWarpBlockThreads = 128;
 
 /// block_cached and block_uncached: one block of 256 threads (8 warps) per row, so every row
-/// past kWarpMaxCols gives each thread at least 4 values to fold.
+/// past the warp's gives each thread at least 4 values to fold.
 inline constexpr int kBlockThreads = 256;
 inline constexpr int kBlockWarps = kBlockThreads / kLanes;
 static_assert(kBlockThreads % kLanes == 0 && kBlockWarps <= kLanes,
@@ -48,7 +55,8 @@ inline constexpr std::uintptr_t kVecAlignment = kVecBytes;
 /// row, each lane holding whole accesses of `width` elements (a 16-byte vector where the row can
 /// take vectors, else 1). Short rows use narrow groups, several rows per warp; longer rows the
 /// whole warp, ceil(cols / 32) values per lane rounded up to a power of 2 (one kernel
-/// instantiation per shape). Requires 1 <= cols <= kWarpMaxCols.
+/// instantiation per shape). Requires 1 <= cols <= warp_max_cols(t) for elements of `width`'s
+/// type.
 inline RowLanes warp_shape(int cols, int width = 1) {
   return row_lanes(cols, width);
 }
@@ -86,6 +94,14 @@ inline int max_cached_cols(std::size_t max_dynamic_shared_bytes, Dtype t = Dtype
   return cached_limits(max_dynamic_shared_bytes).max_cols_of(t);
 }
 
+/// The longest row of `t` the dispatcher caches: two blocks of it fit on an SM
+/// (common/shared_memory.hpp's two_blocks_fit), so its cache is at most half of what one block
+/// may opt in to less the SM's reservation (28904 floats or 57808 halves on an H100).
+inline int max_dispatched_cached_cols(std::size_t max_dynamic_shared_bytes, Dtype t = Dtype::fp32) {
+  if (max_dynamic_shared_bytes <= kSharedReservedPerBlock) return 0;
+  return max_cached_cols((max_dynamic_shared_bytes - kSharedReservedPerBlock) / 2, t);
+}
+
 enum class Strategy { warp_per_row, block_cached, block_uncached };
 
 inline const char* to_string(Strategy s) {
@@ -95,16 +111,20 @@ inline const char* to_string(Strategy s) {
 
 // [dispatch]
 /// The dispatcher's rule, from the fastest strategy to the most general:
-///   cols <= 1024                               warp_per_row: the row in registers, 1 read;
-///   the row fits in one block's shared memory  block_cached: the row in shared memory, 1 read;
-///   otherwise                                  block_uncached: x read twice.
+///   rows of up to 4 KiB (1024 floats, 2048 halves) warp_per_row: the row in registers, 1 read;
+///   two blocks' rows fit in an SM's shared memory  block_cached: the row in shared memory,
+///                                                  1 read;
+///   otherwise                                     block_uncached: x read twice.
 /// `max_dynamic_shared_bytes` is what one block may opt in to on the device: queried from
 /// the CUDA runtime on a GPU (227 KiB on an H100), sm_90's value in the simulator. The cache
 /// holds the row's elements as they are (`elem_bytes` each): 16-bit rows fit twice as long.
+/// block_cached takes rows up to one block per SM, but with one block of 8 warps per SM it
+/// ran 1.8 times slower than block_uncached on an H100 (32768 floats, 2026-11-24): the rule
+/// is common/shared_memory.hpp's two_blocks_fit, as chapter 03's dispatcher's.
 inline Strategy choose_strategy(int cols, std::size_t max_dynamic_shared_bytes,
                                 std::size_t elem_bytes = sizeof(float)) {
-  if (cols <= kWarpMaxCols) return Strategy::warp_per_row;
-  if (cached_shared_bytes(cols, elem_bytes) <= max_dynamic_shared_bytes)
+  if (cols <= warp_row_max_cols(elem_bytes)) return Strategy::warp_per_row;
+  if (two_blocks_fit(cached_shared_bytes(cols, elem_bytes), max_dynamic_shared_bytes))
     return Strategy::block_cached;
   return Strategy::block_uncached;
 }
@@ -180,7 +200,8 @@ Traffic dispatched(const LayerNormArgs& a) {
 template <Backend B>
 Ladder<LayerNormArgs> kernel_ladder() {
   return {{"warp_per_row", "the row in registers, Chan's combine by warp shuffles: x read once",
-           row_limits(kWarpMaxCols, kLayerNormDtypes), &Kernels<B>::warp_per_row, &x_read_once},
+           row_limits(warp_row_max_cols(2), kLayerNormDtypes, kWarpRowMaxBytes),
+           &Kernels<B>::warp_per_row, &x_read_once},
           {"block_cached", "256 threads per row, the row cached in shared memory: x read once",
            cached_limits(Kernels<B>::max_dynamic_shared_bytes()), &Kernels<B>::block_cached,
            &x_read_once},

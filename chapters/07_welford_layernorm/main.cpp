@@ -2,6 +2,7 @@
 #include <cmath>
 #include <cstdint>
 #include <iostream>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -157,17 +158,36 @@ void print_dispatch(Backend backend, Dtype dtype) {
       backend, [](auto b) { return Kernels<decltype(b)::value>::max_dynamic_shared_bytes(); });
   const std::size_t elem_bytes = dtype_bytes(dtype);
   const int max_cached = max_cached_cols(limit, dtype);
+  const int dispatched = max_dispatched_cached_cols(limit, dtype);
   const int default_cached = max_cached_cols(kDefaultDynamicSharedBytes, dtype);
   const int width = vec_width(dtype);
   const std::string type = dtype == Dtype::fp32 ? "fp32" : "fp16 and bf16";
   std::cout << "The dispatcher on " << to_string(backend) << " for " << type << " rows: " << limit
             << " bytes of shared memory per block (opt-in), so block_cached holds up to "
-            << max_cached << " columns.\n";
+            << max_cached << " columns; the dispatcher caches up to " << dispatched
+            << ", while two blocks fit on an SM.\n";
   Table t({"cols", "strategy", "launch",
            "vectors of " + std::to_string(width) + " (aligned, cols % " + std::to_string(width) +
                " == 0)"});
-  for (int cols : {1, 2, 17, 32, 33, 1000, 1024, 1025, 4096, default_cached, default_cached + 1,
-                   32768, max_cached, max_cached + 1}) {
+  const std::set<int> boundaries = {1,
+                                    2,
+                                    17,
+                                    32,
+                                    33,
+                                    1000,
+                                    1024,
+                                    1025,
+                                    2048,
+                                    2049,
+                                    4096,
+                                    32768,
+                                    default_cached,
+                                    default_cached + 1,
+                                    dispatched,
+                                    dispatched + 1,
+                                    max_cached,
+                                    max_cached + 1};  // in order
+  for (int cols : boundaries) {
     const Strategy s = choose_strategy(cols, limit, elem_bytes);
     std::string how;
     bool vec = cols % width == 0;

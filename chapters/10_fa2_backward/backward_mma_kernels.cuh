@@ -225,11 +225,14 @@ __global__ void __launch_bounds__(kMmaThreads)
             ptx::mma_m16n8k16<T>(acc[c + 1], dsa, b1, acc[c + 1]);
           }
         }
+        // acc[c][2 h], [2 h + 1]: row g + 8 h, columns 8 c + 2 t and + 1, a pair of floats
+        // 8-byte aligned in dq_accum (D and 2 t even): one vector atomic on sm_90.
         for (int c = 0; c < kDqColumns / 8; ++c)
-          for (int e = 0; e < 4; ++e) {
-            const int i = i0 + w0 + g + 8 * (e / 2);
+          for (int h = 0; h < 2; ++h) {
+            const int i = i0 + w0 + g + 8 * h;
             if (i < lq)
-              atomicAdd(dq_accum + (q_off + i) * D + c0 + 8 * c + 2 * t + e % 2, scale * acc[c][e]);
+              atomic_add_pair(dq_accum + (q_off + i) * D + c0 + 8 * c + 2 * t,
+                              scale * acc[c][2 * h], scale * acc[c][2 * h + 1]);
           }
       }
     }
