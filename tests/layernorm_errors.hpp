@@ -43,13 +43,14 @@ struct Tree {
 };
 
 // The mean's error, in units of u K:
-// - one update rounds delta (u |delta| <= 2 u A), the quotient delta / n_k (twice that, over
-//   n_k) and the sum (u A): r_k <= u A (1 + 4 / k); an error made at step k is scaled by
-//   (1 - 1/j) at every later step j, a product of k / n: sum_k (k / n) r_k <= u A ((n+1)/2 + 4);
+// - one update rounds delta (u |delta| <= 2 u A), the reciprocal 1 / n_k and the product
+//   delta * (1 / n_k) (each u |delta| / n_k <= 2 u A / n_k, so 6 u A / n_k with delta's) and
+//   the sum (u A): r_k <= u A (1 + 6 / k); an error made at step k is scaled by (1 - 1/j) at
+//   every later step j, a product of k / n: sum_k (k / n) r_k <= u A ((n+1)/2 + 6);
 // - one combine rounds delta (2 u A), w_b and the product (2 u A) and the sum (u A), and
 //   passes on a convex mix of its operands' errors: + 5 u A per level.
 inline double mean_bound(Tree t) {
-  return (t.leaf + 1) / 2.0 + 4 + 5.0 * t.depth;
+  return (t.leaf + 1) / 2.0 + 6 + 5.0 * t.depth;
 }
 
 // rstd's relative error, in units of u K: m2 adds terms delta_k (x_k - mean_k) whose factors

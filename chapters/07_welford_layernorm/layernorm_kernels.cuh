@@ -123,8 +123,14 @@ __global__ void __launch_bounds__(kWarpBlockThreads)
       } else {
         v[j] = to_float(xr[c]);
       }
+      // A lane's live values are a prefix of its slots (c grows with j), so slot i is the
+      // run's value i + 1 and 1 / n_k is a constant of the unrolled loop: no division, and
+      // no reciprocal either, on the chain of means.
 #pragma unroll
-      for (int k = 0; k < kWidth; ++k) s = welford_update(s, v[kWidth * j + k]);  // (7)-(9)
+      for (int k = 0; k < kWidth; ++k) {
+        const int i = kWidth * j + k;
+        s = welford_update(s, v[i], 1.f / static_cast<float>(i + 1));  // eqs. (7)-(9)
+      }
     }
   }
   s = group_all_reduce<kGroupWidth>(s);                      // eqs. (10)-(13)

@@ -29,14 +29,24 @@ __host__ __device__ inline Welford welford_identity() {
 // [welford_update]
 /// Appends one value x to the run, eqs. (7)-(9):
 ///   n_k = n_{k-1} + 1,  delta = x - mean_{k-1},  mean_k = mean_{k-1} + delta / n_k,
-///   m2_k = m2_{k-1} + delta (x - mean_k).
-/// Every term added to m2 is >= 0 (mean_k lies between mean_{k-1} and x), so m2 never
-/// goes negative, whatever the rounding.
+///   m2_k = m2_{k-1} + delta (x - mean_k),
+/// given inv_count = 1 / n_k rounded to float. The quotient is taken as delta * (1 / n_k):
+/// each mean waits on the mean before it, and an IEEE division on that chain costs a kernel
+/// its latency at every element, where 1 / n_k depends on the count alone and is ready
+/// early (a constant where the count is known at compile time). It rounds twice instead of
+/// once, which the accuracy bound counts (welford_layernorm.md, ch07_accuracy).
+/// Every term added to m2 is >= 0 (mean_k lies between mean_{k-1} and x: the step is at
+/// most |delta| (1 + u)^3 / n_k <= |delta| for n_k >= 2, and exactly delta for n_k = 1),
+/// so m2 never goes negative, whatever the rounding.
+__host__ __device__ inline Welford welford_update(Welford s, float x, float inv_count) {
+  const float delta = x - s.mean;                           // eq. (8)
+  const float mean = s.mean + delta * inv_count;            // eq. (8)
+  return {mean, s.m2 + delta * (x - mean), s.count + 1.f};  // eqs. (7), (9)
+}
+
+/// Appends one value x to the run, eqs. (7)-(9), with 1 / n_k from the state's count.
 __host__ __device__ inline Welford welford_update(Welford s, float x) {
-  const float count = s.count + 1.f;                // eq. (7)
-  const float delta = x - s.mean;                   // eq. (8)
-  const float mean = s.mean + delta / count;        // eq. (8)
-  return {mean, s.m2 + delta * (x - mean), count};  // eq. (9)
+  return welford_update(s, x, 1.f / (s.count + 1.f));
 }
 // [welford_update]
 
