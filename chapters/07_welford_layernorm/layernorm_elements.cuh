@@ -29,15 +29,16 @@ __device__ __forceinline__ float beta_at(const T* beta, int c) {
 }
 
 // [normalize_store]
-// Eq. (1) for the kWidth columns c .. c + kWidth of a row, v their values (in float), stored
-// to yr as T: one 16-byte vector (gamma and beta loaded as vectors too) when kWidth > 1, c
-// then a multiple of kWidth and the pointers aligned; one element when kWidth == 1. The
-// store's from_float is the one rounding a 16-bit output adds, eq. (14).
+// Eq. (1) for the kWidth columns c .. c + kWidth of a row, v their values as read (T, widened
+// here, exactly), stored to yr as T: one 16-byte vector (gamma and beta loaded as vectors too)
+// when kWidth > 1, c then a multiple of kWidth and the pointers aligned; one element when
+// kWidth == 1. The store's from_float is the one rounding a 16-bit output adds, eq. (14).
 template <typename T, int kWidth>
-__device__ __forceinline__ void normalize_store(const float* v, T* yr, int c, float mean,
-                                                float rstd, const T* gamma, const T* beta) {
+__device__ __forceinline__ void normalize_store(const T* v, T* yr, int c, float mean, float rstd,
+                                                const T* gamma, const T* beta) {
   if constexpr (kWidth == 1) {
-    yr[c] = from_float<T>(layernorm_y(v[0], mean, rstd, gamma_at(gamma, c), beta_at(beta, c)));
+    yr[c] = from_float<T>(
+        layernorm_y(to_float(v[0]), mean, rstd, gamma_at(gamma, c), beta_at(beta, c)));
   } else {
     static_assert(kWidth == Vec<T>::kWidth, "whole vectors");
     Vec<T> g{}, b{}, q;
@@ -47,7 +48,7 @@ __device__ __forceinline__ void normalize_store(const float* v, T* yr, int c, fl
     for (int k = 0; k < kWidth; ++k) {
       const float gk = gamma != nullptr ? to_float(g.v[k]) : 1.f;
       const float bk = beta != nullptr ? to_float(b.v[k]) : 0.f;
-      q.v[k] = from_float<T>(layernorm_y(v[k], mean, rstd, gk, bk));
+      q.v[k] = from_float<T>(layernorm_y(to_float(v[k]), mean, rstd, gk, bk));
     }
     store_vec(yr, c, q);
   }
@@ -82,15 +83,12 @@ __device__ void normalize_slice(const T* src, T* yr, int cols, float row_mean, f
                                 const T* gamma, const T* beta) {
   constexpr int kWidth = kVec ? Vec<T>::kWidth : 1;
   for (int c = kWidth * static_cast<int>(threadIdx.x); c < cols; c += kWidth * kBlockThreads) {
-    float v[kWidth];
     if constexpr (kVec) {
       const Vec<T> q = load_vec(src, c);
-#pragma unroll
-      for (int k = 0; k < kWidth; ++k) v[k] = to_float(q.v[k]);
+      normalize_store<T, kWidth>(q.v, yr, c, row_mean, row_rstd, gamma, beta);
     } else {
-      v[0] = to_float(src[c]);
+      normalize_store<T, 1>(&src[c], yr, c, row_mean, row_rstd, gamma, beta);
     }
-    normalize_store<T, kWidth>(v, yr, c, row_mean, row_rstd, gamma, beta);
   }
 }
 

@@ -110,7 +110,10 @@ __global__ void __launch_bounds__(kWarpBlockThreads)
   const size_t offset = static_cast<size_t>(live ? row : 0) * cols;
   const T* xr = x + offset;
 
-  float v[kColsPerLane] = {};  // the row's values this lane holds, in registers, as float
+  // The row's values this lane holds, in registers as they were read: a 16-bit value is
+  // widened where it is used, which is exact, so with vectors the row takes half the registers
+  // it would as floats (64 halves a lane in 32 registers) and more warps fit on an SM.
+  alignas(kVecBytes) T v[kColsPerLane] = {};
   Welford s = welford_identity();
 #pragma unroll
   for (int j = 0; j < kColsPerLane / kWidth; ++j) {
@@ -119,9 +122,9 @@ __global__ void __launch_bounds__(kWarpBlockThreads)
       if constexpr (kVec) {
         const Vec<T> q = load_vec(xr, c);
 #pragma unroll
-        for (int k = 0; k < kWidth; ++k) v[kWidth * j + k] = to_float(q.v[k]);
+        for (int k = 0; k < kWidth; ++k) v[kWidth * j + k] = q.v[k];
       } else {
-        v[j] = to_float(xr[c]);
+        v[j] = xr[c];
       }
       // A lane's live values are a prefix of its slots (c grows with j), so slot i is the
       // run's value i + 1 and 1 / n_k is a constant of the unrolled loop: no division, and
@@ -129,10 +132,11 @@ __global__ void __launch_bounds__(kWarpBlockThreads)
 #pragma unroll
       for (int k = 0; k < kWidth; ++k) {
         const int i = kWidth * j + k;
-        s = welford_update(s, v[i], 1.f / static_cast<float>(i + 1));  // eqs. (7)-(9)
+        s = welford_update(s, to_float(v[i]), 1.f / static_cast<float>(i + 1));  // (7)-(9)
       }
     }
   }
+  if constexpr (kVec) keep_narrow(v);  // widened again to normalize (common/vector_types.cuh)
   s = group_all_reduce<kGroupWidth>(s);                      // eqs. (10)-(13)
   if (!live) return;                                         // after the last shuffle
   const float row_rstd = rstd_of(welford_variance(s), eps);  // eqs. (3)-(4)
