@@ -4,6 +4,8 @@
 #include <vector>
 
 #include "chapters/03_block_merge/block_merge.hpp"
+#include "common/buffer.hpp"
+#include "common/inputs.hpp"
 #include "tests/block_merge_kernel_checks.hpp"
 #include "tests/traffic_checks.hpp"
 
@@ -48,6 +50,44 @@ TEST_CASE("every rung moves 16-byte vectors exactly where its plan says, else si
         CHECK(test::global_access_widths([&] { rung.launch(buffers.args); }) ==
               test::row_access_width(vectors, t));
       }
+    }
+  }
+}
+
+TEST_CASE("fast_softmax launches the kernel of its plan, at every boundary, in every type" *
+          doctest::test_suite("profile")) {
+  // warp_registers and block_cached move the same bytes and give right answers on every row
+  // both hold, and so do the lane shapes of one rung: the kernel the simulator ran, with its
+  // template arguments, is what shows that the launch follows the plan.
+  const std::size_t limit = ch03::Kernels<Backend::sim>::max_dynamic_shared_bytes();
+  const auto flag = [](bool b) { return b ? std::string("true") : std::string("false"); };
+  for (Dtype t : {Dtype::fp32, Dtype::fp16, Dtype::bf16}) {
+    for (int cols : {1, 8, 33, 64, 65, 128, 129, 1020, 1024, 1025, 1032, 2048, 2049, 28912, 28913,
+                     57824, 57825}) {
+      const std::string dtype = to_string(t);
+      CAPTURE(dtype);
+      CAPTURE(cols);
+      const std::vector<float> x = make_input(InputKind::randn, 1, cols, 5);
+      DeviceBuffer<unsigned char> dx(Backend::sim, encode_elements(x, t)),
+          dy(Backend::sim, dx.size());
+      const ch03::FastPlan plan = ch03::plan_fast_softmax(dx.data(), dy.data(), cols, t, limit);
+      const std::vector<std::string> kernels = test::launched_kernels([&] {
+        ch03::Kernels<Backend::sim>::fast_softmax({dx.data(), dy.data(), 1, cols, t});
+      });
+      REQUIRE(kernels.size() == 1);
+      const std::string& k = kernels[0];
+      const bool registers = plan.path == ch03::FastPath::warp_registers;
+      const std::string name = registers ? "::warp_registers_kernel<" : "::block_vec_kernel<";
+      const std::string arguments =
+          registers ? ", " + std::to_string(plan.cols_per_lane) + ", " + flag(plan.vectorized) +
+                          ", " + std::to_string(plan.group_width) + ">"
+                    : ", " + flag(plan.vectorized) + ", " +
+                          flag(plan.path == ch03::FastPath::block_cached) + ">";
+      CHECK_MESSAGE(k.find(name) != std::string::npos, "launched ", k);
+      const bool ends_with_arguments =
+          k.size() >= arguments.size() &&
+          k.compare(k.size() - arguments.size(), arguments.size(), arguments) == 0;
+      CHECK_MESSAGE(ends_with_arguments, "launched ", k, ", the plan's arguments end ", arguments);
     }
   }
 }

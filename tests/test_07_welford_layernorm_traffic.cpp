@@ -5,6 +5,8 @@
 #include <vector>
 
 #include "chapters/07_welford_layernorm/layernorm_ladder.hpp"
+#include "common/buffer.hpp"
+#include "common/inputs.hpp"
 #include "tests/traffic_checks.hpp"
 
 namespace {
@@ -59,6 +61,37 @@ TEST_CASE("every rung moves x, y, gamma and beta in 16-byte vectors exactly wher
                                          {"x", "y", "gamma", "beta"}) ==
               test::row_access_width(ch07::can_vectorize(buffers.args), t));
       }
+    }
+  }
+}
+
+TEST_CASE("the dispatcher launches the strategy its rule names, at every boundary, in every type" *
+          doctest::test_suite("profile")) {
+  // warp_per_row and block_cached move the same bytes and give right answers on every row
+  // both hold, so neither the chain nor the traffic tests see a dispatcher that launches the
+  // one for the other: the kernel the simulator ran does.
+  const std::size_t limit = ch07::Kernels<Backend::sim>::max_dynamic_shared_bytes();
+  for (Dtype t : {Dtype::fp32, Dtype::fp16, Dtype::bf16}) {
+    const int warp = ch07::warp_max_cols(t), cached = ch07::max_dispatched_cached_cols(limit, t);
+    for (int cols :
+         {1, ch07::kWarpMaxCols, ch07::kWarpMaxCols + 1, warp, warp + 1, cached, cached + 1}) {
+      const std::string dtype = to_string(t);
+      CAPTURE(dtype);
+      CAPTURE(cols);
+      const ch07::Strategy expected = ch07::choose_strategy(cols, limit, dtype_bytes(t));
+      const std::vector<float> x = make_input(InputKind::randn, 1, cols, 3);
+      DeviceBuffer<unsigned char> dx(Backend::sim, encode_elements(x, t)),
+          dy(Backend::sim, dx.size());
+      DeviceBuffer<float> dmean(Backend::sim, 1), drstd(Backend::sim, 1);
+      const LayerNormArgs a{dx.data(),    nullptr, nullptr, dy.data(), dmean.data(),
+                            drstd.data(), 1,       cols,    1e-5f,     t};
+      ch07::Strategy reported{};
+      const std::vector<std::string> kernels =
+          test::launched_kernels([&] { reported = ch07::Kernels<Backend::sim>::layernorm(a); });
+      CHECK(reported == expected);
+      REQUIRE(kernels.size() == 1);
+      const std::string name = std::string("::") + ch07::to_string(expected) + "_kernel<";
+      CHECK_MESSAGE(kernels[0].find(name) != std::string::npos, "launched ", kernels[0]);
     }
   }
 }

@@ -44,6 +44,16 @@ std::vector<wb::sim::LaunchProfile> profile_launches(Launch&& launch, bool trace
   return wb::sim::stop_profile();
 }
 
+/// The names of the kernels `launch` runs, in order, as the simulator names them (namespaces,
+/// template arguments and all): what a dispatcher launched, seen from the launch itself and
+/// not from what the dispatcher says it chose.
+template <typename Launch>
+std::vector<std::string> launched_kernels(Launch&& launch) {
+  std::vector<std::string> names;
+  for (const wb::sim::LaunchProfile& p : profile_launches(launch)) names.push_back(p.kernel);
+  return names;
+}
+
 /// The widths in bytes of the global accesses `launch` makes, lane by lane (trace mode): to
 /// every buffer, or only to those labelled (sim::label_device_buffer) with one of `buffers`.
 template <typename Launch>
