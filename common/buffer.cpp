@@ -109,18 +109,18 @@ void copy_to_host(Backend backend, void* dst, const void* src, std::size_t bytes
   copy_bytes(backend, dst, src, bytes, false);
 }
 
-void device_fill_zero(Backend backend, void* dst, std::size_t bytes) {
+void device_fill(Backend backend, void* dst, std::size_t bytes, unsigned char value) {
   if (bytes == 0) return;
   if (backend == Backend::cuda) {
 #if WB_HAVE_CUDA
-    WB_CUDA_CHECK(cudaMemset(dst, 0, bytes));
+    WB_CUDA_CHECK(cudaMemset(dst, value, bytes));
     return;
 #else
     no_cuda();
 #endif
   }
   tell_simulator(sim::detail::note_device_write, dst, bytes);
-  std::memset(dst, 0, bytes);
+  std::memset(dst, value, bytes);
 }
 
 }  // namespace detail

@@ -17,7 +17,7 @@ void* device_alloc(Backend backend, std::size_t bytes);
 void device_free(Backend backend, void* ptr) noexcept;
 void copy_to_device(Backend backend, void* dst, const void* src, std::size_t bytes);
 void copy_to_host(Backend backend, void* dst, const void* src, std::size_t bytes);
-void device_fill_zero(Backend backend, void* dst, std::size_t bytes);
+void device_fill(Backend backend, void* dst, std::size_t bytes, unsigned char value);
 }  // namespace detail
 
 /// `count` elements of T in the memory of `backend` (sim or cuda). Move-only.
@@ -58,7 +58,10 @@ class DeviceBuffer {
     detail::copy_to_host(backend_, host.data(), data_, bytes());
     return host;
   }
-  void fill_zero() { detail::device_fill_zero(backend_, data_, bytes()); }
+  void fill_zero() { detail::device_fill(backend_, data_, bytes(), 0); }
+  /// Back to the 0xff bytes a new buffer holds (a NaN in every floating type): an output a
+  /// kernel leaves unwritten then reads as NaN, not as what the kernel run before it wrote.
+  void poison() { detail::device_fill(backend_, data_, bytes(), 0xff); }
 
  private:
   void check_size(std::size_t n) const;

@@ -1,9 +1,9 @@
 // The consumers of a kernel ladder (common/rung.hpp) that every chapter program shares: run
 // each rung once for the report, and time each rung for --bench. Host code only.
 //
-// The caller allocates the op's device buffers once and builds one Args over them; each rung
-// that takes the Args runs on them in turn (its outputs downloaded before the next rung
-// overwrites them), each rung that does not is listed with the reason its limits give.
+// The caller allocates the op's device buffers once, with one Args over them; each rung that
+// takes the Args runs on them in turn (its outputs poisoned before and downloaded after), each
+// rung that does not is listed with the reason its limits give.
 #pragma once
 
 #include <string>
@@ -16,19 +16,21 @@
 
 namespace wb {
 
-/// Every rung of `ladder` (kernels of `backend`) on `args`, in order: a rung that takes them
-/// runs, timed (time_kernel_ms), then `download(rung)` returns its output; a rung that does
-/// not goes to `skipped` as "<rung>: <why>".
-template <typename Args, typename Download>
-auto run_ladder(Backend backend, const Ladder<Args>& ladder, const Args& args, Download&& download,
+/// Every rung of `ladder` (kernels of `backend`) on `buffers` (common/rung_buffers.hpp), in
+/// order: a rung that takes buffers.args runs on outputs poisoned first (so that nothing the
+/// rung before wrote passes for its own), timed (time_kernel_ms), then `download(rung)` returns
+/// its output; a rung that does not goes to `skipped` as "<rung>: <why>".
+template <typename Buffers, typename Args, typename Download>
+auto run_ladder(Backend backend, const Ladder<Args>& ladder, Buffers& buffers, Download&& download,
                 std::vector<std::string>* skipped) {
   std::vector<RungRun<decltype(download(ladder.front()))>> runs;
   for (const Rung<Args>& rung : ladder) {
-    if (const std::string why = why_refused(rung, args); !why.empty()) {
+    if (const std::string why = why_refused(rung, buffers.args); !why.empty()) {
       skipped->push_back(std::string(rung.name) + ": " + why);
       continue;
     }
-    const double ms = time_kernel_ms(backend, [&] { rung.launch(args); });
+    buffers.poison_outputs();
+    const double ms = time_kernel_ms(backend, [&] { rung.launch(buffers.args); });
     runs.push_back({std::string(to_string(backend)) + " " + rung.name, download(rung), ms});
   }
   return runs;

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstddef>
+#include <initializer_list>
 #include <vector>
 
 #include "common/attention_inputs.hpp"
@@ -36,6 +37,7 @@ struct RowBuffers {
       : x(upload_elements(backend, x_host, dtype)), y(backend, x.size()),
         args{x.data(), y.data(), rows, cols, dtype} {}
   std::vector<float> download_y() const { return download_elements(y, args.dtype); }
+  void poison_outputs() { y.poison(); }  ///< see AttentionBackwardBuffers::poison_outputs
 };
 
 /// LayerNorm: x, gamma and beta uploaded (empty gamma or beta: nullptr, the identity), y,
@@ -56,6 +58,11 @@ struct LayerNormBuffers {
              y.data(),  mean.data(), rstd.data(), rows, cols, eps, dtype} {}
   LayerNormOut download() const {
     return {download_elements(y, args.dtype), mean.download(), rstd.download()};
+  }
+  void poison_outputs() {  ///< see AttentionBackwardBuffers::poison_outputs
+    y.poison();
+    mean.poison();
+    rstd.poison();
   }
 };
 
@@ -89,6 +96,10 @@ struct AttentionBuffers {
     if (rung_outputs & kWritesMd) out.md = md.download();
     if (rung_outputs & kWritesP) out.p = p.download();
     return out;
+  }
+  void poison_outputs() {  ///< see AttentionBackwardBuffers::poison_outputs
+    o.poison();
+    for (DeviceBuffer<float>* b : {&lse, &md, &p}) b->poison();
   }
 };
 
@@ -131,6 +142,10 @@ struct DecodeBuffers {
              causal,
              dtype} {}
   DecodeOut download() const { return {download_elements(o, args.dtype), lse.download()}; }
+  void poison_outputs() {  ///< the partials too; see AttentionBackwardBuffers::poison_outputs
+    o.poison();
+    for (DeviceBuffer<float>* b : {&lse, &o_partial, &lse_partial}) b->poison();
+  }
 };
 
 /// The forward's results and dO that the backward reads (chapter 10), float on the host.
@@ -169,6 +184,13 @@ struct AttentionBackwardBuffers {
   BackwardOut download() const {
     return {download_elements(dq, args.dtype), download_elements(dk, args.dtype),
             download_elements(dv, args.dtype)};
+  }
+  /// The gradients and the rungs' scratch back to the 0xff bytes of new buffers (DeviceBuffer::
+  /// poison): between two rungs on the same buffers, so that what one rung leaves unwritten
+  /// reads as NaN, not as the rung before's right answer.
+  void poison_outputs() {
+    for (DeviceBuffer<unsigned char>* b : {&dq, &dk, &dv}) b->poison();
+    for (DeviceBuffer<float>* b : {&d_row, &dq_accum}) b->poison();
   }
 };
 

@@ -41,8 +41,9 @@ inline void report_softmax(Backend backend, const std::vector<CpuStep>& cpu_step
     std::vector<std::string> skipped;
     if (backend != Backend::cpu) {
       RowBuffers buffers(backend, x, rows, cols, dtype);
-      for (Run& run : run_ladder(backend, ladder, buffers.args,
-                                 [&](const auto&) { return buffers.download_y(); }, &skipped))
+      for (Run& run : run_ladder(
+               backend, ladder, buffers, [&](const auto&) { return buffers.download_y(); },
+               &skipped))
         runs.push_back(std::move(run));
     }
     std::cout << "Error vs the fp64 reference"

@@ -187,7 +187,7 @@ void report_table(Backend backend, const Ladder<DecodeArgs>& ladder, const Atten
   if (backend != Backend::cpu) {
     KernelBuffers kb(backend, in, lengths, shape, splits, causal, dtype, page_keys, seed);
     for (auto& run : run_ladder(
-             backend, rungs_taking(ladder, dtype), kb.buffers.args,
+             backend, rungs_taking(ladder, dtype), kb.buffers,
              [&](const Rung<DecodeArgs>&) {
                const DecodeOut o = kb.buffers.download();
                return DecodeResult{o.o, o.lse};

@@ -160,7 +160,7 @@ void report_table(Backend backend, const Ladder<AttentionBackwardArgs>& ladder,
   if (backend != Backend::cpu) {
     AttentionBackwardBuffers buffers(backend, in, s, scale, causal, type);
     for (auto& run : run_ladder(
-             backend, rungs_taking(ladder, type), buffers.args,
+             backend, rungs_taking(ladder, type), buffers,
              [&](const Rung<AttentionBackwardArgs>&) { return buffers.download(); }, &skipped))
       rows.push_back({run.name, std::move(run.out), run.ms});
   }
