@@ -77,7 +77,7 @@ std::vector<AttentionRun> run_attention_table(Backend backend,
   if (backend == Backend::cpu || ladder.empty()) return runs;
   AttentionBuffers buffers(backend, in, shape, scale, causal, dtype, ladder_outputs(ladder));
   for (AttentionRun& run : run_ladder(
-           backend, ladder, buffers.args,
+           backend, ladder, buffers,
            [&](const Rung<AttentionArgs>& rung) { return buffers.download(rung.limits.outputs); },
            skipped))
     runs.push_back(std::move(run));
@@ -110,9 +110,18 @@ void print_attention_table(std::ostream& out, const std::vector<AttentionRun>& r
                                     : ref::compare_weighted(run.out.o, r.o, measure.o_weight);
     std::vector<std::string> row = {run.name, sci(measure.p ? e.max_rel : e.max_abs),
                                     sci(compare(measured(run), measured(runs.front())).max_abs)};
-    if (any_lse)
-      row.push_back(run.out.lse.empty() ? "-" : sci(compare(run.out.lse, r.lse).max_abs));
-    row.insert(row.end(), {std::to_string(e.nonfinite_mismatches), fixed(run.ms, 3)});
+    // A NaN or inf logsumexp where the reference has none shows in its cell and in the count.
+    std::size_t nonfinite = e.nonfinite_mismatches;
+    if (any_lse) {
+      if (run.out.lse.empty()) {
+        row.push_back("-");
+      } else {
+        const ErrorReport lse = compare(run.out.lse, r.lse);
+        row.push_back(lse.cell());
+        nonfinite += lse.nonfinite_mismatches;
+      }
+    }
+    row.insert(row.end(), {std::to_string(nonfinite), fixed(run.ms, 3)});
     if (any_gpu) row.push_back(on_gpu(run) ? fixed(tflop_per_s(flops, run.ms), 2) : "-");
     t.add_row(row);
   }

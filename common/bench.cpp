@@ -348,6 +348,9 @@ void Bench::skip(const std::string& kernel, const std::string& why) {
 }
 
 int Bench::finish() {
+  // Not a table of nothing and exit 0: the shape is bad input for every kernel asked for.
+  if (rows_.empty() && !skipped_.empty())
+    throw std::invalid_argument("--bench: no kernel takes this shape (" + skipped_.front() + ")");
   Table t(
       {"kernel", "dtype", "shape", "median ms", "min ms", "max ms", "throughput", "of copy bw"});
   for (const BenchRow& r : rows_) {

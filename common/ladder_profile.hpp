@@ -217,6 +217,9 @@ int profile_ladder(const Ladder<Args>& ladder, const Args& args, std::uint64_t u
                       unit);
     }
   }
+  // Not a table of nothing and exit 0: the shape is bad input for every rung asked for.
+  if (csv.empty() && !skipped.empty())
+    throw std::invalid_argument("--profile: no rung takes " + shape + " (" + skipped.front() + ")");
   t.print(std::cout);
   std::cout << "  header states: loaded + stored bytes per " << unit
             << " by the rung's traffic formula. sectors/req: 32-byte sectors per warp request "

@@ -168,11 +168,18 @@ int main(int argc, char** argv) {
     for (Dtype t : dtypes)
       ch01::report_softmax(options.backend, steps, ladder, "ch02", rows, cols, options.seed, t);
     // The kernel backend's device decides block_cached's limit (cpu: the simulator's H100).
+    // A 16-bit row is half the bytes of a float one: its plan is its own.
     const Backend device = options.backend == Backend::cpu ? Backend::sim : options.backend;
-    const FastPlan plan = select_kernel_backend(device, [&](auto b) {
-      return plan_fast_softmax(nullptr, nullptr, cols, Dtype::fp32,
-                               Kernels<decltype(b)::value>::max_dynamic_shared_bytes());
-    });
+    std::string runs;
+    for (Dtype t : dtypes) {
+      const FastPlan plan = select_kernel_backend(device, [&](auto b) {
+        return plan_fast_softmax(nullptr, nullptr, cols, t,
+                                 Kernels<decltype(b)::value>::max_dynamic_shared_bytes());
+      });
+      runs += std::string(runs.empty() ? "" : ";\n  ") + "on " + to_string(t) + " " +
+              to_string(plan.path) + " with groups of " + std::to_string(plan.group_width) +
+              " lanes";
+    }
     std::cout
         << "  The merge tree is shallower than chapter 02's chain (a slice of\n"
            "  cols / threads updates, then log2(threads) merges), so d' collects fewer\n"
@@ -182,9 +189,9 @@ int main(int argc, char** argv) {
         << " bytes, the row in registers, x read once),\n"
            "  lane_groups (short rows several to a warp), block_vec (16-byte vectors, x read\n"
            "  twice), block_cached (the row in shared memory, x read once) and fast_softmax,\n"
-           "  the dispatcher: here it runs "
-        << to_string(plan.path) << " with groups of " << plan.group_width
-        << " lanes\n  (0: a block per row; see block_merge.md, \"The fast rungs\"). On fp16 and "
+           "  the dispatcher: here it runs\n  "
+        << runs
+        << "\n  (0: a block per row; see block_merge.md, \"The fast rungs\"). On fp16 and "
            "bf16\n  x is rounded first: the CPU steps and the fp64 reference see the same "
            "values.\n\n";
     if (dtypes.size() > 1 || dtypes[0] != Dtype::fp32)
