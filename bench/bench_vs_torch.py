@@ -40,8 +40,8 @@ import sys
 
 from wb_bench.counting import ELEM_BYTES, WARMUP, self_check
 from wb_bench.output import CsvAppender, read_csv, report
-from wb_bench.plan import find_programs, load_programs, plan
-from wb_bench.torch_side import real_run
+from wb_bench.plan import OPS, find_programs, load_programs, plan
+from wb_bench.torch_side import import_torch, real_run
 
 
 def powers_of_two(lo, hi):
@@ -52,59 +52,105 @@ def powers_of_two(lo, hi):
     return out
 
 
+# The validators of the options' values: each turns bad input into argparse's refusal, so that
+# no size reaches the plan as 0 (a range from 0 doubles 0 forever), negative or not a number.
+def positive_int(text):
+    """A size, count, or timeout: an integer >= 1."""
+    try:
+        n = int(text)
+    except ValueError:
+        n = 0
+    if n < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got '{text}'")
+    return n
+
+
+def int_list(text):
+    """LO-HI, the powers of two from LO to HI (1 <= LO <= HI), or a list a,b,c of positive
+    integers."""
+    lo, dash, hi = text.partition("-")
+    try:
+        values = [positive_int(t) for t in ((lo, hi) if dash else text.split(","))]
+    except argparse.ArgumentTypeError:
+        values = None
+    if values is None or (dash and values[0] > values[1]):
+        raise argparse.ArgumentTypeError(
+            f"expected LO-HI with 1 <= LO <= HI or a list a,b,c of positive integers, got '{text}'")
+    return powers_of_two(*values) if dash else values
+
+
+def names_in(known):
+    """The validator of a list a,b,c whose every name is one of `known`."""
+    def names(text):
+        items = text.split(",")
+        unknown = [t for t in items if t not in known]
+        if unknown:
+            raise argparse.ArgumentTypeError(f"unknown '{unknown[0]}' (known: {', '.join(known)})")
+        return items
+    return names
+
+
+def csv_file(text):
+    if not os.path.isfile(text):
+        raise argparse.ArgumentTypeError(f"no file '{text}'")
+    return text
+
+
+class OneLineParser(argparse.ArgumentParser):
+    """Refuses bad input in one line and exit code 2, as the chapter programs do
+    (common/cmake/expect_refusal.cmake checks both); argparse's usage block would bury the
+    reason under a dozen lines, and --help prints it."""
+
+    def error(self, message):
+        self.exit(2, f"{self.prog}: error: {message}\n")
+
+
 def parse_args(argv):
     here = os.path.dirname(os.path.abspath(__file__))
     root = os.path.dirname(here)
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p = OneLineParser(prog="bench_vs_torch", description=__doc__.split("\n\n")[0])
+    dtypes = names_in(tuple(ELEM_BYTES))
     p.add_argument("--programs", default=os.path.join(root, "build", "chapter_programs.txt"),
                    help="the build's chapter_programs.txt (default build/chapter_programs.txt)")
     p.add_argument("--out", default=os.path.join(root, "docs", "bench", "results.csv"))
     p.add_argument("--plots", default=os.path.join(root, "docs", "bench"))
-    p.add_argument("--reps", type=int, default=50, help="timed runs per kernel (default 50)")
-    p.add_argument("--program-timeout", type=int, default=300,
+    p.add_argument("--reps", type=positive_int, default=50,
+                   help="timed runs per kernel (default 50)")
+    p.add_argument("--program-timeout", type=positive_int, default=300,
                    help="seconds one chapter program may take on one shape before it is "
                         "stopped (its rows so far are kept; default 300)")
-    p.add_argument("--rows", type=int, default=49152)
-    p.add_argument("--cols", default="32-32768", help="LO-HI (powers of 2) or a list a,b,c")
-    p.add_argument("--dtypes", default="fp32,fp16,bf16",
+    p.add_argument("--rows", type=positive_int, default=49152)
+    p.add_argument("--cols", type=int_list, default="32-32768",
+                   help="LO-HI (powers of 2) or a list a,b,c")
+    p.add_argument("--dtypes", type=dtypes, default="fp32,fp16,bf16",
                    help="softmax and LayerNorm dtypes (default fp32,fp16,bf16)")
-    p.add_argument("--ops", default="softmax,layernorm,attention,decode,attention_backward")
-    p.add_argument("--bh", type=int, default=16)
-    p.add_argument("--seqlens", default="1024-16384")
-    p.add_argument("--head-dims", default="64,128")
-    p.add_argument("--attention-dtypes", default="fp16,bf16", help="attention and decode dtypes")
-    p.add_argument("--decode-bh", type=int, default=32, help="heads of the decode shapes")
-    p.add_argument("--decode-lq", default="1,4", help="query rows of the decode shapes")
-    p.add_argument("--decode-lengths", default="4096-131072", help="KV cache lengths")
-    p.add_argument("--decode-groups", default="1,8",
+    p.add_argument("--ops", type=names_in(OPS), default=",".join(OPS))
+    p.add_argument("--bh", type=positive_int, default=16)
+    p.add_argument("--seqlens", type=int_list, default="1024-16384")
+    p.add_argument("--head-dims", type=int_list, default="64,128")
+    p.add_argument("--attention-dtypes", type=dtypes, default="fp16,bf16",
+                   help="attention and decode dtypes")
+    p.add_argument("--decode-bh", type=positive_int, default=32, help="heads of the decode shapes")
+    p.add_argument("--decode-lq", type=int_list, default="1,4",
+                   help="query rows of the decode shapes")
+    p.add_argument("--decode-lengths", type=int_list, default="4096-131072",
+                   help="KV cache lengths")
+    p.add_argument("--decode-groups", type=int_list, default="1,8",
                    help="query heads per KV head of the decode shapes (1: multi-head)")
-    p.add_argument("--backward-seqlens", default="1024-4096",
+    p.add_argument("--backward-seqlens", type=int_list, default="1024-4096",
                    help="sequence lengths of the attention_backward shapes")
-    p.add_argument("--backward-dtypes", default="fp32,fp16,bf16",
+    p.add_argument("--backward-dtypes", type=dtypes, default="fp32,fp16,bf16",
                    help="attention_backward dtypes")
     p.add_argument("--dry-run", action="store_true",
                    help="check the programs and print the plan; needs no torch, no GPU")
-    p.add_argument("--plot-only", metavar="CSV", help="redraw the table and plots from a CSV")
+    p.add_argument("--plot-only", type=csv_file, metavar="CSV",
+                   help="redraw the table and plots from a CSV")
     a = p.parse_args(argv)
-
-    def ints(text):
-        if "-" in text:
-            lo, hi = (int(t) for t in text.split("-"))
-            return powers_of_two(lo, hi)
-        return [int(t) for t in text.split(",")]
-
-    a.cols, a.seqlens, a.head_dims = ints(a.cols), ints(a.seqlens), ints(a.head_dims)
-    a.decode_lq, a.decode_lengths = ints(a.decode_lq), ints(a.decode_lengths)
-    a.decode_groups = ints(a.decode_groups)
-    a.backward_seqlens = ints(a.backward_seqlens)
-    a.backward_dtypes = a.backward_dtypes.split(",")
-    a.ops = a.ops.split(",")
-    a.dtypes, a.attention_dtypes = a.dtypes.split(","), a.attention_dtypes.split(",")
-    for dt in a.dtypes + a.attention_dtypes + a.backward_dtypes:
-        if dt not in ELEM_BYTES:
-            p.error(f"unknown dtype '{dt}' (fp32, fp16, bf16)")
-    if a.reps <= 0:
-        p.error("--reps must be positive")
+    # Checked before the run, not where they are written: --plots only after the whole run.
+    if os.path.isdir(a.out):
+        p.error(f"--out {a.out} is a directory")
+    if os.path.exists(a.plots) and not os.path.isdir(a.plots):
+        p.error(f"--plots {a.plots} is not a directory")
     return a
 
 
@@ -152,9 +198,10 @@ def main(argv):
     if not any(job.commands for job in jobs):
         print("bench_vs_torch: error: no chapter program with --bench found", file=sys.stderr)
         return 1
+    torch = import_torch()  # before the sink: a run that cannot start keeps the last CSV
     sink = CsvAppender(args.out)  # written as the run goes: a run cut short keeps its rows
     try:
-        rows = real_run(args, jobs, notes, sink)
+        rows = real_run(torch, args, jobs, notes, sink)
     finally:
         sink.close()
     report(rows, args, notes)

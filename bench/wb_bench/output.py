@@ -28,8 +28,14 @@ class CsvAppender:
 
 
 def read_csv(path):
+    """The rows of an earlier run's CSV, or the first column it lacks in one line."""
     with open(path, newline="") as f:
-        return list(csv.DictReader(f))
+        reader = csv.DictReader(f)
+        missing = [c for c in COLUMNS if c not in (reader.fieldnames or [])]
+        if missing:
+            raise SystemExit(f"bench_vs_torch: error: {path} has no column '{missing[0]}' "
+                             "(not a CSV of bench_vs_torch)")
+        return list(reader)
 
 
 def print_table(header, rows, out=sys.stdout):

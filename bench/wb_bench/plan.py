@@ -13,6 +13,7 @@ from .counting import (ELEM_BYTES, attention_bytes, attention_flops, attention_s
                        decode_bytes, decode_shape_string, layernorm_bytes, softmax_bytes,
                        shape_string)
 
+OPS = ("softmax", "layernorm", "attention", "decode", "attention_backward")  # the ops planned here
 TORCH_NAMES = {"softmax": "torch.softmax", "layernorm": "F.layer_norm"}
 
 

@@ -152,7 +152,8 @@ def run_program(name, argv, shape, csv_path, timeout, notes):
         return [r for r in csv.DictReader(f) if None not in r.values() and r.get("median_ms")]
 
 
-def real_run(args, jobs, notes, sink):
+def import_torch():
+    """torch, with a CUDA GPU, or the reason in one line."""
     try:
         import torch
     except ImportError:
@@ -161,6 +162,10 @@ def real_run(args, jobs, notes, sink):
     if not torch.cuda.is_available():
         raise SystemExit("bench_vs_torch: error: torch sees no CUDA GPU; absolute times only "
                          "come from one (--dry-run prints the plan without it)")
+    return torch
+
+
+def real_run(torch, args, jobs, notes, sink):
     device, date = torch.cuda.get_device_name(0), utc_now()
     timer = TorchTimer(torch, WARMUP, args.reps)
     copy_samples, copy_bytes = torch_copy_gbps(torch, timer)
