@@ -47,6 +47,11 @@ inline constexpr int kVecBytes = 16;
 inline int vec_width(Dtype t) {
   return kVecBytes / static_cast<int>(dtype_bytes(t));
 }
+/// Whether p may be the address of a vector access: 16-byte aligned (nullptr, an absent
+/// operand, counts as aligned).
+inline bool aligned_for_vec(const void* p) {
+  return reinterpret_cast<std::uintptr_t>(p) % kVecBytes == 0;
+}
 
 /// The rounding of a float result to `dtype` on store, half an ulp:
 /// |round(v) - v| <= half_ulp max(|v|, tiny). half_ulp is 2^-11 for fp16 and 2^-8 for bf16, 0

@@ -6,10 +6,11 @@
 
 namespace wb {
 
-/// A warp holds a row in registers, as floats, each lane loading at most 8 16-byte vectors:
-/// rows of up to 4 KiB, 1024 floats at 32 values a lane or 2048 fp16 or bf16 values at 64 a
-/// lane (widened on load). 64 floats of the 255 registers a thread may have leave room for the
-/// rest of the kernel.
+/// A warp holds a row in registers, each lane loading at most 8 16-byte vectors: rows of up to
+/// 4 KiB, 1024 floats at 32 values a lane or 2048 fp16 or bf16 values at 64 a lane (chapter
+/// 03's softmax widens them on load, chapter 07's LayerNorm keeps them two to a register until
+/// used: common/vector_types.cuh's keep_narrow). 64 floats of the 255 registers a thread may
+/// have leave room for the rest of the kernel.
 inline constexpr std::size_t kWarpRowMaxBytes = 4096;
 
 /// The most values a lane holds for elements of `elem_bytes` bytes: 32 floats, 64 halves.
@@ -21,6 +22,10 @@ constexpr int warp_row_max_per_lane(std::size_t elem_bytes) {
 constexpr int warp_row_max_cols(std::size_t elem_bytes) {
   return static_cast<int>(kWarpRowMaxBytes / elem_bytes);
 }
+
+/// The most values a lane holds for elements of T: 32 floats, 64 halves (a template bound).
+template <typename T>
+inline constexpr int kMaxColsPerLane = warp_row_max_per_lane(sizeof(T));
 
 /// The smallest power of 2 >= v (v >= 1).
 inline int next_pow2(int v) {

@@ -238,10 +238,6 @@ inline int warp_registers_max_cols(Dtype t) {
   return warp_row_max_cols(dtype_bytes(t));
 }
 
-/// The most values a lane holds for elements of T: 32 floats, 64 halves (a template bound).
-template <typename T>
-inline constexpr int kMaxColsPerLane = warp_row_max_per_lane(sizeof(T));
-
 /// The longest row block_vec and the dispatcher take (the launches index columns with int).
 inline constexpr int kFastMaxCols = 1 << 30;
 
@@ -249,10 +245,7 @@ inline constexpr int kFastMaxCols = 1 << 30;
 /// so that every row starts on a 16-byte boundary: then the rungs load and store whole
 /// vectors, else one element at a time.
 inline bool can_vectorize(const void* x, const void* y, int cols, Dtype t) {
-  const auto aligned = [](const void* p) {
-    return reinterpret_cast<std::uintptr_t>(p) % kVecBytes == 0;
-  };
-  return cols % vec_width(t) == 0 && aligned(x) && aligned(y);
+  return cols % vec_width(t) == 0 && aligned_for_vec(x) && aligned_for_vec(y);
 }
 
 /// The kernel a fast launch runs: the row in registers (a group of lanes per row: the warp, or

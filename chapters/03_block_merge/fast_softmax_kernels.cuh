@@ -49,28 +49,16 @@
 #include "chapters/02_online_softmax/online_update.hpp"
 #include "chapters/03_block_merge/block_merge.hpp"
 #include "chapters/03_block_merge/md_merge.hpp"
+#include "chapters/03_block_merge/md_warp_merge.cuh"
 
 namespace wb::ch03 {
 namespace {  // kernels have internal linkage: one copy per backend's translation unit
 
-constexpr unsigned kFullMask = 0xffffffffu;
-
 // ==========================================================================================
-// The merges: the butterfly of block_merge_kernels.cuh's warp_all_merge and its block
-// version, over md_merge (that file is an exercise, so this one does not include it)
+// The block's merge, over md_warp_merge.cuh's warp_merge (the butterfly of
+// block_merge_kernels.cuh's warp_all_merge: that file is an exercise, so this one does not
+// include it)
 // ==========================================================================================
-
-// Every lane passes its pair and gets the merge of its group's kGroup pairs (a power-of-2
-// slice of the warp; the whole warp by default): log2(kGroup) butterfly steps, lanes l and
-// l ^ lane_mask computing md_merge(a, b) and md_merge(b, a), the same bits (eq. 5), so all
-// lanes of a group agree. Every lane of the warp calls it (full mask).
-template <int kGroup = kLanes>
-__device__ MD warp_merge(MD md) {
-  for (int lane_mask = kGroup / 2; lane_mask > 0; lane_mask /= 2)
-    md = md_merge(md, {__shfl_xor_sync(kFullMask, md.m, lane_mask, kGroup),
-                       __shfl_xor_sync(kFullMask, md.d, lane_mask, kGroup)});  // eq. (2)
-  return md;
-}
 
 // Every thread passes its pair and gets the merge of the block's. scratch: kWarps pairs.
 template <int kWarps>

@@ -8,6 +8,7 @@
 #include "common/vector_types.cuh"
 
 #include "chapters/03_block_merge/md_merge.hpp"
+#include "chapters/03_block_merge/md_warp_merge.cuh"
 #include "chapters/04_fused_qk_softmax/fused_softmax.hpp"
 
 namespace wb::ch04 {
@@ -72,14 +73,7 @@ __device__ inline float score(const float* __restrict__ q_row, const float* __re
 /// Chapter 03's merge across the 32 lanes of a warp, as a butterfly: after log2(32) = 5
 /// exchanges every lane holds the merge of all 32 lanes' (m, d). Any pairing is right
 /// because the merge is associative and commutative. All 32 lanes must call it.
-__device__ inline ch03::MD warp_merge(ch03::MD md) {
-  for (int lane_mask = kWarpLanes / 2; lane_mask > 0; lane_mask /= 2) {
-    const ch03::MD other{__shfl_xor_sync(kAllLanes, md.m, lane_mask),
-                         __shfl_xor_sync(kAllLanes, md.d, lane_mask)};
-    md = ch03::md_merge(md, other);
-  }
-  return md;
-}
+using ch03::warp_merge;
 
 /// max over the 32 lanes of a warp, in every lane (butterfly, 5 exchanges).
 __device__ inline float warp_max(float x) {

@@ -25,16 +25,13 @@ namespace wb::ch07 {
 /// Lanes in a warp.
 inline constexpr int kLanes = 32;
 
-/// warp_per_row holds a row in registers, as floats: rows of up to common/row_lanes.hpp's
+/// warp_per_row holds a row in registers, as it was read: rows of up to common/row_lanes.hpp's
 /// kWarpRowMaxBytes, so at most kWarpMaxCols = 1024 floats (32 a lane) or 2048 fp16 or bf16
-/// values (64 a lane).
+/// values (64 a lane, two to a register).
 inline int warp_max_cols(Dtype t) {
   return warp_row_max_cols(dtype_bytes(t));
 }
 inline constexpr int kWarpMaxCols = warp_row_max_cols(sizeof(float));  // 1024
-/// The most values a lane holds for elements of T: 32 floats, 64 halves (a template bound).
-template <typename T>
-inline constexpr int kMaxColsPerLane = warp_row_max_per_lane(sizeof(T));
 
 /// warp_per_row's block: 4 warps, each serving 32 / group_width rows.
 inline constexpr int kWarpBlockThreads = 128;
@@ -129,10 +126,6 @@ inline Strategy choose_strategy(int cols, std::size_t max_dynamic_shared_bytes,
   return Strategy::block_uncached;
 }
 // [dispatch]
-
-inline bool aligned_for_vec(const void* p) {
-  return p == nullptr || reinterpret_cast<std::uintptr_t>(p) % kVecAlignment == 0;
-}
 
 /// True when the kernels may use 16-byte vector loads and stores: cols a multiple of the
 /// vector width (4 floats, 8 halves; so every row starts 16-byte aligned) and every pointer
