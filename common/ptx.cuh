@@ -30,8 +30,9 @@
 //
 // mma and ldmatrix are warp-wide (.sync.aligned): all 32 lanes execute the same call, with
 // convergent control flow. cp.async copies are asynchronous: until cp_async_wait covers their
-// group, the destination holds whatever it held before (the simulator performs the copy at that
-// wait, so a missing wait reads stale data there too, and race mode reports the race).
+// group, the destination is undefined on a GPU (old data or new, or a mix); the simulator fills
+// it with 0xff bytes (NaN) at the issue and performs the copy at that wait, so a missing wait
+// reads NaN there, and race mode reports the race.
 #pragma once
 
 #include "common/kernel.cuh"

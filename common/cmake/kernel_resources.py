@@ -46,7 +46,8 @@ ALLOWED = [
     (r"ch03::warp_registers_kernel<[^,]+, (16|32), false, 32>", r"sm_8\d", 8, SLOW_DIVISION),
     (r"ch03::warp_registers_kernel<(__half|__nv_bfloat16), 64, true, 32>", r"sm_8\d", 8,
      SLOW_DIVISION),
-    (r"ch07::warp_per_row_kernel<float, 32, 32, true>", r"sm_\d+", 16, SLOW_DIVISION),
+    (r"ch07::warp_per_row_kernel<(float, 32|__half, 64|__nv_bfloat16, 64), 32, true>", r"sm_\d+",
+     16, SLOW_DIVISION),
 ]
 
 ENTRY = re.compile(r"Compiling entry function '(\S+)' for '(sm_\d+)'")
