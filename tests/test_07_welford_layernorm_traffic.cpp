@@ -83,8 +83,8 @@ TEST_CASE("the dispatcher launches the strategy its rule names, at every boundar
       DeviceBuffer<unsigned char> dx(Backend::sim, encode_elements(x, t)),
           dy(Backend::sim, dx.size());
       DeviceBuffer<float> dmean(Backend::sim, 1), drstd(Backend::sim, 1);
-      const LayerNormArgs a{dx.data(),    nullptr, nullptr, dy.data(), dmean.data(),
-                            drstd.data(), 1,       cols,    1e-5f,     t};
+      const LayerNormArgs a{dx.data(),    nullptr, nullptr, dy.data(),         dmean.data(),
+                            drstd.data(), 1,       cols,    ch07::kDefaultEps, t};
       ch07::Strategy reported{};
       const std::vector<std::string> kernels =
           test::launched_kernels([&] { reported = ch07::Kernels<Backend::sim>::layernorm(a); });

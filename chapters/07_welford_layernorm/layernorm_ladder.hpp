@@ -46,7 +46,6 @@ static_assert(kBlockThreads % kLanes == 0 && kBlockWarps <= kLanes,
 /// A 16-byte vector (common/dtype.hpp) is 4 floats (a float4) or 8 halves, loaded in one
 /// access when its address is 16-byte aligned. kVec is fp32's width.
 inline constexpr int kVec = kVecBytes / static_cast<int>(sizeof(float));
-inline constexpr std::uintptr_t kVecAlignment = kVecBytes;
 
 /// How warp_per_row maps a row onto lanes: common/row_lanes.hpp's rule, a group of lanes per
 /// row, each lane holding whole accesses of `width` elements (a 16-byte vector where the row can
@@ -67,7 +66,7 @@ inline int rows_per_block(const RowLanes& shape) {
 /// row 16-byte aligned for vectors), then the row, as it was read: `elem_bytes` per value
 /// (4 for fp32, 2 for fp16 and bf16, so a 16-bit row twice as long fits).
 inline constexpr std::size_t kCachedScratchBytes =
-    (kBlockWarps * sizeof(Welford) + kVecAlignment - 1) / kVecAlignment * kVecAlignment;
+    (kBlockWarps * sizeof(Welford) + kVecBytes - 1) / kVecBytes * kVecBytes;
 inline std::size_t cached_shared_bytes(int cols, std::size_t elem_bytes = sizeof(float)) {
   return kCachedScratchBytes + static_cast<std::size_t>(cols) * elem_bytes;
 }
