@@ -206,11 +206,17 @@ const StaticObject* static_object_near(std::uintptr_t address) {
 }
 
 std::string source_line(const void* pc) {
+  // Kept like kernel_lines' answers: a test that plants one fault per shape or per size of an
+  // array meets the same access again and again, and addr2line costs tens of milliseconds.
+  static std::map<const void*, std::string> known;
+  static std::mutex mutex;
+  std::lock_guard<std::mutex> lock(mutex);
+  if (const auto it = known.find(pc); it != known.end()) return it->second;
   const std::vector<std::string> frames = frames_of({pc})[0];
-  if (frames.empty() || frames[0] == "?") return unknown_line(pc);
+  if (frames.empty() || frames[0] == "?") return known[pc] = unknown_line(pc);
   std::string out = frames[0];
   for (std::size_t i = 1; i < frames.size(); ++i) out += ", inlined into " + frames[i];
-  return out;
+  return known[pc] = out;
 }
 
 std::vector<std::string> kernel_lines(const std::vector<const void*>& pcs) {

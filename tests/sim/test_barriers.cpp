@@ -53,6 +53,15 @@ __global__ void peek_shared_kernel(unsigned char* bytes, int n) {
   for (int i = threadIdx.x; i < n; i += blockDim.x) bytes[i] = shared[i];
 }
 
+// bytes: (gridDim.x, n), the dynamic shared memory as each block finds it; then the block
+// overwrites all of it, as a kernel filling its tile would, for the blocks after it to find.
+__global__ void peek_then_fill_shared_kernel(unsigned char* bytes, int n) {
+  unsigned char* shared = wb::dynamic_shared<unsigned char>();
+  for (int i = threadIdx.x; i < n; i += blockDim.x) bytes[blockIdx.x * n + i] = shared[i];
+  __syncthreads();
+  for (int i = threadIdx.x; i < n; i += blockDim.x) shared[i] = static_cast<unsigned char>(i);
+}
+
 // ok: (1), 1 when the dynamic shared memory pointer is 16-byte aligned.
 __global__ void alignment_kernel(int* ok) {
   const auto address = reinterpret_cast<std::uintptr_t>(wb::dynamic_shared<float4>());
@@ -126,4 +135,22 @@ TEST_CASE("dynamic shared memory is 16-byte aligned and starts as 0xff bytes" *
   int ok = 0;
   wb::launch<alignment_kernel>(dim3(1), dim3(1), 20, &ok);
   CHECK(ok == 1);
+}
+
+TEST_CASE("every block finds its dynamic shared memory as 0xff bytes, not the last block's" *
+          doctest::test_suite("barriers")) {
+  // On a GPU a block's shared memory holds what an earlier block on the SM left there; the
+  // simulator refills it with 0xff before each block, so a kernel reading bytes its own block
+  // did not write sees NaN in every block, not the previous block's plausible values.
+  constexpr int n = 100, kBlocks = 6;
+  for (wb::sim::BlockOrder order : {wb::sim::BlockOrder::forward, wb::sim::BlockOrder::reverse}) {
+    wb::sim::set_block_order(order);
+    std::vector<unsigned char> bytes(kBlocks * n, 0);
+    wb::launch<peek_then_fill_shared_kernel>(dim3(kBlocks), dim3(32), n, bytes.data(), n);
+    wb::sim::set_block_order(wb::sim::BlockOrder::forward);
+    for (int i = 0; i < kBlocks * n; ++i) {
+      CAPTURE(i / n);  // the block
+      REQUIRE(bytes[i] == 0xff);
+    }
+  }
 }
