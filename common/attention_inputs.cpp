@@ -31,7 +31,7 @@ const std::vector<ScoreKind>& all_score_kinds() {
 }
 
 const char* to_string(ScoreKind kind) {
-  constexpr const char* kNames[] = {"randn", "outliers x20", "scores 1e4 + randn",
+  constexpr const char* kNames[] = {"randn", "outliers x20", "scores +-1e4 + randn",
                                     "ones (uniform P)", "arange (s_ij = j)"};  // enum order
   return kNames[static_cast<int>(kind)];
 }
@@ -65,8 +65,10 @@ AttentionInputs make_attention_inputs(ScoreKind kind, AttentionShape shape, floa
     }
     case ScoreKind::large_offset: {
       // scale * a * a = 1e4 to within a few ulp; the other d - 1 columns add randn-sized terms.
+      // Odd query rows take q_0 = -a: their scores are -1e4 + randn, a logsumexp far below
+      // zero, where a key wrongly left unmasked with a zero score has e^{0 - lse} = inf.
       const float a = std::sqrt(kScoreOffset / scale);
-      for (std::size_t r = 0; r < q_rows; ++r) in.q[r * d] = a;
+      for (std::size_t r = 0; r < q_rows; ++r) in.q[r * d] = r % 2 == 0 ? a : -a;
       for (std::size_t r = 0; r < k_rows; ++r) in.k[r * d] = a;
       break;
     }

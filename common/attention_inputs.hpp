@@ -39,7 +39,9 @@ inline float default_scale(int d) {
 enum class ScoreKind {
   randn,     ///< Q, K, V standard normal: scores of unit variance
   outliers,  ///< randn, about 1 key row in 16 (at least one per head) x20, V entries 1 in 64 x20
-  large_offset,  ///< randn, but q[0] = k[0] = sqrt(1e4 / scale): every score is 1e4 + randn
+  /// randn, but k[0] = sqrt(1e4 / scale) and q[0] = +-k[0], + on even query rows, - on odd:
+  /// every score of a row is 1e4 + randn, or -1e4 + randn (a logsumexp far below zero)
+  large_offset,
   ones,          ///< Q = K = 1: every score equal, a uniform P; V randn, so O cancels to ~0
   arange,        ///< q = e_0, k_j = (j / scale) e_0: s_ij = j, a steep ramp onto the last keys
 };

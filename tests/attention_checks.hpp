@@ -153,7 +153,7 @@ inline ref::Attention masked_reference(const AttentionInputs& in, AttentionShape
   return out;
 }
 
-/// One input of an attention test: shape, score kind, the default scale, Q, K, V and the fp64
+/// One input of an attention test: shape, score kind, its drawn scale, Q, K, V and the fp64
 /// attention of them.
 struct AttentionInput {
   AttentionShape shape;
@@ -177,7 +177,7 @@ void for_each_attention_input(const std::vector<AttentionShape>& shapes, std::ui
       const std::string where = to_string(shape) + ", " + to_string(kind) +
                                 (mask == KeyMask::by_head ? ", keys masked by head" : "");
       CAPTURE(where);
-      const float scale = default_scale(shape.d);
+      const float scale = drawn_scale(shape, kind, causal);
       AttentionInput input{
           shape, kind, causal, mask, scale, make_attention_inputs(kind, shape, scale, seed), {}};
       if (mask == KeyMask::by_head) {
@@ -344,6 +344,28 @@ inline std::vector<AttentionCase> masked_attention_cases(const std::vector<Atten
   return cases;
 }
 
+/// Causal cases that put the diagonal at every offset within every tile: one head of lq query
+/// rows against lk = lq + delta keys, delta over `period` consecutive values from -period / 2,
+/// so that lk - lq (and lk itself) takes every residue modulo `period`, which a chapter takes as
+/// the least common multiple of its rungs' tile sizes (Br, Bc, the rows a warp owns, the keys of
+/// a softmax step). A mask applied only where the diagonal crosses a tile, or a tile skip, that
+/// is off by one at any alignment meets its residue here. lq > period / 2 keeps lk >= 1 (a
+/// smaller lq drops the deltas that would leave no key). Score
+/// kinds alternate between randn and arange (s_ij = j: the key just past a row's diagonal would
+/// carry the largest weight); the element type is `dtype`, each d of `head_dims` in turn.
+inline std::vector<AttentionCase> diagonal_alignment_cases(int lq, int period,
+                                                           const std::vector<int>& head_dims,
+                                                           Dtype dtype) {
+  std::vector<AttentionCase> cases;
+  for (int d : head_dims)
+    for (int delta = -period / 2; delta < period - period / 2; ++delta) {
+      if (lq + delta < 1) continue;
+      const ScoreKind kind = (delta & 1) ? ScoreKind::arange : ScoreKind::randn;
+      cases.push_back({{1, lq, lq + delta, d}, kind, /*causal=*/true, dtype});
+    }
+  return cases;
+}
+
 /// The element type `rung` runs a case of `dtype` in: that type where it takes it, else fp32
 /// where it takes fp32 (a 16-bit value is exact in float, so an fp32 rung runs on the very
 /// values a 16-bit rung reads, and the rung after it has a rung before on every case), else
@@ -381,7 +403,7 @@ inline std::optional<RungOutput> run_attention_rung(Backend backend,
 struct AttentionRungRun {
   const Rung<AttentionArgs>& rung;
   const AttentionCase& c;
-  float scale;                ///< default_scale(d)
+  float scale;                ///< drawn_scale(shape, kind, causal)
   const AttentionInputs& in;  ///< Q, K, V as the rung read them: rounded to c.dtype
   const ref::Attention& r;    ///< the fp64 attention of `in`
   Dtype dtype;                ///< the rung's element type on this case (rung_dtype)
@@ -405,14 +427,15 @@ inline void check_attention_ladder(Backend backend, const Ladder<AttentionArgs>&
         const std::optional<Dtype> dtype = rung_dtype(rung, c.dtype);
         if (!dtype) return std::nullopt;
         // The case alone, the same for every rung: the chain check's key for the rung before.
+        const float scale = drawn_scale(c.shape, c.kind, c.causal);
         const std::string where = to_string(c.shape) + ", " + to_string(c.kind) + ", " +
                                   to_string(c.dtype) + (c.causal ? ", causal" : "") +
-                                  (c.mask == KeyMask::by_head ? ", keys masked by head" : "");
+                                  (c.mask == KeyMask::by_head ? ", keys masked by head" : "") +
+                                  ", scale " + std::to_string(scale);
         const std::string running = rung.name;  // also when the check reruns the rung before
         CAPTURE(running);
         CAPTURE(where);
         REQUIRE((c.mask == KeyMask::none || !c.causal));  // masked_reference has no causal mask
-        const float scale = default_scale(c.shape.d);
         AttentionInputs in = make_attention_inputs(c.kind, c.shape, scale, seed);
         if (c.mask == KeyMask::by_head) mask_keys(in, c.shape);
         for (std::vector<float>* x : {&in.q, &in.k, &in.v}) *x = round_elements(*x, c.dtype);
@@ -446,7 +469,7 @@ inline void check_attention_lanes_agree(Backend backend, const Ladder<AttentionA
         const std::string where = std::string(rung.name) + ", " + to_string(shape) + ", " +
                                   to_string(kind) + (causal ? ", causal" : "");
         CAPTURE(where);
-        const float scale = default_scale(shape.d);
+        const float scale = drawn_scale(shape, kind, causal);
         AttentionInputs in = make_attention_inputs(kind, shape, scale, seed);
         const std::size_t d = static_cast<std::size_t>(shape.d);
         std::vector<float> column_class(shape.q_elems());  // c mod 3: O's "input" per element

@@ -2,6 +2,7 @@
 // the chain meets the same edges as the step before.
 #pragma once
 
+#include <cstdint>
 #include <vector>
 
 #include "common/attention_inputs.hpp"
@@ -48,6 +49,25 @@ inline const std::vector<AttentionShape> kAttentionMaskedTileRaceShapes = {{3, 9
 inline const std::vector<AttentionShape> kAttentionLaneShapes = {
     {2, 17, 100, 16}, {1, 9, 65, 64}, {1, 8, 33, 128}};
 inline const std::vector<AttentionShape> kAttentionLaneRaceShapes = {{1, 9, 65, 64}};
+
+/// The softmax scale of a case: 1 / sqrt(d) times a factor drawn from the case itself (its
+/// shape, score kind and mask, through splitmix64), so that every list of cases runs most of
+/// its cases at a scale other than the default: a kernel that folds 1 / sqrt(d) where the
+/// caller's scale belongs, or a launcher that drops it, fails there. Every factor is positive
+/// (fa2_scheduled's row max is of unscaled scores, eq. 5 of chapter 08) and within [0.4, 2.4],
+/// so the score kinds keep their meaning: the inputs fold the drawn scale in as they fold the
+/// default (large_offset, arange), and randn scores stay within a few units.
+inline float drawn_scale(AttentionShape s, ScoreKind kind, bool causal = false) {
+  constexpr float kFactors[] = {1.f, 0.4f, 1.7f, 0.65f, 2.4f};
+  std::uint64_t x = ((((std::uint64_t(s.bh) * 1000003u + std::uint64_t(s.lq)) * 1000003u +
+                       std::uint64_t(s.lk)) * 1000003u + std::uint64_t(s.d)) * 8u +
+                     std::uint64_t(kind)) * 2u + (causal ? 1u : 0u);
+  x += 0x9E3779B97F4A7C15ull;  // splitmix64's finalizer: neighbouring cases land far apart
+  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
+  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
+  x ^= x >> 31;
+  return default_scale(s.d) * kFactors[x % (sizeof kFactors / sizeof kFactors[0])];
+}
 
 /// Q row blocks x K/V tiles of a CPU step.
 struct Tiles {

@@ -31,6 +31,29 @@ inline long tiles_touching_the_diagonal(AttentionShape shape, int br, int bc) {
   return tiles * shape.bh;
 }
 
+/// The K/V tiles block (Q tile x, head b) must load, at (b, x) of a (bh, ceil(lq / br)) table
+/// and 0 after it up to `slots` ints (the room the tests give: one per query row): every tile
+/// of the keys without the mask; under it, those holding a pair the mask lets through, counted
+/// by brute force. Checked slot by slot, a block that writes its count into another block's
+/// slot fails even where the counts' sum is right.
+inline std::vector<int> tiles_per_block(AttentionShape shape, int br, int bc, bool causal,
+                                        std::size_t slots) {
+  std::vector<int> tiles(slots, 0);
+  const int q_tiles = (shape.lq + br - 1) / br;
+  for (int x = 0; x < q_tiles; ++x) {
+    const int i0 = x * br;
+    int count = 0;
+    for (int j0 = 0; j0 < shape.lk; j0 += bc) {
+      bool any = !causal;
+      for (int i = i0; i < std::min(i0 + br, shape.lq) && !any; ++i)
+        any = j0 <= i + (shape.lk - shape.lq);  // the tile's first key is its most visible
+      count += any;
+    }
+    for (int b = 0; b < shape.bh; ++b) tiles[std::size_t(b) * q_tiles + x] = count;
+  }
+  return tiles;
+}
+
 /// Checks the workbook's convention on every fully masked row: O = 0 exactly, lse = -inf.
 /// Under the causal mask with lq > lk the first lq - lk rows of every head see no key: that
 /// they were found is checked too, so the check cannot pass by finding none.
@@ -54,9 +77,10 @@ inline RungError fa2_rung_error(const AttentionRungRun& run, Tiles t) {
   const AttentionShape& shape = run.c.shape;
   const ref::Attention& r = run.r;
   // The kernel's inputs, and the CPU step and fp64 reference run on exactly those values.
-  // The +1e4 offsets (large_offset) still make sense in fp16: q_0 = k_0 = sqrt(1e4 /
-  // scale) is about 283 (d = 64) or 336 (d = 128), far below fp16's 65504, and the
-  // scores of about 1e4 only ever exist in the float accumulator.
+  // The +-1e4 offsets (large_offset) still make sense in fp16: |q_0| = k_0 = sqrt(1e4 /
+  // scale) is at most about 450 (d = 64) or 530 (d = 128) at the smallest drawn scale (0.4 /
+  // sqrt(d)), far below fp16's 65504, and the scores of about +-1e4 only ever exist in the
+  // float accumulator.
   REQUIRE_FALSE(has_nan(r.o));
   REQUIRE_FALSE(has_nan(r.lse));
   const ch06::Fa2Result cpu =
@@ -80,9 +104,19 @@ inline RungError fa2_rung_error(const AttentionRungRun& run, Tiles t) {
   long visited = 0;
   for (int n : run.run.tiles) visited += n;
   // The same tiles as the CPU step with the kernel's tile sizes: under the mask, exactly
-  // those that touch the diagonal; the others are never loaded.
+  // those that touch the diagonal; the others are never loaded. And block by block, each
+  // count in its own block's slot.
   CHECK(visited == cpu.tiles_visited);
   if (run.c.causal) CHECK(visited == tiles_touching_the_diagonal(shape, t.br, t.bc));
+  const std::vector<int> due = tiles_per_block(shape, t.br, t.bc, run.c.causal, run.run.tiles.size());
+  for (std::size_t slot = 0; slot < due.size(); ++slot) {
+    if (run.run.tiles[slot] == due[slot]) continue;
+    CHECK_MESSAGE(run.run.tiles[slot] == due[slot], "slot ", slot, " of tiles_visited (head ",
+                  slot / std::size_t((shape.lq + t.br - 1) / t.br), ", Q tile ",
+                  slot % std::size_t((shape.lq + t.br - 1) / t.br), ") holds ",
+                  run.run.tiles[slot], " K/V tiles, not ", due[slot]);
+    break;  // the first wrong slot says it; the others would repeat it
+  }
   // O, in units of w: twice the CPU step's float error plus the stated floor of the
   // float work (output_floor: the kernel sums in another order, on tensor cores and in
   // lane pairs), plus 2 u for rounding P~ and O to the 16-bit type (tensor_core_weight in

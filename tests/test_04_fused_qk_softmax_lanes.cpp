@@ -139,7 +139,7 @@ TEST_CASE("sim: every P of the fused kernel reproduces from the (m, d) it wrote"
         const std::string where = to_string(shape) + ", " + to_string(kind) +
                                   (mask == test::KeyMask::by_head ? ", keys masked by head" : "");
         CAPTURE(where);
-        const float scale = default_scale(shape.d);
+        const float scale = test::drawn_scale(shape, kind);
         AttentionInputs in = make_attention_inputs(kind, shape, scale, 404);
         if (mask == test::KeyMask::by_head) test::mask_keys(in, shape);
         const std::optional<test::RungOutput> run = test::run_attention_rung(

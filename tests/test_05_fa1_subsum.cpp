@@ -115,8 +115,8 @@ TEST_SUITE("cpu") {
     // Eq. (5): attention over keys [0, split) and over [split, lk), each normalized with its
     // own (m, d), merged, equals attention over all keys.
     const AttentionShape shape{1, 23, 211, 59};
-    const float scale = default_scale(shape.d);
     for (ScoreKind kind : all_score_kinds()) {
+      const float scale = test::drawn_scale(shape, kind);
       for (int split_at : {1, 100, 210}) {
         const std::string where =
             std::string(to_string(kind)) + ", split " + std::to_string(split_at);

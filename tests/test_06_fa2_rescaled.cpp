@@ -6,6 +6,7 @@
 // fp64 on its own bound, and the fp32 kernel's lanes' agreement.
 #include <cmath>
 #include <cstdint>
+#include <numeric>
 #include <string>
 #include <vector>
 
@@ -204,6 +205,28 @@ void every_rung_equals_the_cpu_step() {
   test::check_attention_ladder(B, kernel_ladder<B>(), ladder_cases(), kSeed, measure);
 }
 
+template <Backend B>
+void every_rung_masks_the_diagonal_at_every_alignment() {
+  // lk - lq over every residue modulo 64, the least common multiple of the rungs' tiles (fp32:
+  // 16 rows by 32 keys; tensor cores: 64 rows, 4 warps of 16, by 64 keys at d = 64), with
+  // lq = 65 (a full Q tile of 64 rows, and 4 of 16, and one row past them); at d = 128 the
+  // residues modulo 32, its tensor-core tile's keys. The fp32 rung runs the fp16 cases on
+  // their values (test::rung_dtype). Race mode and the instrumented twin: a few residues.
+  int period = 1;
+  for (const Rung<AttentionArgs>& rung : kernel_ladder<B>()) {
+    const test::Tiles t = rung_tiles(rung, 64);
+    period = std::lcm(period, std::lcm(t.br, t.bc));
+  }
+  REQUIRE(period == 64);
+  const bool small = test::small_shapes();
+  std::vector<test::AttentionCase> cases =
+      test::diagonal_alignment_cases(small ? 17 : 65, small ? 4 : period, {64}, Dtype::fp16);
+  if (!small)
+    for (const test::AttentionCase& c : test::diagonal_alignment_cases(65, 32, {128}, Dtype::fp16))
+      cases.push_back(c);
+  test::check_attention_ladder(B, kernel_ladder<B>(), cases, kSeed + 1, measure);
+}
+
 /// The fp32 rung's K/V tiles per block on randn of `shape`, scale 1.
 template <Backend B>
 std::vector<int> fa2_tiles(AttentionShape shape, bool causal) {
@@ -270,6 +293,8 @@ WB_KERNEL_TEST_CASE(
     "every FA2 rung equals the CPU step and the rung before it with and without the mask in fp32 "
     "fp16 and bf16",
     every_rung_equals_the_cpu_step)
+WB_KERNEL_TEST_CASE("every FA2 rung masks the diagonal at every alignment with the tiles",
+                    every_rung_masks_the_diagonal_at_every_alignment)
 WB_KERNEL_TEST_CASE("the causal FA2 kernel skips the tiles above the diagonal",
                     kernel_skips_the_tiles_above_the_diagonal)
 WB_KERNEL_TEST_CASE("the FA2 kernel rejects a head dimension above 128",

@@ -6,7 +6,9 @@
 // eq. (8) bound, fp16 and bf16, d = 64 and 128, odd shapes, with and without the causal mask;
 // the refusals of what the rungs cannot take.
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
+#include <numeric>
 #include <set>
 #include <string>
 #include <vector>
@@ -170,6 +172,76 @@ void every_rung_equals_the_cpu_step() {
 }
 
 template <Backend B>
+void every_rung_masks_the_diagonal_at_every_alignment() {
+  // The scheduled rungs mask only the key steps the diagonal crosses (eq. 6) and every rung
+  // skips the K/V tiles past it: lk - lq over every residue modulo 128, the least common
+  // multiple of every rung's Br (64, 128), Bc (64), warp rows (16, 32) and softmax step (64,
+  // 32 keys), with lq = 65 (a full Q tile of 64 rows and one row past it; a partial one of
+  // 128). One residue per case, at d = 64; at d = 128 the residues modulo 32, where
+  // fa2_register_blocked's softmax step is 32 keys (the other tiles are those of d = 64). Race
+  // mode and the instrumented twin check accesses, not the mask: a few residues.
+  int period = 1;
+  for (const Rung<AttentionArgs>& rung : kernel_ladder<B>())
+    for (int d : {64, 128}) {
+      const RungTiles t = rung_tiles(rung.name, d);
+      for (int size : {t.br, t.bc, 32}) period = std::lcm(period, size);
+    }
+  REQUIRE(period == 128);
+  const bool small = test::small_shapes();
+  std::vector<test::AttentionCase> cases =
+      test::diagonal_alignment_cases(small ? 17 : 65, small ? 4 : period, {64}, Dtype::fp16);
+  if (!small)
+    for (const test::AttentionCase& c : test::diagonal_alignment_cases(65, 32, {128}, Dtype::fp16))
+      cases.push_back(c);
+  test::check_attention_ladder(B, kernel_ladder<B>(), cases, kSeed + 1, measure);
+}
+
+/// The bias of `o` toward zero against the fp64 `ref`: sum (o - ref) sign(ref) / sum |ref|
+/// over the elements where ref != 0, a relative measure in which an unbiased rounding averages
+/// out and a rounding toward zero does not.
+double bias_toward_zero(const std::vector<float>& o, const std::vector<double>& ref) {
+  double signed_sum = 0.0, size = 0.0;
+  for (std::size_t e = 0; e < o.size(); ++e) {
+    if (ref[e] == 0.0) continue;
+    signed_sum += (double(o[e]) - ref[e]) * (ref[e] > 0.0 ? 1.0 : -1.0);
+    size += std::fabs(ref[e]);
+  }
+  return signed_sum / size;
+}
+
+template <Backend B>
+void every_rung_rounds_p_to_nearest() {
+  // Eq. (1): P~ is packed to the 16-bit type by round-to-nearest-even, whose errors have mean 0;
+  // the chain bounds hold any rounding of at most 2u per product, so a P~ truncated toward zero
+  // (too small by up to 2u, about u on average, in units of P) passes them. It does not pass
+  // this: O = sum P~ v / l with l summed from the unrounded P~, so truncation shrinks every
+  // |O| by the average relative error of its P~, while round-to-nearest leaves a mean of about
+  // u / sqrt(12 lk N) over N outputs of lk terms each (and O's own final rounding, also to
+  // nearest, about u / sqrt(12 N)). 256 rows x 64 columns x 256 keys, randn: round-to-nearest
+  // stays within u / 16 (measured: 0.002 u in fp16, -0.008 u in bf16); P~ truncated to fp16's
+  // mantissa measured -0.54 u to -0.63 u in fp16, -0.074 u in bf16.
+  const AttentionShape shape{1, 256, 256, 64};
+  for (Dtype dtype : {Dtype::fp16, Dtype::bf16}) {
+    const std::string type = to_string(dtype);
+    CAPTURE(type);
+    const float scale = default_scale(shape.d);
+    const AttentionInputs in =
+        ch06::round_inputs(make_attention_inputs(ScoreKind::randn, shape, scale, kSeed), dtype);
+    const ref::Attention r = ref::attention(in, shape, scale, false, false);
+    for (const Rung<AttentionArgs>& rung : kernel_ladder<B>()) {
+      const std::string running = rung.name;
+      CAPTURE(running);
+      const std::optional<test::RungOutput> run =
+          test::run_attention_rung(B, rung, in, shape, scale, false, dtype);
+      REQUIRE(run);
+      const double bias = bias_toward_zero(run->out.o, r.o);
+      CHECK_MESSAGE(std::fabs(bias) <= ch06::unit_roundoff(dtype) / 16,
+                    "mean error toward zero: ", bias / ch06::unit_roundoff(dtype), " u");
+    }
+  }
+}
+
+template <Backend B>
 void every_rung_rejects_other_head_dimensions() {
   for (const Rung<AttentionArgs>& rung : kernel_ladder<B>()) {
     for (int d : {16, 96, 256}) {
@@ -212,6 +284,10 @@ WB_KERNEL_TEST_CASE(
     "every FA2 rung at speed equals the CPU step and the rung before it with and without the "
     "mask in fp16 and bf16",
     every_rung_equals_the_cpu_step)
+WB_KERNEL_TEST_CASE("every FA2 rung at speed masks the diagonal at every alignment with the tiles",
+                    every_rung_masks_the_diagonal_at_every_alignment)
+WB_KERNEL_TEST_CASE("every FA2 rung at speed rounds P~ to nearest: no mean error toward zero",
+                    every_rung_rounds_p_to_nearest)
 WB_KERNEL_TEST_CASE("every rung rejects head dimensions other than 64 and 128 and fp32",
                     every_rung_rejects_other_head_dimensions)
 WB_KERNEL_TEST_CASE("the scheduled rungs reject a softmax scale that is not positive",

@@ -18,6 +18,7 @@
 #include "common/reference_attention.hpp"
 #include "common/reference_attention_backward.hpp"
 #include "common/rung_buffers.hpp"
+#include "tests/attention_shapes.hpp"
 #include "tests/ladder_checks.hpp"
 #include "tests/support.hpp"
 
@@ -32,6 +33,7 @@ struct Case {
   AttentionShape shape;
   ScoreKind kind;
   bool causal;
+  bool fp16_only = false;  ///< the tensor-core rungs run it in fp16 alone (the suite's time)
 };
 
 /// One key; d = 59 over tiles of 16 keys and rows with lq != lk; lq > lk causal (the first
@@ -45,6 +47,9 @@ std::vector<Case> cases() {
       {{2, 17, 33, 59}, ScoreKind::outliers, false}, {{1, 40, 19, 16}, ScoreKind::randn, true},
       {{1, 2, 1000, 32}, ScoreKind::randn, true},    {{1, 48, 49, 8}, ScoreKind::randn, true}};
   if (test::small_shapes()) return c;
+  // Under the mask, lk - lq over every residue modulo 16 (the fp32 rungs' Br = Bc = 16).
+  for (int delta = -8; delta < 8; ++delta)
+    c.push_back({{1, 17, 17 + delta, 8}, (delta & 1) ? ScoreKind::arange : ScoreKind::randn, true});
   c.push_back({{1, 97, 64, 64}, ScoreKind::randn, true});
   c.push_back({{1, 31, 203, 128}, ScoreKind::randn, false});
   for (ScoreKind kind : all_score_kinds())
@@ -60,20 +65,40 @@ std::vector<Case> tensor_core_cases() {
                          {{1, 70, 20, 128}, ScoreKind::randn, true},
                          {{1, 126, 127, 64}, ScoreKind::randn, true}};
   if (test::small_shapes()) return c;
+  // Scores of +-1e4 (large_offset: odd rows' logsumexp near -1e4) over a last K/V tile that
+  // lk ends inside: a key past lk left unmasked, its K row zero-filled, would score 0, and
+  // e^{0 - lse} = inf there.
+  c.push_back({{1, 33, 70, 64}, ScoreKind::large_offset, false});
+  c.push_back({{1, 20, 100, 128}, ScoreKind::large_offset, true});
   c.push_back({{2, 33, 130, 64}, ScoreKind::outliers, false});
   c.push_back({{1, 97, 150, 128}, ScoreKind::randn, true});
   c.push_back({{1, 130, 129, 64}, ScoreKind::randn, false});
   // The program's shape: the last keys are seen by a few rows only, with probabilities below
   // fp16's smallest normal, where its rounding is absolute (add_subnormal_terms).
   c.push_back({{2, 300, 257, 64}, ScoreKind::randn, true});
+  // Under the mask, lk - lq over every residue modulo 64 (the tensor-core rungs' Br = Bc = 64;
+  // their warps' 16 rows or keys divide it) with lq = 65: the diagonal at every offset within
+  // a tile, where first_q_tile's skip and the per-warp mask decide which products count.
+  // Randn and the ramp (s_ij = j: a key wrongly visible past a row's diagonal outweighs the
+  // rest) in turn.
+  for (int delta = -32; delta < 32; ++delta)
+    c.push_back({{1, 65, 65 + delta, 64}, (delta & 1) ? ScoreKind::arange : ScoreKind::randn,
+                 true, /*fp16_only=*/true});
   return c;
+}
+
+/// The softmax scale of a case, drawn from it (test::drawn_scale): most cases run at a scale
+/// other than 1 / sqrt(d), so that a backward that folds the default where the caller's
+/// scale belongs fails.
+float scale_of(const Case& c) {
+  return test::drawn_scale(c.shape, c.kind, c.causal);
 }
 
 std::string describe(const Case& c) {
   const AttentionShape& s = c.shape;
   return "bh " + std::to_string(s.bh) + ", lq " + std::to_string(s.lq) + ", lk " +
          std::to_string(s.lk) + ", d " + std::to_string(s.d) + ", " + to_string(c.kind) +
-         (c.causal ? ", causal" : "");
+         (c.causal ? ", causal" : "") + ", scale " + std::to_string(scale_of(c));
 }
 
 /// The case's inputs: Q, K, V of its kind, dO randn, and the forward's O and logsumexp from
@@ -82,7 +107,7 @@ std::string describe(const Case& c) {
 /// 16-bit type, Q, K, V, dO and O rounded to it: the values its kernels read, on which the CPU
 /// step and the fp64 reference run too.
 BackwardInputs backward_inputs(const Case& c, Dtype type = Dtype::fp32) {
-  const float scale = default_scale(c.shape.d);
+  const float scale = scale_of(c);
   BackwardInputs in;
   in.qkv = ch06::round_inputs(make_attention_inputs(c.kind, c.shape, scale, kSeed), type);
   in.d_o = round_elements(randn(c.shape.q_elems(), kSeed + 1), type);
@@ -164,7 +189,7 @@ TEST_CASE("the fp64 backward reference equals finite differences of an fp64 forw
         Case{{1, 1, 6, 3}, ScoreKind::outliers, false}}) {
     CAPTURE(describe(c));
     const AttentionShape s = c.shape;
-    const float scale = default_scale(s.d);
+    const float scale = scale_of(c);
     const AttentionInputs in = make_attention_inputs(c.kind, s, scale, kSeed);
     const std::vector<float> d_o = randn(s.q_elems(), kSeed + 1);
     const ref::AttentionGrads r = ref::attention_backward(in, d_o, s, scale, c.causal);
@@ -229,7 +254,7 @@ TEST_CASE("the standard and the tiled backward equal fp64, the tiled within 2x t
   for (const Case& c : cases()) {
     CAPTURE(describe(c));
     const AttentionShape s = c.shape;
-    const float scale = default_scale(s.d);
+    const float scale = scale_of(c);
     const BackwardInputs in = backward_inputs(c);
     const ref::AttentionGrads r = ref::attention_backward(in.qkv, in.d_o, s, scale, c.causal);
     const BackwardOut standard = attention_backward_standard(in.qkv, in.d_o, s, scale, c.causal);
@@ -290,11 +315,12 @@ void rungs_equal_fp64_and_the_cpu_step() {
   bool dq_reordered = false;
   for (Dtype type : {Dtype::fp32, Dtype::fp16, Dtype::bf16})
     for (const Case& c : type == Dtype::fp32 ? cases() : tensor_core_cases()) {
+      if (c.fp16_only && type != Dtype::fp16) continue;  // the mask is the same in bf16
       CAPTURE(describe(c));
       const std::string type_name = to_string(type);
       CAPTURE(type_name);
       const AttentionShape s = c.shape;
-      const float scale = default_scale(s.d);
+      const float scale = scale_of(c);
       const BackwardInputs in = backward_inputs(c, type);
       ref::AttentionGrads r = ref::attention_backward(in.qkv, in.d_o, s, scale, c.causal);
       REQUIRE_FALSE(test::has_nan(r.dq));
