@@ -8,8 +8,9 @@ rebuilds that chapter's test binaries and runs its suites (sim, cpu, race, memch
 or the mutant's own `stages`) until one fails: the mutant is killed. One that every suite
 passes survived: a test that could not fail, or a shape that misses the boundary. A mutant of
 the simulator itself (chapter "sim") names its `targets` and a `ctest` regex instead: the
-planted faults, races and counts of the simulator's own tests must notice. The copy lives in
-BUILD_DIR (default build-mutants/), so the working tree is never touched.
+planted faults, races and counts of the simulator's own tests must notice (the same run passes
+without the mutant first, so that a binary left out of `targets`, "Not Run", cannot pass for
+the kill). The copy lives in BUILD_DIR (default build-mutants/), so the working tree is never touched.
 
   tests/mutants/run_mutants.py                 every mutant (about 25 minutes on 2 cores)
   tests/mutants/run_mutants.py NAME ...        those mutants
@@ -126,6 +127,22 @@ def run_simulator_mutant(m, build, jobs):
     return "SURVIVED", ""
 
 
+def check_simulator_baseline(chosen, build, jobs):
+    """The ctest run of every simulator mutant passes on the tree as it is: a test that fails
+    for another reason (one of its binaries not among the mutant's targets, so "Not Run") would
+    otherwise count as the kill. Exits with the reason when one does not."""
+    runs = {(tuple(m["targets"]), m["ctest"]) for m in chosen if m["chapter"] == "sim"}
+    for targets, regex in sorted(runs):
+        rc, out = run(["cmake", "--build", str(build), "--target", *targets, "-j", jobs], 3600)
+        if rc == 0:
+            rc, out = run(["ctest", "--test-dir", str(build), "-R", regex], 1800)
+        if rc != 0:
+            failed = [l.strip() for l in out.splitlines() if "(Failed)" in l or "Not Run" in l]
+            sys.exit(f"run_mutants: without any mutant, targets {' '.join(targets)} and ctest "
+                     f"-R '{regex}' already fail, so no simulator mutant could be judged:\n"
+                     + "\n".join(failed or out.splitlines()[-20:]))
+
+
 def copy_tree(dest):
     """The tracked and untracked (not ignored) files of the working tree, copied to dest."""
     files = subprocess.run(["git", "ls-files", "-co", "--exclude-standard", "-z"], cwd=ROOT,
@@ -168,6 +185,7 @@ def main():
     if rc != 0:
         sys.exit(f"run_mutants: cmake configure failed:\n{out[-2000:]}")
 
+    check_simulator_baseline(chosen, build, args.jobs)
     failed = 0
     for m in chosen:
         start = time.time()
