@@ -66,6 +66,19 @@ inline Tree kernel_tree(const std::string& name, int n, std::size_t max_shared,
   return {per_thread, 2 * ceil_log2(kLanes)};
 }
 
+/// The bound a rung computing `tree` on rows of n values is held to against fp64 alone, row by
+/// row (check_layernorm_ladder's fp64 bound): the tolerance policy's rule with the CPU Welford
+/// step's stated bound (sequential Welford, the tree with leaf = n and depth 0) in place of its
+/// measured error, 2 x that bound + the rung's own tree bound.
+inline auto rung_fp64_bounds(Tree tree, int n) {
+  return [tree, n](const RowErrors& re, double G, double B) {
+    const Bounds own = tree_bounds(tree)(re, G, B);
+    const Bounds cpu = tree_bounds({n, 0})(re, G, B);
+    return Bounds{chain_bound(cpu.mean, own.mean), chain_bound(cpu.rstd, own.rstd),
+                  chain_bound(cpu.y, own.y)};
+  };
+}
+
 // ------------------------------------------------------------------------------------------
 // The shapes
 // ------------------------------------------------------------------------------------------
@@ -114,20 +127,24 @@ struct LadderProblem {
                                   ? to_string(static_cast<Kind16>((mixed_first + row) % kKinds16))
                                   : to_string(kind);
     return std::to_string(p.rows) + "x" + std::to_string(p.cols) + " " + to_string(dtype) +
-           (p.affine.gamma.empty() ? "" : " affine") + (misalign ? " misaligned" : "") + ", row " +
-           std::to_string(row) + " (" + input + ")";
+           (p.affine.gamma.empty() ? "" : " affine") + (misalign ? " misaligned" : "") + ", eps " +
+           sci(p.eps) + ", row " + std::to_string(row) + " (" + input + ")";
   }
 };
 
-/// The fp32 problems: on every shape, every kind; gamma and beta on randn, aligned and
-/// misaligned. `long_rows`: the long shapes (and the device's longest cached row and one past
-/// it), randn and randn + 1e4, and gamma and beta misaligned.
+/// The fp32 problems: on every shape, every kind (2^54 randn + 1e20 among them: past
+/// |mean| = 1.8e19, where the lanes and threads holding no values pass the identity, a combine
+/// computed through it is NaN); gamma and beta on randn, aligned and misaligned. The long
+/// shapes (and the device's longest cached row and one past it): randn and randn + 1e4, and
+/// gamma and beta misaligned. eps drawn per problem (EpsDraws, layernorm_errors.hpp): every
+/// rung runs runs of consecutive problems, so each meets every value on several kinds.
 inline std::vector<LadderProblem> fp32_problems(std::size_t max_shared) {
   std::vector<LadderProblem> out;
+  EpsDraws eps_draws(kSeed + 10);
   auto add = [&](const KernelShape& s, Kind kind, bool affine, bool misalign) {
     const std::uint64_t seed = affine ? kSeed + 1 : kSeed;
     out.push_back({make_problem(make_x(kind, s.rows, s.cols, seed), s.rows, s.cols,
-                                affine ? make_affine(s.cols, kSeed) : Affine{}),
+                                affine ? make_affine(s.cols, kSeed) : Affine{}, eps_draws.next()),
                    Dtype::fp32, misalign, s.rows, kind});
   };
   for (const KernelShape& s : test::small_shapes() ? kRaceShapes : kKernelShapes) {
@@ -157,9 +174,11 @@ inline std::vector<LadderProblem> fp32_problems(std::size_t max_shared) {
 /// opted in), the dispatcher's last cached row (57808 on the simulator) with one past it, and
 /// the device's limit (116176) with one past it (uncached).
 /// On each: rows of every kind without gamma and beta (from randn on), rows of every kind with
-/// them (from randn + offset on), and those again misaligned where vectors could be used.
+/// them (from randn + offset on), and those again misaligned where vectors could be used; eps
+/// drawn per problem.
 inline std::vector<LadderProblem> problems_16_bit(std::size_t max_shared) {
   std::vector<LadderProblem> out;
+  EpsDraws eps_draws(kSeed + 11);
   for (Dtype t : {Dtype::fp16, Dtype::bf16}) {
     std::vector<KernelShape> shapes = test::small_shapes() ? kRaceShapes : kKernelShapes;
     for (KernelShape& s : shapes) s.rows = std::max(s.rows, 3);
@@ -172,13 +191,21 @@ inline std::vector<LadderProblem> problems_16_bit(std::size_t max_shared) {
     }
     for (const KernelShape& s : shapes) {
       const int block_rows = std::min(s.rows, kKinds16);
-      const Problem plain =
-          make_rounded_problem(make_mixed_x(s.rows, s.cols, kSeed, t, 0), s.rows, s.cols, {}, t);
-      const Problem affine = make_rounded_problem(make_mixed_x(s.rows, s.cols, kSeed + 9, t, 2),
-                                                  s.rows, s.cols, make_affine(s.cols, kSeed), t);
+      const Problem plain = make_rounded_problem(make_mixed_x(s.rows, s.cols, kSeed, t, 0), s.rows,
+                                                 s.cols, {}, t, eps_draws.next());
+      const Problem affine =
+          make_rounded_problem(make_mixed_x(s.rows, s.cols, kSeed + 9, t, 2), s.rows, s.cols,
+                               make_affine(s.cols, kSeed), t, eps_draws.next());
       out.push_back({plain, t, false, block_rows, Kind::randn, 0});
       out.push_back({affine, t, false, block_rows, Kind::randn, 2});
-      if (s.cols % vec_width(t) == 0) out.push_back({affine, t, true, block_rows, Kind::randn, 2});
+      if (s.cols % vec_width(t) == 0) {
+        Problem misaligned = affine;  // the same rows, another eps
+        misaligned.eps = eps_draws.next();
+        misaligned.ref =
+            ref::layernorm(misaligned.x, misaligned.rows, misaligned.cols, misaligned.eps,
+                           misaligned.affine.gamma, misaligned.affine.beta);
+        out.push_back({std::move(misaligned), t, true, block_rows, Kind::randn, 2});
+      }
     }
   }
   return out;

@@ -4,9 +4,12 @@
 #pragma once
 
 #include <algorithm>
+#include <array>
 #include <cmath>
+#include <cstddef>
 #include <cstdint>
 #include <limits>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -100,17 +103,69 @@ inline Problem make_problem(std::vector<float> x, int rows, int cols, Affine aff
   return p;
 }
 
+// ------------------------------------------------------------------------------------------
+// eps, drawn per case
+// ------------------------------------------------------------------------------------------
+//
+// Every test draws eps per case from these five, so that a step, a launcher or a dispatcher
+// that adds kDefaultEps instead of the caller's eps fails. rstd = 1 / sqrt(var + eps): on a
+// row of variance var, eps' in place of eps moves rstd by a relative |eps' - eps| / (2 (var +
+// eps)) to first order. On randn rows (var about 1, K about 4, u K about 2.4e-7) 1e-3, 0.1 and 1
+// in place of 1e-5 move it by 5e-4 to 0.29: 2000 to 1e6 units of u K, where the bounds of
+// every step and rung are at most a few hundred units. On constant rows (var = 0) rstd is
+// 1 / sqrt(eps) exactly (the constant-row tests): every value gives another, 1e-7 10 times
+// 1e-5's. 1e-7 is also smaller than the default, so a step that clamps eps up to it fails too.
+inline constexpr std::array<float, 5> kEpsValues = {kDefaultEps, 1e-7f, 1e-3f, 0.1f, 1.f};
+
+// The draws: the values in a seeded order, reshuffled after every pass, so each aligned run
+// of values().size() cases sees every value once (each rung, shape and kind family meets
+// several, none left with the default alone), in an order the seed sets.
+class EpsDraws {
+ public:
+  explicit EpsDraws(std::uint64_t seed,
+                    std::vector<float> values = {kEpsValues.begin(), kEpsValues.end()})
+      : rng_(seed), values_(std::move(values)) {}
+  float next() {
+    if (next_ == 0) std::shuffle(values_.begin(), values_.end(), rng_);
+    const float eps = values_[next_];
+    next_ = (next_ + 1) % values_.size();
+    return eps;
+  }
+  const std::vector<float>& values() const { return values_; }
+
+ private:
+  std::mt19937_64 rng_;
+  std::vector<float> values_;
+  std::size_t next_ = 0;
+};
+
 // The input kinds of common/inputs.hpp that make sense for LayerNorm (-inf entries make the
-// whole row NaN, tested separately), plus randn at an offset of 1e6.
-enum class Kind { randn, outliers, offset_1e4, offset_1e6, ones, arange };
+// whole row NaN, tested separately), plus randn at an offset of 1e6, and randn scaled by 2^54
+// at an offset of 1e20 (offset_1e20, below).
+enum class Kind { randn, outliers, offset_1e4, offset_1e6, ones, arange, offset_1e20 };
 inline const std::vector<Kind> kKinds = {Kind::randn,      Kind::outliers, Kind::offset_1e4,
-                                         Kind::offset_1e6, Kind::ones,     Kind::arange};
+                                         Kind::offset_1e6, Kind::ones,     Kind::arange,
+                                         Kind::offset_1e20};
 inline constexpr float kOffset1e6 = 1e6f;
+
+// offset_1e20: 2^54 randn + 1e20, values about 1e20 with a standard deviation of 2^54 (1.8e16,
+// 2048 of float's spacings at 1e20). Past |mean| = 1.8e19 a mean squared overflows float, so a
+// Chan combine computed through an empty operand (delta = mean, delta^2 = inf, times a count or
+// weight of 0: NaN) and the naive E[x^2] (x^2 = 1e40) break on these rows, while Welford's and
+// two-pass's statistics are representable. The float row is exactly 2^54 z, z the float row
+// randn + 5551.1 (1e20 / 2^54) rounded to multiples of 2^-11, and scaling by a power of 2 is
+// exact in float (the mean by 2^54, m2 by 2^108: at most 32768 x 2^108 x 1.1 = 1.2e37, 28
+// times below FLT_MAX; rstd by 2^-54, 5.5e-17, far from underflow): every step computes 2^54
+// times its statistics of z, so its errors in units of u K are those of a randn row at an
+// offset of 5551, like offset_1e4's (eps, at most 1, is negligible beside var = 3.2e32: the
+// problem is z's with eps / 2^108). K = A rstd is about 5600.
+inline constexpr float kOffset1e20 = 1e20f;
+inline constexpr float kScale1e20 = 0x1p54f;
 
 inline const char* to_string(Kind k) {
   // In the enum's order.
-  constexpr const char* kNames[] = {"randn",       "outliers x20", "randn + 1e4",
-                                    "randn + 1e6", "ones",         "arange"};
+  constexpr const char* kNames[] = {"randn", "outliers x20", "randn + 1e4",      "randn + 1e6",
+                                    "ones",  "arange",       "2^54 randn + 1e20"};
   return kNames[static_cast<int>(k)];
 }
 
@@ -131,6 +186,11 @@ inline std::vector<float> make_x(Kind k, int rows, int cols, std::uint64_t seed)
       return make_input(InputKind::ones, rows, cols, seed);
     case Kind::arange:
       return make_input(InputKind::arange, rows, cols, seed);
+    case Kind::offset_1e20: {
+      std::vector<float> x = make_input(InputKind::randn, rows, cols, seed);
+      for (float& v : x) v = kScale1e20 * v + kOffset1e20;  // the product is exact
+      return x;
+    }
   }
   return {};
 }
@@ -191,9 +251,9 @@ inline std::vector<float> make_mixed_x(int rows, int cols, std::uint64_t seed, D
 
 // x, gamma and beta rounded to t, the fp64 reference from the rounded values.
 inline Problem make_rounded_problem(const std::vector<float>& x, int rows, int cols,
-                                    const Affine& affine, Dtype t) {
+                                    const Affine& affine, Dtype t, float eps = kDefaultEps) {
   return make_problem(round_elements(x, t), rows, cols,
-                      {round_elements(affine.gamma, t), round_elements(affine.beta, t)});
+                      {round_elements(affine.gamma, t), round_elements(affine.beta, t)}, eps);
 }
 
 // Per-row errors in units of u K, and the row's K and Z.

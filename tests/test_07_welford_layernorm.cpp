@@ -2,11 +2,16 @@
 // formula shown to fail) and the laws of Chan's combine. The error unit and the bounds are in
 // tests/layernorm_errors.hpp; the kernels' tests in test_07_welford_layernorm_kernels.cpp.
 #include <algorithm>
+#include <cfloat>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
+#include <initializer_list>
+#include <iterator>
 #include <random>
 #include <stdexcept>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "chapters/07_welford_layernorm/layernorm.hpp"
@@ -39,6 +44,7 @@ const std::vector<Shape> kCpuShapes = {{3, 1},   {5, 2},    {4, 31},   {4, 32}, 
 
 TEST_SUITE("cpu") {
   TEST_CASE("two-pass and Welford LayerNorm are within their bounds of fp64 on every input kind") {
+    EpsDraws eps_draws(kSeed);  // eps per case (layernorm_errors.hpp)
     for (const Shape& s : kCpuShapes) {
       for (Kind kind : kKinds) {
         for (bool affine : {false, true}) {
@@ -47,8 +53,10 @@ TEST_SUITE("cpu") {
           const std::string input = to_string(kind);
           CAPTURE(input);
           CAPTURE(affine);
+          const float eps = eps_draws.next();
+          CAPTURE(eps);
           const Problem p = make_problem(make_x(kind, s.rows, s.cols, kSeed), s.rows, s.cols,
-                                         affine ? make_affine(s.cols, kSeed) : Affine{});
+                                         affine ? make_affine(s.cols, kSeed) : Affine{}, eps);
           const Errors two_pass =
               scaled_errors(p, layernorm_two_pass(p.x, p.rows, p.cols, p.eps, p.affine));
           const Errors welford =
@@ -70,22 +78,31 @@ TEST_SUITE("cpu") {
   }
 
   TEST_CASE("naive LayerNorm fails the tolerance at offset 1e4 where Welford passes") {
-    // E[x^2] ~ 1e8 is a float with spacing 8: the variance of 1 is lost (eq. 6).
+    // E[x^2] ~ 1e8 is a float with spacing 8: the variance of 1 is lost (eq. 6), and where it
+    // collapses to 0, rstd = 1 / sqrt(eps) against about 1. eps per case, from the values small
+    // enough for that to show past 10 times the bound: rstd's bound and twice two-pass's error
+    // come to up to 5000 units of u K = 6e-4 (n = 4096), an error of 3 in rstd, so the test
+    // needs 1 / sqrt(eps) > 30, eps < 1e-3 (1e-5 and 1e-7 give 316 and 3162). Larger eps hide
+    // the lost variance, which is why the default is small.
+    EpsDraws eps_draws(kSeed + 1, {kDefaultEps, 1e-7f});
     for (const Shape& s : std::vector<Shape>{{8, 33}, {8, 1000}, {2, 4096}}) {
       CAPTURE(s.cols);
-      const Problem p =
-          make_problem(make_input(InputKind::large_offset, s.rows, s.cols, kSeed), s.rows, s.cols);
-      const Errors two_pass = scaled_errors(p, layernorm_two_pass(p.x, p.rows, p.cols));
-      const Errors welford = scaled_errors(p, layernorm_welford(p.x, p.rows, p.cols));
-      const Errors naive = scaled_errors(p, layernorm_naive(p.x, p.rows, p.cols));
+      const float eps = eps_draws.next();
+      CAPTURE(eps);
+      const Problem p = make_problem(make_input(InputKind::large_offset, s.rows, s.cols, kSeed),
+                                     s.rows, s.cols, {}, eps);
+      const Errors two_pass = scaled_errors(p, layernorm_two_pass(p.x, p.rows, p.cols, eps));
+      const Errors welford = scaled_errors(p, layernorm_welford(p.x, p.rows, p.cols, eps));
+      const Errors naive = scaled_errors(p, layernorm_naive(p.x, p.rows, p.cols, eps));
       const auto bounds = tree_bounds({s.cols, 0});
       CHECK(worst_ratio(welford, bounds, &two_pass) <= 1.0);
       // The same tolerance, failed by a factor of more than 10 (measured: 100 to 12000).
       CHECK(worst_ratio(naive, bounds, &two_pass) > 10.0);
       // And plainly: rstd is off by more than 50% on some row (measured: the variance
-      // collapses to 0, rstd = 1 / sqrt(eps), 300x too large), where Welford's is within its
-      // bound (the first check).
-      const ErrorReport naive_rstd = compare(layernorm_naive(p.x, p.rows, p.cols).rstd, p.ref.rstd);
+      // collapses to 0, rstd = 1 / sqrt(eps), 300x too large at eps = 1e-5, 3000x at 1e-7),
+      // where Welford's is within its bound (the first check).
+      const ErrorReport naive_rstd =
+          compare(layernorm_naive(p.x, p.rows, p.cols, eps).rstd, p.ref.rstd);
       CHECK(naive_rstd.max_rel > 0.5);
     }
   }
@@ -94,29 +111,98 @@ TEST_SUITE("cpu") {
     // The failure is the offset's, not the formula's alone: at offset 0 the naive step meets
     // two-pass's bound (so the test above measures cancellation, nothing else).
     const int rows = 8, cols = 1000;
-    const Problem p = make_problem(make_input(InputKind::randn, rows, cols, kSeed), rows, cols);
-    const Errors naive = scaled_errors(p, layernorm_naive(p.x, rows, cols));
-    CHECK(worst_ratio(naive, two_pass_bounds(cols)) <= 1.0);
+    for (float eps : kEpsValues) {
+      CAPTURE(eps);
+      const Problem p =
+          make_problem(make_input(InputKind::randn, rows, cols, kSeed), rows, cols, {}, eps);
+      const Errors naive = scaled_errors(p, layernorm_naive(p.x, rows, cols, eps));
+      CHECK(worst_ratio(naive, two_pass_bounds(cols)) <= 1.0);
+    }
   }
 
   TEST_CASE("a constant row has variance 0 and rstd exactly 1 over sqrt(eps)") {
+    // Every eps, and constants up to the float range's edge: past |value| = 1.8e19 a Chan
+    // combine computed through the empty state that blocked Welford starts from would square
+    // the mean to inf and make NaN (inf x 0); returned as it is, the statistics stay exact.
+    // (Two-pass is left out: its sum of n values of 3e38 overflows.)
     for (int cols : {1, 2, 33, 1000}) {
-      for (float value : {0.f, 1.f, -3.5f, 1e4f, 1e6f}) {
-        CAPTURE(cols);
-        CAPTURE(value);
-        const std::vector<float> x(static_cast<std::size_t>(cols), value);
-        // Welford: the first update sets mean = value exactly and every later delta is 0.
-        const Welford s = welford_row(x.data(), cols);
-        CHECK(s.mean == value);
-        CHECK(s.m2 == 0.f);
-        // 1 / sqrt(eps) written out, not through rstd_of: the steps under test call that.
-        const float rstd = 1.f / std::sqrt(kDefaultEps);
-        const LayerNormOut out = layernorm_welford(x, 1, cols);
-        CHECK(out.rstd[0] == rstd);
-        CHECK(std::isfinite(out.rstd[0]));
-        for (float y : out.y) CHECK(y == 0.f);
-        const LayerNormOut blocked = layernorm_blocked_welford(x, 1, cols, 7);
-        CHECK(blocked.rstd[0] == rstd);
+      for (float value : {0.f, 1.f, -3.5f, 1e4f, 1e6f, 1e19f, -1e20f, 1e30f, 3e38f, -FLT_MAX}) {
+        for (float eps : kEpsValues) {
+          CAPTURE(cols);
+          CAPTURE(value);
+          CAPTURE(eps);
+          const std::vector<float> x(static_cast<std::size_t>(cols), value);
+          // Welford: the first update sets mean = value exactly and every later delta is 0.
+          const Welford s = welford_row(x.data(), cols);
+          CHECK(s.mean == value);
+          CHECK(s.m2 == 0.f);
+          // 1 / sqrt(eps) written out, not through rstd_of: the steps under test call that.
+          const float rstd = 1.f / std::sqrt(eps);
+          const LayerNormOut out = layernorm_welford(x, 1, cols, eps);
+          CHECK(out.mean[0] == value);
+          CHECK(out.rstd[0] == rstd);
+          CHECK(std::isfinite(out.rstd[0]));
+          for (float y : out.y) CHECK(y == 0.f);
+          const LayerNormOut blocked = layernorm_blocked_welford(x, 1, cols, 7, eps);
+          CHECK(blocked.mean[0] == value);
+          CHECK(blocked.rstd[0] == rstd);
+          for (float y : blocked.y) CHECK(y == 0.f);
+        }
+      }
+    }
+  }
+
+  TEST_CASE("a row whose variance overflows float gives rstd 0 and y = beta, never NaN") {
+    // Where the true m2 passes FLT_MAX (3.4e38) no float step can represent the variance: the
+    // float steps give m2 = +inf (every term Welford, Chan and two-pass add to m2 is >= 0, so
+    // inf + inf, never inf - inf), var = inf, rstd = 1 / sqrt(inf + eps) = 0 exactly, and
+    // y = (x - mean) 0 gamma + beta = beta exactly (x - mean is finite: the mean stays within
+    // the row's values). The fp64 reference's rstd (1e-30 to 1e-25) is a float, but not the
+    // variance it comes from: rstd = 0 is the stated result here, not an error within a bound.
+    // Rows: {1e30, -1e30} (var 1e60), 1e25 randn (var 1e50) and 1e25 randn + 1e30 (m2 about
+    // 1e53). eps drawn per case: 1 / sqrt(inf + eps) = 0 whatever it is.
+    const int cols = 1000;
+    std::vector<float> x(3 * cols);
+    const std::vector<float> r = make_input(InputKind::randn, 2, cols, kSeed);
+    for (int c = 0; c < cols; ++c) {
+      x[static_cast<std::size_t>(c)] = c % 2 == 0 ? 1e30f : -1e30f;
+      x[static_cast<std::size_t>(cols + c)] = 1e25f * r[static_cast<std::size_t>(c)];
+      x[static_cast<std::size_t>(2 * cols + c)] =
+          1e25f * r[static_cast<std::size_t>(cols + c)] + 1e30f;
+    }
+    const Affine affine = make_affine(cols, kSeed);
+    EpsDraws eps_draws(kSeed + 2);
+    const std::pair<const char*,
+                    LayerNormOut (*)(const std::vector<float>&, int, float, const Affine&)>
+        steps[] = {
+            {"two_pass", [](const std::vector<float>& v, int n, float eps,
+                            const Affine& a) { return layernorm_two_pass(v, 3, n, eps, a); }},
+            {"welford", [](const std::vector<float>& v, int n, float eps,
+                           const Affine& a) { return layernorm_welford(v, 3, n, eps, a); }},
+            {"blocked_welford 7",
+             [](const std::vector<float>& v, int n, float eps, const Affine& a) {
+               return layernorm_blocked_welford(v, 3, n, 7, eps, a);
+             }},
+            {"blocked_welford 32",
+             [](const std::vector<float>& v, int n, float eps, const Affine& a) {
+               return layernorm_blocked_welford(v, 3, n, 32, eps, a);
+             }}};
+    for (const auto& [name, step] : steps) {
+      for (bool with_affine : {false, true}) {
+        const float eps = eps_draws.next();
+        CAPTURE(name);
+        CAPTURE(with_affine);
+        CAPTURE(eps);
+        const LayerNormOut out = step(x, cols, eps, with_affine ? affine : Affine{});
+        for (int row = 0; row < 3; ++row) {
+          CAPTURE(row);
+          CHECK(std::isfinite(out.mean[static_cast<std::size_t>(row)]));
+          CHECK(out.rstd[static_cast<std::size_t>(row)] == 0.f);
+          for (int c = 0; c < cols; ++c) {
+            const float beta = with_affine ? affine.beta[static_cast<std::size_t>(c)] : 0.f;
+            CHECK(out.y[static_cast<std::size_t>(row * cols + c)] == beta);
+          }
+        }
       }
     }
   }
@@ -124,11 +210,14 @@ TEST_SUITE("cpu") {
   TEST_CASE("a row holding -inf is NaN and leaves the other rows alone") {
     const int rows = 6, cols = 33;
     const std::vector<float> x = make_input(InputKind::neg_inf_rows, rows, cols, kSeed);
-    const LayerNormOut out = layernorm_welford(x, rows, cols);
-    for (int r = 0; r < rows; ++r) {
-      CAPTURE(r);
-      const bool masked = r % 3 == 0;  // inputs.cpp: every third row is all -inf
-      CHECK(std::isnan(out.y[static_cast<std::size_t>(r) * cols]) == masked);
+    for (float eps : kEpsValues) {
+      CAPTURE(eps);
+      const LayerNormOut out = layernorm_welford(x, rows, cols, eps);
+      for (int r = 0; r < rows; ++r) {
+        CAPTURE(r);
+        const bool masked = r % 3 == 0;  // inputs.cpp: every third row is all -inf
+        CHECK(std::isnan(out.y[static_cast<std::size_t>(r) * cols]) == masked);
+      }
     }
   }
 }
@@ -157,6 +246,77 @@ std::vector<Welford> random_states(int count, std::uint64_t seed) {
   return states;
 }
 
+// States at the edges of float: means from 1.9e19 (past 1.8e19, where a mean squared
+// overflows) to +-FLT_MAX, the smallest normal and -0; counts 1 to kMaxCount = 2^24; m2 0 to
+// FLT_MAX. Not all of them come from a row of floats (a count of 1 with m2 > 0); the combine's laws
+// are algebraic and hold for every state.
+std::vector<Welford> extreme_states() {
+  std::vector<Welford> states;
+  for (float mean : {1.9e19f, -2e19f, 1e20f, -1e30f, 3e38f, FLT_MAX, -FLT_MAX, FLT_MIN, -0.f})
+    for (float count : {1.f, 2.f, 1000.f, 1048577.f, kMaxCount})
+      for (float m2 : {0.f, 1e30f, 1e38f, FLT_MAX}) states.push_back({mean, m2, count});
+  return states;
+}
+
+std::uint32_t bits_of(float v) {
+  std::uint32_t b;
+  std::memcpy(&b, &v, sizeof b);
+  return b;
+}
+
+// Three nonempty states at one extreme magnitude M (+-1.9e19, 1e20, -5e21, 1e30, 3e38 or
+// FLT_MAX) whose combines are representable in every order: means M + d rounded, |d| <= 6e14
+// (450 spacings of float at 1.9e19, 68 at 1e20, one or two at 5e21 (spacing 2^49 = 5.6e14);
+// at 1e30 and beyond d is below half a spacing and every mean is M: delta = 0), counts 1 to
+// 2^22 (three add up to at most 3 x 2^22 < 2^24, exact), m2 0 or up to 1e37 (0 for a count
+// of 1). Any two means then differ by less than 1.2e15 + 5.6e14 (the roundings), so
+// delta^2 n_a w_b < 3.2e30 x 2^23 = 2.7e37 and every m2 < 3e37 + 2 x 2.7e37: no intermediate
+// overflows, and delta, where nonzero, is at least a spacing (1.1e12), far from underflow.
+struct Triple {
+  Welford a, b, c;
+};
+
+std::vector<Triple> extreme_triples(int count, std::uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::uniform_real_distribution<float> unit(-1.f, 1.f);
+  const float magnitudes[] = {1.9e19f, -1.9e19f, 1e20f, -5e21f, 1e30f, 3e38f, FLT_MAX};
+  const float counts[] = {1.f, 2.f, 3.f, 4194304.f};  // and random ones up to 2^22
+  auto state = [&](float M) {
+    const float n = rng() % 2 == 0 ? counts[rng() % 4] : static_cast<float>(1 + rng() % (1u << 22));
+    const float mean = M + 6e14f * unit(rng);  // FLT_MAX + 6e14 rounds to FLT_MAX, not inf
+    const float m2 = n == 1.f || rng() % 4 == 0 ? 0.f : 1e37f * std::fabs(unit(rng));
+    return Welford{mean, m2, n};
+  };
+  std::vector<Triple> out;
+  for (int i = 0; i < count; ++i) {
+    const float M = magnitudes[static_cast<std::size_t>(i) % std::size(magnitudes)];
+    out.push_back({state(M), state(M), state(M)});
+  }
+  return out;
+}
+
+// The statistics of the concatenation of a, b and c, in long double from the float states:
+// n_i mean_i is exact in a 64-bit significand (24 + 22 bits), the mean within about 1e-19 A
+// of exact, m2 within about 1e-18 of itself, negligible beside the float bounds (u = 6e-8).
+struct Exact {
+  long double mean, m2, count;
+};
+
+Exact exact_combine(std::initializer_list<Welford> states) {
+  long double n = 0, sum = 0;
+  for (const Welford& s : states) {
+    n += s.count;
+    sum += static_cast<long double>(s.count) * s.mean;
+  }
+  const long double mean = sum / n;
+  long double m2 = 0;
+  for (const Welford& s : states) {
+    const long double dev = s.mean - mean;
+    m2 += s.m2 + s.count * dev * dev;
+  }
+  return {mean, m2, n};
+}
+
 // Statistics of x[lo, hi) by a random tree: a leaf folds sequentially when the range is at
 // most `leaf` long (and by a coin flip before), else the range is cut at a random point
 // (possibly making an empty side) and the two sides are combined in random order.
@@ -179,14 +339,19 @@ Welford random_tree(const float* x, int lo, int hi, int leaf, std::mt19937_64& r
 TEST_SUITE("cpu") {
   TEST_CASE("combining with the identity returns the other state exactly") {
     const Welford id = welford_identity();
-    for (const Welford& s : random_states(300, kSeed)) {
+    std::vector<Welford> states = random_states(300, kSeed);
+    for (const Welford& s : extreme_states()) states.push_back(s);
+    for (const Welford& s : states) {
       CAPTURE(s.mean);
       CAPTURE(s.m2);
       CAPTURE(s.count);
+      // Bit for bit on both sides, -0 included, whatever the magnitudes: the empty side is
+      // returned, not computed (welford_combine). Computed, delta^2 = mean^2 overflows past
+      // |mean| = 1.8e19 and inf x 0 (the empty side's count or weight) is NaN.
       for (const Welford& c : {welford_combine(id, s), welford_combine(s, id)}) {
-        CHECK(c.mean == s.mean);  // exact: w_b is 1 or 0, see welford_combine
-        CHECK(c.m2 == s.m2);
-        CHECK(c.count == s.count);
+        CHECK(bits_of(c.mean) == bits_of(s.mean));
+        CHECK(bits_of(c.m2) == bits_of(s.m2));
+        CHECK(bits_of(c.count) == bits_of(s.count));
       }
     }
     const Welford both = welford_combine(id, id);  // 0 / 0 avoided: still the identity
@@ -202,10 +367,19 @@ TEST_SUITE("cpu") {
   }
 
   TEST_CASE("the combine is commutative up to its rounding") {
+    std::vector<std::pair<Welford, Welford>> pairs;
     const std::vector<Welford> states = random_states(120, kSeed + 1);
-    for (std::size_t i = 0; i + 1 < states.size(); ++i) {
-      const Welford a = states[i], b = states[i + 1];
+    for (std::size_t i = 0; i + 1 < states.size(); ++i) pairs.push_back({states[i], states[i + 1]});
+    // And at the float range's edge (extreme_triples: every combine representable).
+    for (const Triple& t : extreme_triples(140, kSeed + 2)) {
+      pairs.push_back({t.a, t.b});
+      pairs.push_back({t.c, t.a});
+    }
+    for (std::size_t i = 0; i < pairs.size(); ++i) {
+      const auto [a, b] = pairs[i];
       CAPTURE(i);
+      CAPTURE(a.mean);
+      CAPTURE(b.mean);
       const Welford ab = welford_combine(a, b), ba = welford_combine(b, a);
       // Each order is within 5 u A of the exact mean (one combine level, mean_bound) with
       // A = max(|mean_a|, |mean_b|), so they agree within 10 u A. m2: every term is >= 0, and
@@ -215,11 +389,68 @@ TEST_SUITE("cpu") {
       CHECK(std::fabs(ab.mean - ba.mean) <= 10 * u * A);
       CHECK(std::fabs(ab.m2 - ba.m2) <= 14 * u * std::max(ab.m2, ba.m2));
       CHECK(ab.count == ba.count);  // integers below 2^24: exact
+      CHECK(std::isfinite(ab.mean));
+      CHECK(std::isfinite(ab.m2));
+    }
+  }
+
+  TEST_CASE("the combine is associative up to its rounding at the float range's edge") {
+    // ((a, b), c) and (a, (b, c)) against the exact statistics of the concatenation, each
+    // order a tree of two combines on exact operands, at |mean| from 1.9e19 to FLT_MAX.
+    // The mean: one combine computes mean_a + delta w_b with delta, w_b, the product and the
+    // sum rounded; |delta w_b| is the distance between the result and mean_a, at most the
+    // spread R = max |mean_i - mean_j| of the three means, so it is within u A + 3 u R of the
+    // exact mean of its operands (A = max |mean_i|). The inner combine's error reaches the
+    // outer result weighted by 1 - w_c <= 1: two levels, 2 u (A + 3 R); one more u A covers
+    // the second-order terms and the long double reference.
+    // m2: one combine on exact operands is within 7 u of exact (the commutativity test), so
+    // the inner one too, and that error passes to the outer m2 as it is; the outer combine
+    // adds 7 u of its own. Its delta carries the inner mean's error e, u (A + 3 R) to first
+    // order and times (1 + u)^4 / (1 + u) <= 1 + 1e-6 in all (four roundings, the sum's
+    // counted in u A): its term delta^2 W, W = n_in n_out / n, moves by at most
+    // (2 |delta| e + e^2) W. Within 15 u m2 + (2 |delta| e + e^2) W, the 15th u for the
+    // second-order terms of (1 + 7 u)^2.
+    for (const Triple& t : extreme_triples(700, kSeed + 3)) {
+      const Welford a = t.a, b = t.b, c = t.c;
+      CAPTURE(a.mean);
+      CAPTURE(b.mean);
+      CAPTURE(c.mean);
+      CAPTURE(a.count);
+      CAPTURE(b.count);
+      CAPTURE(c.count);
+      const Exact exact = exact_combine({a, b, c});
+      const long double A = std::max({std::fabs(a.mean), std::fabs(b.mean), std::fabs(c.mean)});
+      const long double R = std::max({std::fabs(static_cast<long double>(a.mean) - b.mean),
+                                      std::fabs(static_cast<long double>(b.mean) - c.mean),
+                                      std::fabs(static_cast<long double>(a.mean) - c.mean)});
+      const long double e = (1 + 1e-6L) * u * (A + 3 * R);
+      const long double mean_bound = 2 * e + u * A;
+      const Exact ab = exact_combine({a, b}), bc = exact_combine({b, c});
+      // The outer combine of each order: its exact delta and weight W = n_in n_out / n.
+      const struct {
+        const char* order;
+        Welford result;
+        long double delta, W;
+      } orders[] = {{"((a, b), c)", welford_combine(welford_combine(a, b), c), c.mean - ab.mean,
+                     ab.count * c.count / exact.count},
+                    {"(a, (b, c))", welford_combine(a, welford_combine(b, c)), bc.mean - a.mean,
+                     a.count * bc.count / exact.count}};
+      for (const auto& o : orders) {
+        CAPTURE(o.order);
+        CHECK(o.result.count == exact.count);  // integers below 2^24: exact
+        CHECK(std::fabs(o.result.mean - exact.mean) <= mean_bound);
+        const long double m2_bound = 15 * u * exact.m2 + (2 * std::fabs(o.delta) * e + e * e) * o.W;
+        CHECK(std::fabs(o.result.m2 - exact.m2) <= m2_bound);
+        CHECK(std::isfinite(o.result.m2));
+      }
     }
   }
 
   TEST_CASE("any split and any combine tree give the statistics within the tree bound") {
+    // On every input kind, 2^54 randn + 1e20 among them: cut points make empty sides, joined
+    // in either order, where the combine must return the other side as it is.
     std::mt19937_64 rng(kSeed);
+    EpsDraws eps_draws(kSeed + 4);
     for (int trial = 0; trial < 200; ++trial) {
       const int n = 1 + static_cast<int>(rng() % 700);
       const Kind kind = kKinds[static_cast<std::size_t>(trial) % kKinds.size()];
@@ -229,8 +460,10 @@ TEST_SUITE("cpu") {
       const std::string input = to_string(kind);
       CAPTURE(input);
       CAPTURE(leaf);
-      const Problem p =
-          make_problem(make_x(kind, 1, n, kSeed + static_cast<std::uint64_t>(trial)), 1, n);
+      const float eps = eps_draws.next();
+      CAPTURE(eps);
+      const Problem p = make_problem(make_x(kind, 1, n, kSeed + static_cast<std::uint64_t>(trial)),
+                                     1, n, {}, eps);
       Tree used{0, 0};
       const Welford s = random_tree(p.x.data(), 0, n, leaf, rng, 0, &used);
       REQUIRE(s.count == static_cast<float>(n));  // every value counted once
@@ -245,12 +478,15 @@ TEST_SUITE("cpu") {
 
   TEST_CASE("blocked Welford is within its bound for every block size") {
     const int rows = 4, cols = 1000;
-    for (Kind kind : {Kind::randn, Kind::offset_1e4, Kind::arange}) {
-      const Problem p = make_problem(make_x(kind, rows, cols, kSeed), rows, cols);
+    EpsDraws eps_draws(kSeed + 5);
+    for (Kind kind : {Kind::randn, Kind::offset_1e4, Kind::arange, Kind::offset_1e20}) {
       for (int block : {1, 2, 3, 7, 32, 33, 999, 1000, 5000}) {
+        const float eps = eps_draws.next();
+        const Problem p = make_problem(make_x(kind, rows, cols, kSeed), rows, cols, {}, eps);
         const std::string input = to_string(kind);
         CAPTURE(input);
         CAPTURE(block);
+        CAPTURE(eps);
         const Errors e = scaled_errors(p, layernorm_blocked_welford(p.x, rows, cols, block, p.eps));
         const Tree t{std::min(block, cols), (cols + block - 1) / block - 1};
         CHECK(worst_ratio(e, tree_bounds(t)) <= 1.0);

@@ -196,26 +196,37 @@ void every_rung_equals_the_cpu_welford_step_and_the_rung_before() {
   check_layernorm_ladder<B>(kernel_ladder<B>(), problems);
 }
 
+// A constant per row: -2, 0 and 1e4, and the largest magnitudes the type holds, 3e38 and
+// -1e30 (fp32, bf16) or 6e4 and -6e4 (fp16, whose largest value is 65504). Past |mean| =
+// 1.8e19 a combine computed through the identity, which the threads and lanes holding no
+// values pass (every block's second round, lanes 8 to 31), squares the mean to inf and makes
+// NaN; returned as it is, the statistics stay exact. eps drawn per case (EpsDraws): a launcher
+// or dispatcher passing kDefaultEps gives 1 / sqrt(1e-5) where the case asks for another.
 template <Backend B>
 void constant_rows_give_rstd_one_over_sqrt_eps() {
   test::RungsRan ran;
+  EpsDraws eps_draws(kSeed + 20);
   for (Dtype t : kDtypes) {
     for (const Rung<LayerNormArgs>& rung : kernel_ladder<B>()) {
       for (int cols : {1, 2, 33, 1000, 1025, 4096}) {
         const std::string kernel = rung.name;
         const std::string dtype = to_string(t);
+        const float eps = eps_draws.next();
         CAPTURE(kernel);
         CAPTURE(dtype);
         CAPTURE(cols);
+        CAPTURE(eps);
+        const bool fp16 = t == Dtype::fp16;
+        const float constants[] = {-2.f, fp16 ? -6e4f : -1e30f, 0.f, 1e4f, fp16 ? 6e4f : 3e38f};
         const int rows = 5;
         std::vector<float> x(static_cast<std::size_t>(rows) * cols);
-        for (int r = 0; r < rows; ++r)  // a different constant per row, 1e4 among them
-          std::fill(x.begin() + r * cols, x.begin() + (r + 1) * cols, r == 3 ? 1e4f : r - 2.f);
+        for (int r = 0; r < rows; ++r)  // a different constant per row
+          std::fill(x.begin() + r * cols, x.begin() + (r + 1) * cols, constants[r]);
         x = round_elements(x, t);  // 1e4 is 9984 in bf16: the kernel's constant
         DeviceBuffer<unsigned char> dx(B, encode_elements(x, t)), dy(B, dx.size());
         DeviceBuffer<float> dmean(B, rows), drstd(B, rows);
-        const LayerNormArgs a{dx.data(),    nullptr, nullptr, dy.data(),   dmean.data(),
-                              drstd.data(), rows,    cols,    kDefaultEps, t};
+        const LayerNormArgs a{dx.data(),    nullptr, nullptr, dy.data(), dmean.data(),
+                              drstd.data(), rows,    cols,    eps,       t};
         if (!why_refused(rung, a).empty()) continue;
         ran.add(rung.name);
         run_rung(rung, a);
@@ -226,11 +237,63 @@ void constant_rows_give_rstd_one_over_sqrt_eps() {
           // 1 / sqrt(eps), written out here rather than through rstd_of, which the kernels
           // share (a wrong rstd_of must not pass for its own expectation).
           CHECK(mean[r] == x[static_cast<std::size_t>(r) * cols]);
-          CHECK(rstd[r] == 1.f / std::sqrt(kDefaultEps));
+          CHECK(rstd[r] == 1.f / std::sqrt(eps));
         }
         // y = 0 * rstd * 1 + 0 = +0 in every type: every byte of y is zero.
         const std::vector<unsigned char> y = dy.download();
         CHECK(std::count(y.begin(), y.end(), 0) == static_cast<std::ptrdiff_t>(y.size()));
+      }
+    }
+  }
+  ran.check_every_rung(kernel_ladder<B>());
+}
+
+// Rows whose variance overflows float give what the CPU steps give there (test_07's "a row
+// whose variance overflows float"): m2 = +inf (every term added to it is >= 0: inf + inf,
+// never inf - inf), rstd = 1 / sqrt(inf) = 0 and y = (x - mean) 0 = 0, the mean finite,
+// never NaN. Rows: 1e25 randn (var 1e50), +-1e30 alternating (var 1e60; a lane or thread may
+// hold one sign only, so two states of m2 = 0 combine to inf) and 1e28 randn + 1e30 (var 1e56;
+// bf16's spacing at 1e30 is 5e27: a few levels per standard deviation, not a constant row); in
+// fp32 and bf16 (fp16 holds no such values); eps drawn per case.
+template <Backend B>
+void rows_whose_variance_overflows_give_rstd_zero() {
+  test::RungsRan ran;
+  EpsDraws eps_draws(kSeed + 24);
+  // Race mode checks every shared-memory access: one row per group of a warp and a block.
+  const std::vector<int> widths =
+      test::small_shapes() ? std::vector<int>{3, 33, 1000} : std::vector<int>{3, 33, 1000, 4096};
+  for (Dtype t : {Dtype::fp32, Dtype::bf16}) {
+    for (int cols : widths) {
+      const int rows = 3;
+      const std::size_t n = static_cast<std::size_t>(cols);
+      const std::vector<float> r = make_input(InputKind::randn, 2, cols, kSeed);
+      std::vector<float> x(rows * n);
+      for (std::size_t c = 0; c < n; ++c) {
+        x[c] = 1e25f * r[c];
+        x[n + c] = c % 2 == 0 ? 1e30f : -1e30f;
+        x[2 * n + c] = 1e28f * r[n + c] + 1e30f;
+      }
+      x = round_elements(x, t);
+      for (const Rung<LayerNormArgs>& rung : kernel_ladder<B>()) {
+        const std::string kernel = rung.name;
+        const std::string dtype = to_string(t);
+        const float eps = eps_draws.next();
+        CAPTURE(kernel);
+        CAPTURE(dtype);
+        CAPTURE(cols);
+        CAPTURE(eps);
+        LayerNormBuffers buffers(B, x, {}, {}, rows, cols, eps, t);
+        if (!why_refused(rung, buffers.args).empty()) continue;
+        ran.add(rung.name);
+        run_rung(rung, buffers.args);
+        const LayerNormOut out = buffers.download();
+        for (std::size_t row = 0; row < static_cast<std::size_t>(rows); ++row) {
+          CAPTURE(row);
+          CHECK(std::isfinite(out.mean[row]));
+          CHECK(out.rstd[row] == 0.f);
+          CHECK(std::count(out.y.begin() + row * n, out.y.begin() + (row + 1) * n, 0.f) ==
+                static_cast<std::ptrdiff_t>(n));
+        }
       }
     }
   }
@@ -244,6 +307,7 @@ void constant_rows_give_rstd_one_over_sqrt_eps() {
 // others.
 template <Backend B>
 void rungs_refuse_rows_they_cannot_hold() {
+  EpsDraws eps_draws(kSeed + 21);  // the limits do not depend on eps: any value is refused alike
   DeviceBuffer<unsigned char> d(B, 16);
   DeviceBuffer<float> stats(B, 4);
   const Ladder<LayerNormArgs> ladder = kernel_ladder<B>();
@@ -259,8 +323,8 @@ void rungs_refuse_rows_they_cannot_hold() {
       CAPTURE(name);
       const Rung<LayerNormArgs>* rung = find_rung(ladder, name);
       REQUIRE(rung != nullptr);
-      LayerNormArgs a{d.data(),     nullptr, nullptr,      d.data(),    stats.data(),
-                      stats.data(), 1,       max_cols + 1, kDefaultEps, t};
+      LayerNormArgs a{d.data(),     nullptr, nullptr,      d.data(),         stats.data(),
+                      stats.data(), 1,       max_cols + 1, eps_draws.next(), t};
       const std::string limit_named = "cols in [1, " + std::to_string(max_cols) + "]";
       CHECK_THROWS_WITH_AS(run_rung(*rung, a), doctest::Contains(limit_named.c_str()),
                            std::invalid_argument);
@@ -280,6 +344,7 @@ void rungs_refuse_rows_they_cannot_hold() {
 template <Backend B>
 void rows_holding_minus_inf_are_nan_and_leave_the_others_alone() {
   test::RungsRan ran;
+  EpsDraws eps_draws(kSeed + 22);
   for (Dtype t : kDtypes) {
     const std::vector<int> widths = test::small_shapes() ? std::vector<int>{3, 33, 1001}
                                                     : std::vector<int>{3, 16, 33, 1000, 1001, 2048};
@@ -299,11 +364,13 @@ void rows_holding_minus_inf_are_nan_and_leave_the_others_alone() {
       for (const Rung<LayerNormArgs>& rung : kernel_ladder<B>()) {
         const std::string kernel = rung.name;
         const std::string dtype = to_string(t);
+        const float eps = eps_draws.next();
         CAPTURE(kernel);
         CAPTURE(dtype);
         CAPTURE(cols);
-        LayerNormBuffers with_inf(B, x, {}, {}, rows, cols, kDefaultEps, t);
-        LayerNormBuffers with_zeros(B, zeroed, {}, {}, rows, cols, kDefaultEps, t);
+        CAPTURE(eps);
+        LayerNormBuffers with_inf(B, x, {}, {}, rows, cols, eps, t);
+        LayerNormBuffers with_zeros(B, zeroed, {}, {}, rows, cols, eps, t);
         if (!why_refused(rung, with_inf.args).empty()) continue;
         ran.add(rung.name);
         run_rung(rung, with_inf.args);
@@ -368,6 +435,7 @@ std::vector<float> lane_rows(int rows, int cols, Dtype t) {
 template <Backend B>
 void every_lane_normalizes_with_the_written_statistics() {
   test::RungsRan ran;
+  EpsDraws eps_draws(kSeed + 23);
   for (Dtype t : kDtypes) {
     for (const KernelShape& s : test::small_shapes() ? kLaneRaceShapes : kLaneShapes) {
       const std::vector<float> x = round_elements(lane_rows(s.rows, s.cols, t), t);
@@ -378,7 +446,9 @@ void every_lane_normalizes_with_the_written_statistics() {
         CAPTURE(dtype);
         CAPTURE(s.rows);
         CAPTURE(s.cols);
-        LayerNormBuffers buffers(B, x, {}, {}, s.rows, s.cols, kDefaultEps, t);
+        const float eps = eps_draws.next();
+        CAPTURE(eps);
+        LayerNormBuffers buffers(B, x, {}, {}, s.rows, s.cols, eps, t);
         if (!why_refused(rung, buffers.args).empty()) continue;
         ran.add(rung.name);
         run_rung(rung, buffers.args);
@@ -405,6 +475,8 @@ WB_KERNEL_TEST_CASE("every LayerNorm rung equals the CPU Welford step and the ru
                     every_rung_equals_the_cpu_welford_step_and_the_rung_before)
 WB_KERNEL_TEST_CASE("constant rows give mean exact and rstd 1 over sqrt(eps) on every strategy",
                     constant_rows_give_rstd_one_over_sqrt_eps)
+WB_KERNEL_TEST_CASE("a row whose variance overflows float gives rstd 0 and y 0 on every rung",
+                    rows_whose_variance_overflows_give_rstd_zero)
 WB_KERNEL_TEST_CASE("every rung refuses rows longer than its strategy holds with the limit named",
                     rungs_refuse_rows_they_cannot_hold)
 WB_KERNEL_TEST_CASE("a row holding -inf is NaN on every rung and leaves the other rows alone",
