@@ -81,6 +81,52 @@ TEST_SUITE("cpu") {
     CHECK(order_independence_law(merge_without_inf_guard).violations > 0);
   }
 
+  TEST_CASE("at the edges of float's range the identity returns the other operand bit for bit") {
+    // Maxima at +-FLT_MAX, +-3e38, +-1e30, -0, exp's edges; d subnormal to FLT_MAX; and the
+    // identity with itself (tests/block_merge_laws.hpp, extreme_operands).
+    const LawResult r = extreme_identity_law(md_merge);
+    CHECK(r.checks == static_cast<int>(extreme_operands().size()));
+    CHECK_MESSAGE(r.violations == 0, r.first);
+    CHECK(same_bits(md_merge(md_identity(), md_identity()), md_identity()));
+  }
+
+  TEST_CASE("at the edges of float's range the merge is commutative and within one merge's bound") {
+    const int n = static_cast<int>(extreme_operands().size());
+    const LawResult commutes = extreme_commutativity_law(md_merge);
+    CHECK(commutes.checks == n * n);
+    CHECK_MESSAGE(commutes.violations == 0, commutes.first);
+    const LawResult pairs = extreme_pair_law(md_merge);
+    CHECK(pairs.checks == n * n);
+    CHECK_MESSAGE(pairs.violations == 0, pairs.first);
+    // Where the exact d is past FLT_MAX the merge gives inf, never NaN; opposite edges give the
+    // larger max's side exactly (e^{-3e38 - 3e38}: an exponent of -inf, a factor of 0).
+    const MD huge = md_merge({3e38f, kFloatMax}, {3e38f, kFloatMax});
+    CHECK(huge.m == 3e38f);
+    CHECK(huge.d == kInf);
+    CHECK(same_bits(md_merge({3e38f, 2.f}, {-3e38f, kFloatMax}), MD{3e38f, 2.f}));
+    CHECK(same_bits(md_merge({-kFloatMax, 1.f}, {-kFloatMax, 1.f}), MD{-kFloatMax, 2.f}));
+  }
+
+  TEST_CASE("at the edges of float's range the merge is associative within two merges' bound") {
+    const LawResult r = extreme_associativity_law(md_merge);
+    // Most of the 55^3 triples: those with no inner merge past FLT_MAX.
+    const int n = static_cast<int>(extreme_triple_operands().size());
+    CHECK(r.checks > n * n * n / 2);
+    CHECK_MESSAGE(r.violations == 0, r.first);
+  }
+
+  TEST_CASE("a merge that takes a max at or below -1e30 for the identity fails at the edges") {
+    // The seeded rows' maxima are finite and far above -1e30, or -inf: the laws on them pass
+    // this merge; statistics with a real max of -3e38 lose their mass.
+    CHECK(identity_law(merge_with_mask_sentinel).violations == 0);
+    CHECK(associativity_law(merge_with_mask_sentinel).violations == 0);
+    CHECK(order_independence_law(merge_with_mask_sentinel).violations == 0);
+    CHECK(extreme_pair_law(merge_with_mask_sentinel).violations > 0);
+    CHECK(extreme_associativity_law(merge_with_mask_sentinel).violations > 0);
+    // And eq. (2) without the guard makes NaN at the identity, at the edges as anywhere.
+    CHECK(extreme_identity_law(merge_without_inf_guard).violations > 0);
+  }
+
   TEST_CASE("a block is exactly chapter 02's recurrence from the identity") {
     // One block of the whole row is chapter 02's online_stats, bit for bit: same operations.
     for (InputKind kind : all_input_kinds()) {

@@ -25,8 +25,9 @@ __host__ __device__ inline MD md_identity() {
 ///   d = d_hi + d_lo e^{m_lo - m_hi}.
 /// One exp instead of two, and merge(a, b) and merge(b, a) run the very same operations, so
 /// the merge is commutative bit for bit even where a compiler fuses the multiply-add (nvcc
-/// does). A side whose m is -inf holds no mass: merging it returns the other side exactly,
-/// never e^{-inf - (-inf)} = NaN.
+/// does); only a tie of +0 with -0 keeps the first operand's zero as m, in either order: the
+/// same value, which e^{x - m} and m + log d turn into the same bits. A side whose m is -inf
+/// holds no mass: merging it returns the other side exactly, never e^{-inf - (-inf)} = NaN.
 __host__ __device__ inline MD md_merge(MD a, MD b) {
   const MD hi = a.m >= b.m ? a : b;  // ties: both factors are e^0 = 1, either order is exact
   const MD lo = a.m >= b.m ? b : a;

@@ -16,8 +16,9 @@ namespace wb::ch03 {
 // [warp_merge]
 /// Every lane passes its pair and gets the merge of its group's kGroup pairs (a power-of-2,
 /// aligned slice of the warp; the whole warp by default): log2(kGroup) butterfly steps, lanes
-/// l and l ^ lane_mask computing md_merge(a, b) and md_merge(b, a), the same bits (eq. 5), so
-/// all lanes of a group agree. Every lane of the warp calls it (full mask).
+/// l and l ^ lane_mask computing md_merge(a, b) and md_merge(b, a), the same bits (eq. 5; a
+/// zero m may differ in its sign, see md_merge), so all lanes of a group agree. Every lane of the
+/// warp calls it (full mask).
 template <int kGroup = 32>
 __device__ __forceinline__ MD warp_merge(MD md) {
   static_assert(kGroup >= 1 && kGroup <= 32 && (kGroup & (kGroup - 1)) == 0,
