@@ -122,6 +122,35 @@ struct Traffic {
   std::string formula;       ///< the claim in words, e.g. "x read 3 times, y written once"
 };
 
+/// The tiles an attention rung walks: Br query rows by Bc keys.
+struct TileShape {
+  int br = 0, bc = 0;
+};
+
+/// What a rung's consumers need to know of it besides its limits, launch and traffic: the
+/// facts its error bound and its checks are derived from, so that no test or program has to
+/// recognize a rung by its name. A field that does not apply to the rung's op keeps its
+/// default.
+struct RungFacts {
+  /// Attention: its tiles on head dimension d (the CPU step runs with them in the tests; they
+  /// decide which K/V tiles the causal mask skips). nullptr for an untiled rung.
+  TileShape (*tiles)(int d) = nullptr;
+  /// Attention: P~ is rounded to the 16-bit input type before P~ V (tensor cores): one more
+  /// rounding of u per product in its error bound.
+  bool rounds_p = false;
+  /// Attention: every shared-memory request is conflict-free (its header's claim, held by the
+  /// profile suite against the simulator's bank counts).
+  bool conflict_free = false;
+  /// Decoding (chapter 09): the merges of states inside a block before it writes its partial
+  /// (0: a block holds one state per row); they add to the depth of the merge tree.
+  int block_merges = 0;
+  /// Decoding: the keys of a sequence in one range whatever the split count asked for.
+  bool one_range = false;
+  /// Backward (chapter 10): reads the P a standard forward stored instead of recomputing it
+  /// from the logsumexp: its CPU step and floors are the standard backward's.
+  bool reads_stored_p = false;
+};
+
 /// One rung of a ladder over the arguments `Args` of its op.
 template <typename Args>
 struct Rung {
@@ -131,6 +160,7 @@ struct Rung {
   void (*launch)(const Args& args);  ///< launches on the ladder's backend
   /// What its header says it moves for `args` (the derivation's traffic formula).
   Traffic (*traffic)(const Args& args) = nullptr;
+  RungFacts facts = {};
 };
 
 template <typename Args>
@@ -163,7 +193,8 @@ Ladder<Args> rungs_taking(const Ladder<Args>& ladder, Dtype dtype) {
   return taking;
 }
 
-/// The rung named `name`, or nullptr.
+/// The rung named `name`, or nullptr: the programs' `--rung NAME` and a test that names the
+/// rung its check is about. What a rung is or does comes from its record, never its name.
 template <typename Args>
 const Rung<Args>* find_rung(const Ladder<Args>& ladder, const std::string& name) {
   for (const Rung<Args>& r : ladder)

@@ -167,13 +167,6 @@ const std::vector<AttentionShape> kTensorCoreShapes = {
 // Race mode (about ten times slower): one shape per d, both partial tiles and masked rows.
 const std::vector<AttentionShape> kTensorCoreRaceShapes = {{1, 17, 127, 64}, {1, 127, 64, 128}};
 
-/// The tiles of a rung, Br query rows by Bc keys, on head dimension d: the CPU step runs with
-/// them, and they decide which K/V tiles the causal mask skips.
-test::Tiles rung_tiles(const Rung<AttentionArgs>& rung, int d) {
-  if (std::string(rung.name) == "fa2_tensor_core") return {kTensorCoreRows, tensor_core_keys(d)};
-  return {kKernelRows, kKernelKeys};
-}
-
 /// The fp32 cases on the attention kernel shapes, and the fp16 and bf16 cases on the
 /// tensor-core shapes, each without and with the mask; and keys masked with -inf scores by
 /// head (fully masked rows, masked first tiles), in fp32 and in fp16. The fp32 rung runs on the
@@ -197,7 +190,8 @@ std::vector<test::AttentionCase> ladder_cases() {
 
 /// The measure of a rung on a case (tests/fa2_checks.hpp), with the rung's tiles.
 test::RungError measure(const test::AttentionRungRun& run) {
-  return test::fa2_rung_error(run, rung_tiles(run.rung, run.c.shape.d));
+  const TileShape t = run.rung.facts.tiles(run.c.shape.d);
+  return test::fa2_rung_error(run, {t.br, t.bc});
 }
 
 template <Backend B>
@@ -214,7 +208,7 @@ void every_rung_masks_the_diagonal_at_every_alignment() {
   // their values (test::rung_dtype). Race mode and the instrumented twin: a few residues.
   int period = 1;
   for (const Rung<AttentionArgs>& rung : kernel_ladder<B>()) {
-    const test::Tiles t = rung_tiles(rung, 64);
+    const TileShape t = rung.facts.tiles(64);
     period = std::lcm(period, std::lcm(t.br, t.bc));
   }
   REQUIRE(period == 64);

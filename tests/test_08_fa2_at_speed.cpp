@@ -153,7 +153,7 @@ const std::vector<AttentionShape> kRaceShapes = {
     {1, 17, 97, 64}, {1, 203, 17, 128}, {1, 64, 65, 128}};
 
 test::RungError measure(const test::AttentionRungRun& run) {
-  const RungTiles t = rung_tiles(run.rung.name, run.c.shape.d);
+  const TileShape t = run.rung.facts.tiles(run.c.shape.d);
   return test::fa2_rung_error(run, {t.br, t.bc});
 }
 
@@ -183,7 +183,7 @@ void every_rung_masks_the_diagonal_at_every_alignment() {
   int period = 1;
   for (const Rung<AttentionArgs>& rung : kernel_ladder<B>())
     for (int d : {64, 128}) {
-      const RungTiles t = rung_tiles(rung.name, d);
+      const TileShape t = rung.facts.tiles(d);
       for (int size : {t.br, t.bc, 32}) period = std::lcm(period, size);
     }
   REQUIRE(period == 128);

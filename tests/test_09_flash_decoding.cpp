@@ -4,11 +4,14 @@
 // trees, GQA group sizes 1, 4 and 8, per-sequence lengths (0 included), causal; a merge that
 // forgets the rescale fails; the split rule; a paged cache's layout (eq. 9); then every kernel
 // against the CPU step in fp32, fp16 and bf16, and on a paged cache against itself on the
-// contiguous one, bit for bit.
+// contiguous one, bit for bit; every kernel also against the rung before it (the shared chain
+// check).
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <map>
+#include <optional>
 #include <random>
 #include <string>
 #include <utility>
@@ -19,6 +22,7 @@
 #include "common/reference_attention.hpp"
 #include "common/rung_buffers.hpp"
 #include "tests/attention_shapes.hpp"
+#include "tests/ladder_checks.hpp"
 #include "tests/lane_checks.hpp"
 #include "tests/support.hpp"
 
@@ -460,10 +464,18 @@ std::vector<KernelCase> kernel_cases() {
   return cases;
 }
 
-template <Backend B>
-void every_rung_equals_the_cpu_step() {
-  const Ladder<DecodeArgs> ladder = kernel_ladder<B>();
-  for (const KernelCase& kc : kernel_cases()) {
+/// One case of the chain check: a kernel case in one element type, score kind and split count.
+struct DecodeCase {
+  const KernelCase* kc;
+  Dtype dtype;
+  ScoreKind kind;
+  int splits;
+};
+
+/// The chain check's cases: every kernel case in its types and kinds, at each split count.
+std::vector<DecodeCase> decode_cases(const std::vector<KernelCase>& kernel_cases) {
+  std::vector<DecodeCase> cases;
+  for (const KernelCase& kc : kernel_cases) {
     const Case& c = kc.c;
     const bool chosen = !kc.dtypes.empty();
     for (Dtype dtype :
@@ -477,7 +489,7 @@ void every_rung_equals_the_cpu_step() {
       if (!chosen && test::small_shapes() && dtype != Dtype::fp32 &&
           !(tensor_core_shape && dtype == Dtype::fp16))
         continue;
-      // Outlier keys everywhere; on the short caches also scores offset by 1e4 (an exp of an
+      // Outlier keys everywhere; on the short caches also scores offset by +-1e4 (an exp of an
       // unshifted lse would overflow) and a steep ramp (one split holds nearly all the mass),
       // in the 16-bit types up to 100 keys (those inputs test the merge's arithmetic, which is
       // float whatever the type; the suite's time).
@@ -485,72 +497,97 @@ void every_rung_equals_the_cpu_step() {
       if (!test::small_shapes() && !kc.one_kind &&
           c.shape.lk <= (dtype == Dtype::fp32 ? 1000 : 100))
         kinds = {ScoreKind::outliers, ScoreKind::large_offset, ScoreKind::arange};
-      for (ScoreKind kind : kinds) {
-        // The kernels read Q, K, V rounded to the type: the CPU step and fp64 use those values.
-        const AttentionInputs in = ch06::round_inputs(inputs_of(c.shape, kind, kSeed), dtype);
-        const DecodeOptions opt{scale_of(c.shape, kind), c.causal};
-        const DecodeReference r = decode_reference(in, c.shape, c.lengths, opt);
-        REQUIRE_FALSE(test::has_nan(r.o));
-        REQUIRE_FALSE(test::has_nan(r.lse));
-        // A 16-bit O is rounded once: u max(|O|, N) <= u (o_weight + N), N the smallest normal.
-        std::vector<double> w = r.o_weight;
-        for (double& x : w) x += ch06::smallest_normal(dtype);
-        const double rounding = ch06::unit_roundoff(dtype);
-        for (int splits : kc.splits) {
-          const std::string where = describe(c, to_string(kind)) + ", " + to_string(dtype) +
-                                    ", splits " + std::to_string(splits);
-          CAPTURE(where);
-          for (const Rung<DecodeArgs>& rung : ladder) {
-            if (!rung.limits.takes(dtype)) continue;  // mma_kv: fp16 and bf16
-            // one_split is one range whatever the split count: once per case.
-            if (std::string(rung.name) == "one_split" && splits != kc.splits.front()) continue;
-            CAPTURE(std::string(rung.name));
-            // Fresh buffers per rung: an output one rung wrote cannot stand in for another's.
-            DecodeBuffers buffers(B, in, c.lengths, c.shape, splits, opt.scale, c.causal, dtype);
-            if (!rung.limits.takes_head_dim(c.shape.d)) {       // stream_kv: d a multiple of 8,
-              CHECK(!why_refused(rung, buffers.args).empty());  // mma_kv: 64 or 128
-              continue;
-            }
-            // one_split is a single range, the split rungs the CPU step's even split.
-            const int n = std::string(rung.name) == "one_split" ? 1 : splits;
-            const DecodeResult cpu = attention_split_kv(
-                in, c.shape, c.lengths, opt, [&](int len) { return even_splits(len, n); });
-            const ErrorReport cpu_o = ref::compare_weighted(cpu.o, r.o, w);
-            REQUIRE(why_refused(rung, buffers.args).empty());
-            run_rung(rung, buffers.args);
-            const DecodeOut got = buffers.download();
-            const DecodeResult out{got.o, got.lse};
-            // The combine kernel's merges (none for one_split's single range), and those inside
-            // a block of stream_kv or mma_kv (its key slots' or warps' states, all at once)
-            // before it writes its partial.
-            const std::string name = rung.name;
-            const bool merges_in_block = name == "stream_kv" || name == "mma_kv";
-            const int depth =
-                (n == 1 ? 0 : combine_depth(n)) + (merges_in_block ? kStreamBlockMerges : 0);
-            const double floor =
-                split_floor(r.score_error, c.shape.lk, r.max_abs_partial_lse, depth, n);
-            // The policy: twice the CPU step's error plus the floor (the kernel sums in
-            // butterflies and with fmaf, CUDA's expf and logf differ from glibc's by an ulp or
-            // two), plus the 16-bit rounding of O; on tensor cores P~ is rounded to the type
-            // for P~ V too (chapter 06's eq. 8: u sum p |v| more, within u o_weight).
-            const double roundings = (name == "mma_kv" ? 2 : 1) * rounding;
-            const ErrorReport o_error = ref::compare_weighted(out.o, r.o, w);
-            WB_CHECK_WITHIN(o_error, chain_bound(cpu_o.max_abs, floor + roundings));
-            // And a bound of its own: twice the CPU step's stated bound (eq. 8 with its one
-            // merge, eq. 4) in place of its measured error, so that a fault the kernels share
-            // with the CPU step (lse_merge, combine_weight) cannot move the bound with it.
-            const double cpu_stated =
-                split_floor(r.score_error, c.shape.lk, r.max_abs_partial_lse, n == 1 ? 0 : 1, n);
-            WB_CHECK_WITHIN(o_error, chain_bound(cpu_stated, floor + roundings));
-            WB_CHECK_WITHIN(
-                compare(out.lse, r.lse),
-                split_lse_floor(r.score_error, c.shape.lk, r.max_abs_partial_lse, depth, n));
-            check_unseen_rows(r, c.shape, out);
-          }
-        }
-      }
+      for (ScoreKind kind : kinds)
+        for (int splits : kc.splits) cases.push_back({&kc, dtype, kind, splits});
     }
   }
+  return cases;
+}
+
+/// A case's inputs (Q, K, V rounded to its type: the kernels read those values, the CPU step
+/// and fp64 use them too), options and fp64 reference, computed once for every rung.
+struct DecodeInputs {
+  AttentionInputs in;
+  DecodeOptions opt;
+  DecodeReference r;
+  std::vector<double> w;  ///< O's weights, plus the type's smallest normal (its rounding)
+};
+
+const DecodeInputs& decode_inputs(const DecodeCase& dc, const std::string& key) {
+  static std::map<std::string, DecodeInputs> cache;  // every rung's SUBCASE reads the same
+  if (auto it = cache.find(key); it != cache.end()) return it->second;
+  const Case& c = dc.kc->c;
+  DecodeInputs x;
+  x.in = ch06::round_inputs(inputs_of(c.shape, dc.kind, kSeed), dc.dtype);
+  x.opt = {scale_of(c.shape, dc.kind), c.causal};
+  x.r = decode_reference(x.in, c.shape, c.lengths, x.opt);
+  REQUIRE_FALSE(test::has_nan(x.r.o));
+  REQUIRE_FALSE(test::has_nan(x.r.lse));
+  // A 16-bit O is rounded once: u max(|O|, N) <= u (o_weight + N), N the smallest normal.
+  x.w = x.r.o_weight;
+  for (double& v : x.w) v += ch06::smallest_normal(dc.dtype);
+  return cache.emplace(key, std::move(x)).first->second;
+}
+
+/// Every rung against the CPU split-KV step and against the rung before it that takes the case
+/// (the shared chain check, tests/ladder_checks.hpp), O in units of its weights, on its floor;
+/// its logsumexp against fp64 and its unseen rows. A rung of one range whatever the split count
+/// (one_split) runs once per case, at its first split count.
+template <Backend B>
+void every_rung_equals_the_cpu_step() {
+  const std::vector<KernelCase> kernel = kernel_cases();
+  test::check_ladder(
+      kernel_ladder<B>(), decode_cases(kernel),
+      [&](const Rung<DecodeArgs>& rung, const DecodeCase& dc) -> std::optional<test::RungError> {
+        const Case& c = dc.kc->c;
+        if (!rung.limits.takes(dc.dtype)) return std::nullopt;  // mma_kv: fp16 and bf16
+        if (rung.facts.one_range && dc.splits != dc.kc->splits.front()) return std::nullopt;
+        const std::string key =
+            describe(c, to_string(dc.kind)) + ", " + to_string(dc.dtype);
+        const std::string where = key + ", splits " + std::to_string(dc.splits);
+        CAPTURE(where);
+        const DecodeInputs& x = decode_inputs(dc, key);
+        // Fresh buffers per rung: an output one rung wrote cannot stand in for another's.
+        DecodeBuffers buffers(B, x.in, c.lengths, c.shape, dc.splits, x.opt.scale, c.causal,
+                              dc.dtype);
+        if (!rung.limits.takes_head_dim(c.shape.d)) {       // stream_kv: d a multiple of 8,
+          CHECK(!why_refused(rung, buffers.args).empty());  // mma_kv: 64 or 128
+          return std::nullopt;
+        }
+        // A single range, or the CPU step's even split.
+        const int n = rung.facts.one_range ? 1 : dc.splits;
+        const DecodeResult cpu = attention_split_kv(
+            x.in, c.shape, c.lengths, x.opt, [&](int len) { return even_splits(len, n); });
+        const ErrorReport cpu_o = ref::compare_weighted(cpu.o, x.r.o, x.w);
+        REQUIRE(why_refused(rung, buffers.args).empty());
+        run_rung(rung, buffers.args);
+        const DecodeOut got = buffers.download();
+        const DecodeResult out{got.o, got.lse};
+        // The combine kernel's merges (none for a single range), and those inside a block
+        // (stream_kv's key slots' or mma_kv's warps' states, all at once) before it writes
+        // its partial.
+        const int depth = (n == 1 ? 0 : combine_depth(n)) + rung.facts.block_merges;
+        const DecodeReference& r = x.r;
+        const double floor = split_floor(r.score_error, c.shape.lk, r.max_abs_partial_lse, depth, n);
+        // The policy: twice the CPU step's error (or the rung before's) plus the floor (the
+        // kernel sums in butterflies and with fmaf, CUDA's expf and logf differ from glibc's by
+        // an ulp or two), plus the 16-bit rounding of O; on tensor cores P~ is rounded to the
+        // type for P~ V too (chapter 06's eq. 8: u sum p |v| more, within u o_weight).
+        const double rounding = ch06::unit_roundoff(dc.dtype);
+        const double roundings = (rung.facts.rounds_p ? 2 : 1) * rounding;
+        // And a bound of its own: twice the CPU step's stated bound (eq. 8 with its one merge,
+        // eq. 4) in place of its measured error, so that a fault the kernels share with the
+        // CPU step (lse_merge, combine_weight) cannot move the bound with it.
+        const double cpu_stated =
+            split_floor(r.score_error, c.shape.lk, r.max_abs_partial_lse, n == 1 ? 0 : 1, n);
+        WB_CHECK_WITHIN(
+            compare(out.lse, r.lse),
+            split_lse_floor(r.score_error, c.shape.lk, r.max_abs_partial_lse, depth, n));
+        check_unseen_rows(r, c.shape, out);
+        return test::RungError{ref::compare_weighted(out.o, r.o, x.w), /*relative=*/false,
+                               cpu_o.max_abs, floor + roundings,
+                               chain_bound(cpu_stated, floor + roundings), where};
+      });
 }
 
 template <Backend B>
@@ -579,13 +616,16 @@ void rungs_refuse_what_they_cannot_take() {
     a.lengths = static_cast<const int*>(buffers.args.q);
     CHECK(!why_refused(rung, a).empty());
   }
-  // stream_kv loads whole 16-byte vectors of a row: d a multiple of 8.
+  // stream_kv loads whole 16-byte vectors of a row: d a multiple of 8; the other fp32 rungs
+  // take d = 12.
+  const Rung<DecodeArgs>* streaming = find_rung(ladder, "stream_kv");
+  REQUIRE(streaming != nullptr);
   for (const Rung<DecodeArgs>& rung : ladder) {
     if (!rung.limits.takes(Dtype::fp32)) continue;
     DecodeArgs a = buffers.args;
     a.shape.d = 12;
     CAPTURE(std::string(rung.name));
-    CHECK(why_refused(rung, a).empty() == (std::string(rung.name) != "stream_kv"));
+    CHECK(why_refused(rung, a).empty() == (&rung != streaming));
   }
   // mma_kv: fp16 or bf16, d = 64 or 128 (its tiles' template instantiations), and 16-byte
   // aligned q, k, v (its cp.async and ldmatrix rows); each refused in one line.

@@ -247,6 +247,15 @@ inline Traffic fa2_tiles_traffic(const AttentionArgs& a, int br, int bc) {
           "); its rows of O and logsumexp written once");
 }
 
+/// The rungs' tiles on head dimension d: fa2's kKernelRows x kKernelKeys whatever d, the
+/// tensor-core rung's kTensorCoreRows x tensor_core_keys(d).
+inline TileShape fa2_tiles(int) {
+  return {kKernelRows, kKernelKeys};
+}
+inline TileShape tensor_core_tiles(int d) {
+  return {kTensorCoreRows, tensor_core_keys(d)};
+}
+
 /// fa2: Br = kKernelRows, Bc = kKernelKeys, fp32.
 inline Traffic fa2_traffic(const AttentionArgs& a) {
   return fa2_tiles_traffic(a, kKernelRows, kKernelKeys);
@@ -265,13 +274,14 @@ Ladder<AttentionArgs> kernel_ladder() {
            "logsumexp out; causal: the tiles above the diagonal skipped",
            attention_limits({Dtype::fp32}, ch04::kMaxHeadDim, {}, ch04::kMaxBatchHeads,
                             /*causal=*/true, kWritesO | kWritesLse),
-           &Kernels<B>::fa2, &fa2_traffic},
+           &Kernels<B>::fa2, &fa2_traffic, {&fa2_tiles}},
           {"fa2_tensor_core",
            "both products on tensor cores (wmma 16x16x16): fp16 or bf16 inputs, float "
            "accumulation, 16 query rows per warp",
            attention_limits({Dtype::fp16, Dtype::bf16}, 0, {64, 128}, ch04::kMaxBatchHeads,
                             /*causal=*/true, kWritesO | kWritesLse),
-           &Kernels<B>::fa2_tensor_core, &fa2_tensor_core_traffic}};
+           &Kernels<B>::fa2_tensor_core, &fa2_tensor_core_traffic,
+           {&tensor_core_tiles, /*rounds_p=*/true}}};
 }
 
 }  // namespace wb::ch06

@@ -211,16 +211,23 @@ Traffic fast_traffic(const AttentionArgs& a) {
   return ch06::fa2_tiles_traffic(a, kRowsOf<Recipe>, kKeys);
 }
 
-/// The tiles of the rung named `name`, Br query rows by Bc keys, on head dimension d (the CPU
-/// step runs with them in the tests; they decide which K/V tiles the causal mask skips).
-struct RungTiles {
-  int br, bc;
-};
-inline RungTiles rung_tiles(const std::string& name, int d) {
-  if (name == "fa2_tensor_core") return {ch06::kTensorCoreRows, ch06::tensor_core_keys(d)};
-  if (name == ScheduledRecipe::kName) return {kRowsOf<ScheduledRecipe>, kKeys};
-  if (name == RegisterBlockedRecipe::kName) return {kRowsOf<RegisterBlockedRecipe>, kKeys};
-  return {kRowsOf<MmaRecipe>, kKeys};
+/// The tiles of a rung with `Recipe`, Br query rows by Bc keys, whatever the head dimension
+/// (its record's facts: the CPU step runs with them in the tests; they decide which K/V tiles
+/// the causal mask skips).
+template <typename Recipe>
+TileShape fast_tiles(int) {
+  return {kRowsOf<Recipe>, kKeys};
+}
+
+/// The facts of a rung with `Recipe`: its tiles; P~ rounded to the 16-bit type for P~ V
+/// (eq. 1); every shared-memory request conflict-free (eqs. 2, 3: padded rows or the swizzle).
+template <typename Recipe>
+RungFacts fast_facts() {
+  RungFacts f;
+  f.tiles = &fast_tiles<Recipe>;
+  f.rounds_p = true;
+  f.conflict_free = true;
+  return f;
 }
 
 /// The ladder in order, from chapter 06's last rung, each rung one idea better.
@@ -231,26 +238,29 @@ Ladder<AttentionArgs> kernel_ladder() {
                        /*causal=*/true, kWritesO | kWritesLse);
   return {
       {"fa2_tensor_core", "chapter 06's last rung: wmma 16x16x16, S~ and P~ through shared memory",
-       limits, &ch06::Kernels<B>::fa2_tensor_core, &ch06::fa2_tensor_core_traffic},
+       limits, &ch06::Kernels<B>::fa2_tensor_core, &ch06::fa2_tensor_core_traffic,
+       {&ch06::tensor_core_tiles, /*rounds_p=*/true}},
       {MmaRecipe::kName,
        "mma.sync m16n8k16: S~ stays in registers and becomes P~'s A fragment; Q fragments "
        "in registers for the whole loop; Bc = 64",
-       limits, &Kernels<B>::fa2_mma, &fast_traffic<MmaRecipe>},
+       limits, &Kernels<B>::fa2_mma, &fast_traffic<MmaRecipe>, fast_facts<MmaRecipe>()},
       {LdmatrixRecipe::kName, "fragments loaded by ldmatrix .x4 (.trans for V)", limits,
-       &Kernels<B>::fa2_ldmatrix, &fast_traffic<LdmatrixRecipe>},
+       &Kernels<B>::fa2_ldmatrix, &fast_traffic<LdmatrixRecipe>, fast_facts<LdmatrixRecipe>()},
       {SwizzleRecipe::kName, "tiles XOR-swizzled in 16-byte chunks instead of padded rows", limits,
-       &Kernels<B>::fa2_swizzle, &fast_traffic<SwizzleRecipe>},
+       &Kernels<B>::fa2_swizzle, &fast_traffic<SwizzleRecipe>, fast_facts<SwizzleRecipe>()},
       {CpAsyncRecipe::kName,
        "K/V tiles double-buffered by cp.async: tile j + 1 loads while j computes", limits,
-       &Kernels<B>::fa2_cp_async, &fast_traffic<CpAsyncRecipe>},
+       &Kernels<B>::fa2_cp_async, &fast_traffic<CpAsyncRecipe>, fast_facts<CpAsyncRecipe>()},
       {ScheduledRecipe::kName,
        "FA2's schedule: Br = 128 over 8 warps, exp2 with the scale folded in, the causal "
        "mask on diagonal tiles only, heaviest causal blocks first",
-       limits, &Kernels<B>::fa2_scheduled, &fast_traffic<ScheduledRecipe>},
+       limits, &Kernels<B>::fa2_scheduled, &fast_traffic<ScheduledRecipe>,
+       fast_facts<ScheduledRecipe>()},
       {RegisterBlockedRecipe::kName,
        "register blocking: Br = 128 over 4 warps of 32 rows, each K/V fragment read from "
        "shared memory feeds two mma; Q's fragments read from shared memory at each tile",
-       limits, &Kernels<B>::fa2_register_blocked, &fast_traffic<RegisterBlockedRecipe>}};
+       limits, &Kernels<B>::fa2_register_blocked, &fast_traffic<RegisterBlockedRecipe>,
+       fast_facts<RegisterBlockedRecipe>()}};
 }
 
 }  // namespace wb::ch08

@@ -632,13 +632,31 @@ inline RungLimits stream_limits(unsigned outputs) {
 }
 
 /// The ladder in order, each rung one idea better than the one before.
+/// one_split's facts: its single range of keys per sequence, whatever the split count.
+inline RungFacts one_split_facts() {
+  RungFacts f;
+  f.one_range = true;
+  return f;
+}
+
+/// The facts of a rung whose blocks merge states (a key slot's, stream_kv; a warp's, mma_kv)
+/// before writing their partial, kStreamBlockMerges merges on a path; with `rounds_p`, P~ is
+/// rounded to the 16-bit type for P~ V (tensor cores).
+inline RungFacts block_merge_facts(bool rounds_p) {
+  RungFacts f;
+  f.block_merges = kStreamBlockMerges;
+  f.rounds_p = rounds_p;
+  return f;
+}
+
 template <Backend B>
 Ladder<DecodeArgs> kernel_ladder() {
   const unsigned partials = kWritesO | kWritesLse | kWritesPartials;
   return {{"one_split",
            "chapter 06's loop for decoding: one block per (KV head, 16 group rows) walks the "
            "whole cache; the query heads of a group share each K/V tile",
-           decode_limits(kWritesO | kWritesLse), &Kernels<B>::one_split, &one_split_traffic},
+           decode_limits(kWritesO | kWritesLse), &Kernels<B>::one_split, &one_split_traffic,
+           one_split_facts()},
           {"split_kv",
            "the keys split across blocks too: a partial (O, logsumexp) per range, merged by a "
            "combine kernel with chapter 03's monoid",
@@ -647,14 +665,15 @@ Ladder<DecodeArgs> kernel_ladder() {
            "each warp streams its own keys from global memory into registers, 16-byte loads "
            "several keys deep, no shared tiles or barriers in the loop; lanes and warps merge "
            "by the same monoid",
-           stream_limits(partials), &Kernels<B>::stream_kv, &stream_kv_traffic},
+           stream_limits(partials), &Kernels<B>::stream_kv, &stream_kv_traffic,
+           block_merge_facts(/*rounds_p=*/false)},
           {"mma_kv",
            "a block's 16 group rows on tensor cores: mma.sync m16n8k16 over K/V tiles that "
            "cp.async double-buffers (chapter 08's pieces), the 4 warps splitting each tile's "
            "keys and merging by the monoid",
            attention_limits({Dtype::fp16, Dtype::bf16}, 0, {64, 128}, ch04::kMaxBatchHeads,
                             /*causal=*/true, partials),
-           &Kernels<B>::mma_kv, &mma_kv_traffic}};
+           &Kernels<B>::mma_kv, &mma_kv_traffic, block_merge_facts(/*rounds_p=*/true)}};
 }
 
 }  // namespace wb::ch09

@@ -377,6 +377,15 @@ inline Traffic fa2_backward_tensor_core_traffic(const AttentionBackwardArgs& a) 
 }
 
 /// The ladder in order.
+/// The tiled rungs' tiles, Br query rows by Bc keys whatever d: the fp32 rung's, and the
+/// tensor-core rungs'.
+inline TileShape backward_tiles(int) {
+  return {kKernelRows, kKernelKeys};
+}
+inline TileShape backward_tensor_core_tiles(int) {
+  return {kTensorCoreRows, kTensorCoreKeys};
+}
+
 template <Backend B>
 Ladder<AttentionBackwardArgs> kernel_ladder() {
   // The fp32 rungs take any d up to chapter 04's limit; the 16-bit rungs' tiles d = 64 or 128.
@@ -386,24 +395,28 @@ Ladder<AttentionBackwardArgs> kernel_ladder() {
   RungLimits tiles16 = attention_limits({Dtype::fp16, Dtype::bf16}, 0, {64, 128},
                                         ch04::kMaxBatchHeads, /*causal=*/true, 0);
   fp32.max_rows = tiles16.max_rows = INT_MAX;
+  RungFacts standard_facts;
+  standard_facts.reads_stored_p = true;
   return {{"standard_backward",
            "the baseline, Algorithm 3: the forward's P read, dP and dS stored, four matmuls "
            "and the softmax's backward, five launches",
            ch05::matmul_baseline_limits(fp32), &Kernels<B>::standard_backward,
-           &standard_backward_traffic},
+           &standard_backward_traffic, standard_facts},
           {"fa2_backward",
            "P recomputed from logsumexp per (K/V tile, Q tile); dK, dV of a K/V tile in "
            "registers of one block; dQ added into with float atomics",
-           fp32, &Kernels<B>::fa2_backward, &fa2_backward_traffic},
+           fp32, &Kernels<B>::fa2_backward, &fa2_backward_traffic, {&backward_tiles}},
           {"fa2_backward_tensor_core",
            "the five products on tensor cores (wmma 16x16x16): fp16 or bf16 inputs, float "
            "accumulation; a warp owns 16 keys; dQ added into float, then rounded",
-           tiles16, &Kernels<B>::fa2_backward_tensor_core, &fa2_backward_tensor_core_traffic},
+           tiles16, &Kernels<B>::fa2_backward_tensor_core, &fa2_backward_tensor_core_traffic,
+           {&backward_tensor_core_tiles, /*rounds_p=*/true}},
           {"fa2_backward_mma",
            "chapter 08's mma.sync and ldmatrix on swizzled tiles: S^T, dP^T made P^T, dS^T in "
            "registers and re-packed as A fragments, only dS^T through shared memory; Q, dO "
            "tiles double-buffered by cp.async",
-           tiles16, &Kernels<B>::fa2_backward_mma, &fa2_backward_tensor_core_traffic}};
+           tiles16, &Kernels<B>::fa2_backward_mma, &fa2_backward_tensor_core_traffic,
+           {&backward_tensor_core_tiles, /*rounds_p=*/true}}};
 }
 
 }  // namespace wb::ch10
