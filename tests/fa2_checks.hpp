@@ -54,6 +54,20 @@ inline std::vector<int> tiles_per_block(AttentionShape shape, int br, int bc, bo
   return tiles;
 }
 
+/// The FA2 chapters' causal cases at every alignment of the diagonal with the tiles
+/// (diagonal_alignment_cases, fp16): lq = 65 (a full Q tile of 64 rows, 4 warps of 16, one row
+/// past them, a partial tile of 128), at d = 64 every residue of lk - lq modulo `period` (the
+/// least common multiple of the ladder's tile sizes there), at d = 128 those modulo 32, where a
+/// rung's tiles or softmax steps of 32 keys differ from d = 64's. Race mode and the
+/// instrumented twin check accesses, not the mask: four residues at lq = 17.
+inline std::vector<AttentionCase> fa2_diagonal_cases(int period) {
+  if (small_shapes()) return diagonal_alignment_cases(17, 4, {64}, Dtype::fp16);
+  std::vector<AttentionCase> cases = diagonal_alignment_cases(65, period, {64}, Dtype::fp16);
+  for (const AttentionCase& c : diagonal_alignment_cases(65, 32, {128}, Dtype::fp16))
+    cases.push_back(c);
+  return cases;
+}
+
 /// Checks the workbook's convention on every fully masked row: O = 0 exactly, lse = -inf.
 /// Under the causal mask with lq > lk the first lq - lk rows of every head see no key: that
 /// they were found is checked too, so the check cannot pass by finding none.

@@ -202,23 +202,17 @@ void every_rung_equals_the_cpu_step() {
 template <Backend B>
 void every_rung_masks_the_diagonal_at_every_alignment() {
   // lk - lq over every residue modulo 64, the least common multiple of the rungs' tiles (fp32:
-  // 16 rows by 32 keys; tensor cores: 64 rows, 4 warps of 16, by 64 keys at d = 64), with
-  // lq = 65 (a full Q tile of 64 rows, and 4 of 16, and one row past them); at d = 128 the
-  // residues modulo 32, its tensor-core tile's keys. The fp32 rung runs the fp16 cases on
-  // their values (test::rung_dtype). Race mode and the instrumented twin: a few residues.
+  // 16 rows by 32 keys; tensor cores: 64 rows, 4 warps of 16, by 64 keys at d = 64); at
+  // d = 128 the residues modulo 32, its tensor-core tile's keys (test::fa2_diagonal_cases).
+  // The fp32 rung runs the fp16 cases on their values (test::rung_dtype).
   int period = 1;
   for (const Rung<AttentionArgs>& rung : kernel_ladder<B>()) {
     const TileShape t = rung.facts.tiles(64);
     period = std::lcm(period, std::lcm(t.br, t.bc));
   }
   REQUIRE(period == 64);
-  const bool small = test::small_shapes();
-  std::vector<test::AttentionCase> cases =
-      test::diagonal_alignment_cases(small ? 17 : 65, small ? 4 : period, {64}, Dtype::fp16);
-  if (!small)
-    for (const test::AttentionCase& c : test::diagonal_alignment_cases(65, 32, {128}, Dtype::fp16))
-      cases.push_back(c);
-  test::check_attention_ladder(B, kernel_ladder<B>(), cases, kSeed + 1, measure);
+  test::check_attention_ladder(B, kernel_ladder<B>(), test::fa2_diagonal_cases(period), kSeed + 1,
+                               measure);
 }
 
 /// The fp32 rung's K/V tiles per block on randn of `shape`, scale 1.

@@ -176,10 +176,9 @@ void every_rung_masks_the_diagonal_at_every_alignment() {
   // The scheduled rungs mask only the key steps the diagonal crosses (eq. 6) and every rung
   // skips the K/V tiles past it: lk - lq over every residue modulo 128, the least common
   // multiple of every rung's Br (64, 128), Bc (64), warp rows (16, 32) and softmax step (64,
-  // 32 keys), with lq = 65 (a full Q tile of 64 rows and one row past it; a partial one of
-  // 128). One residue per case, at d = 64; at d = 128 the residues modulo 32, where
-  // fa2_register_blocked's softmax step is 32 keys (the other tiles are those of d = 64). Race
-  // mode and the instrumented twin check accesses, not the mask: a few residues.
+  // 32 keys). One residue per case, at d = 64; at d = 128 the residues modulo 32, where
+  // fa2_register_blocked's softmax step is 32 keys, the other tiles those of d = 64
+  // (test::fa2_diagonal_cases).
   int period = 1;
   for (const Rung<AttentionArgs>& rung : kernel_ladder<B>())
     for (int d : {64, 128}) {
@@ -187,13 +186,8 @@ void every_rung_masks_the_diagonal_at_every_alignment() {
       for (int size : {t.br, t.bc, 32}) period = std::lcm(period, size);
     }
   REQUIRE(period == 128);
-  const bool small = test::small_shapes();
-  std::vector<test::AttentionCase> cases =
-      test::diagonal_alignment_cases(small ? 17 : 65, small ? 4 : period, {64}, Dtype::fp16);
-  if (!small)
-    for (const test::AttentionCase& c : test::diagonal_alignment_cases(65, 32, {128}, Dtype::fp16))
-      cases.push_back(c);
-  test::check_attention_ladder(B, kernel_ladder<B>(), cases, kSeed + 1, measure);
+  test::check_attention_ladder(B, kernel_ladder<B>(), test::fa2_diagonal_cases(period), kSeed + 1,
+                               measure);
 }
 
 /// The bias of `o` toward zero against the fp64 `ref`: sum (o - ref) sign(ref) / sum |ref|
