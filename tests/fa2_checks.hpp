@@ -59,9 +59,15 @@ inline std::vector<int> tiles_per_block(AttentionShape shape, int br, int bc, bo
 /// past them, a partial tile of 128), at d = 64 every residue of lk - lq modulo `period` (the
 /// least common multiple of the ladder's tile sizes there), at d = 128 those modulo 32, where a
 /// rung's tiles or softmax steps of 32 keys differ from d = 64's. Race mode and the
-/// instrumented twin check accesses, not the mask: four residues at lq = 17.
+/// instrumented twin check accesses, not the mask: four residues at lq = 17, in fp16 and in
+/// fp32 (where an fp32 rung runs only its own type's cases, rung_dtype).
 inline std::vector<AttentionCase> fa2_diagonal_cases(int period) {
-  if (small_shapes()) return diagonal_alignment_cases(17, 4, {64}, Dtype::fp16);
+  if (small_shapes()) {
+    std::vector<AttentionCase> cases = diagonal_alignment_cases(17, 4, {64}, Dtype::fp16);
+    for (const AttentionCase& c : diagonal_alignment_cases(17, 4, {64}, Dtype::fp32))
+      cases.push_back(c);
+    return cases;
+  }
   std::vector<AttentionCase> cases = diagonal_alignment_cases(65, period, {64}, Dtype::fp16);
   for (const AttentionCase& c : diagonal_alignment_cases(65, 32, {128}, Dtype::fp16))
     cases.push_back(c);

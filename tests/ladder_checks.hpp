@@ -38,7 +38,7 @@ class RungsRan {
   template <typename Args>
   void check_every_rung(const Ladder<Args>& ladder) const {
     for (const Rung<Args>& rung : ladder)
-      CHECK_MESSAGE(names_.count(rung.name) == 1, rung.name, " took none of the cases");
+      CHECK_MESSAGE(names_.count(rung.name) == 1, std::string(rung.name), " took none of the cases");
   }
 
  private:
@@ -117,7 +117,7 @@ void check_ladder(const Ladder<Args>& ladder, const std::vector<Case>& cases, Ru
         }
       }
       // A rung no case exercises would pass without a check: the list must reach every rung.
-      CHECK_MESSAGE(ran > 0, ladder[r].name, " takes none of the cases");
+      CHECK_MESSAGE(ran > 0, std::string(ladder[r].name), " takes none of the cases");
     }
   }
 }
