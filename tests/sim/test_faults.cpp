@@ -21,6 +21,14 @@ __global__ void early_exit_barrier_kernel(float* out) {
   __syncthreads();  // the barrier the early threads skip
 }
 
+// Planted: the block's first 28 threads exit before any thread reaches the barrier (threads
+// run in order), so the barrier's first arrival can already know it will never complete.
+__global__ void first_threads_exit_kernel(float* out) {
+  if (threadIdx.x < 28) return;
+  out[threadIdx.x] = 1.0f;
+  __syncthreads();  // the barrier the first threads never reach
+}
+
 // Planted: the first warp waits at one barrier, the rest at another (divergent barrier).
 __global__ void divergent_barrier_kernel(float* out) {
   if (threadIdx.x < 32) {
@@ -108,6 +116,20 @@ TEST_CASE("a syncthreads skipped by threads that exit early is reported" *
   check_names(m, "early_exit_barrier_kernel", "(2,0,0)", "(100,0,0)");
   check_site(m, line_of("the barrier the early threads skip"));
   CHECK(m.find("100 of the block's 128 threads") != std::string::npos);
+}
+
+TEST_CASE("a syncthreads reached after threads exited names a thread that exited" *
+          doctest::test_suite("faults")) {
+  // Reported at the first arrival, with the cause: which thread will never come. (Waiting
+  // until no thread can run would report the same barrier as a deadlock, but not why.)
+  std::vector<float> out(128);
+  const std::string m = fault_of(wb::sim::Fault::Kind::barrier_divergence, [&] {
+    wb::launch<first_threads_exit_kernel>(dim3(1), dim3(128), 0, out.data());
+  });
+  CAPTURE(m);
+  CHECK(m.find("first_threads_exit_kernel") != std::string::npos);
+  CHECK(m.find("has already exited without reaching it") != std::string::npos);
+  check_site(m, line_of("the barrier the first threads never reach"));
 }
 
 TEST_CASE("syncthreads at two different lines is reported as a divergent barrier" *
