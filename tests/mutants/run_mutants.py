@@ -12,7 +12,7 @@ planted faults, races and counts of the simulator's own tests must notice (the s
 without the mutant first, so that a binary left out of `targets`, "Not Run", cannot pass for
 the kill). The copy lives in BUILD_DIR (default build-mutants/), so the working tree is never touched.
 
-  tests/mutants/run_mutants.py                 every mutant (about 25 minutes on 2 cores)
+  tests/mutants/run_mutants.py                 every mutant (about 50 minutes on 2 cores)
   tests/mutants/run_mutants.py NAME ...        those mutants
   tests/mutants/run_mutants.py --check         only that every edit still applies (seconds;
                                                CTest runs this as mutants/apply)
