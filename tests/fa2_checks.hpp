@@ -12,6 +12,7 @@
 #include "common/compare.hpp"
 #include "common/reference_attention.hpp"
 #include "tests/attention_checks.hpp"
+#include "tests/attention_ladder_checks.hpp"
 #include "tests/support.hpp"
 
 namespace wb::test {

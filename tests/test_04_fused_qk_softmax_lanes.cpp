@@ -26,6 +26,7 @@
 #include "common/buffer.hpp"
 #include "common/compare.hpp"
 #include "tests/attention_checks.hpp"
+#include "tests/attention_ladder_checks.hpp"
 #include "tests/lane_checks.hpp"
 
 #include "chapters/04_fused_qk_softmax/attention_tiles.cuh"

@@ -12,6 +12,7 @@
 #include "common/attention_inputs.hpp"
 #include "common/reference_attention.hpp"
 #include "tests/attention_checks.hpp"
+#include "tests/attention_ladder_checks.hpp"
 #include "tests/attention_shapes.hpp"
 #include "tests/support.hpp"
 

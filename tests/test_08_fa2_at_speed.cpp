@@ -17,6 +17,7 @@
 #include "common/shared_memory.hpp"
 #include "common/sim/ptx_runtime.hpp"
 #include "tests/attention_checks.hpp"
+#include "tests/attention_ladder_checks.hpp"
 #include "tests/fa2_checks.hpp"
 #include "tests/support.hpp"
 
