@@ -13,14 +13,6 @@ constexpr std::uint64_t kOutlierKeyEvery = 16;    // about 1 key row in 16 becom
 constexpr std::uint64_t kOutlierValueEvery = 64;  // about 1 V entry in 64
 constexpr float kScoreOffset = 1e4f;
 
-// splitmix64 over (seed, index): a cheap, reproducible choice of which rows become outliers.
-std::uint64_t mix(std::uint64_t x) {
-  x += 0x9E3779B97F4A7C15ull;
-  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
-  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
-  return x ^ (x >> 31);
-}
-
 }  // namespace
 
 const std::vector<ScoreKind>& all_score_kinds() {
@@ -55,12 +47,12 @@ AttentionInputs make_attention_inputs(ScoreKind kind, AttentionShape shape, floa
     case ScoreKind::outliers: {
       for (std::size_t r = 0; r < k_rows; ++r) {
         const bool forced =
-            r % shape.lk == mix(kind_seed + r / shape.lk) % shape.lk;  // one per head
-        if (forced || mix(kind_seed ^ r) % kOutlierKeyEvery == 0)
+            r % shape.lk == splitmix64(kind_seed + r / shape.lk) % shape.lk;  // one per head
+        if (forced || splitmix64(kind_seed ^ r) % kOutlierKeyEvery == 0)
           for (int c = 0; c < d; ++c) in.k[r * d + c] *= kOutlierFactor;
       }
       for (std::size_t i = 0; i < in.v.size(); ++i)
-        if (mix(kind_seed + 3 + i) % kOutlierValueEvery == 0) in.v[i] *= kOutlierFactor;
+        if (splitmix64(kind_seed + 3 + i) % kOutlierValueEvery == 0) in.v[i] *= kOutlierFactor;
       break;
     }
     case ScoreKind::large_offset: {

@@ -11,10 +11,9 @@ namespace {
 struct SplitMix64 {
   std::uint64_t state;
   std::uint64_t next() {
-    std::uint64_t z = (state += 0x9E3779B97F4A7C15ull);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
+    const std::uint64_t z = splitmix64(state);
+    state += 0x9E3779B97F4A7C15ull;
+    return z;
   }
   // Uniform in (0, 1]: never 0, so log() below is finite.
   double uniform() { return (static_cast<double>(next() >> 11) + 1.0) * 0x1.0p-53; }

@@ -19,6 +19,15 @@ enum class InputKind {
   arange,           ///< x[r][c] = c: a steep ramp, most mass on the last entries
 };
 
+/// splitmix64 at x: the golden-ratio step, then its finalizer. Successive x give the
+/// generator's stream; any x gives a well-mixed 64-bit value of it (a seeded choice, a hash).
+inline std::uint64_t splitmix64(std::uint64_t x) {
+  x += 0x9E3779B97F4A7C15ull;
+  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
+  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
+  return x ^ (x >> 31);
+}
+
 /// Every kind, for tests that sweep them.
 const std::vector<InputKind>& all_input_kinds();
 

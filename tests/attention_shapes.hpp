@@ -6,6 +6,8 @@
 #include <vector>
 
 #include "common/attention_inputs.hpp"
+#include "common/inputs.hpp"
+#include "common/rung.hpp"
 
 namespace wb::test {
 
@@ -62,17 +64,12 @@ inline float drawn_scale(AttentionShape s, ScoreKind kind, bool causal = false) 
   std::uint64_t x = ((((std::uint64_t(s.bh) * 1000003u + std::uint64_t(s.lq)) * 1000003u +
                        std::uint64_t(s.lk)) * 1000003u + std::uint64_t(s.d)) * 8u +
                      std::uint64_t(kind)) * 2u + (causal ? 1u : 0u);
-  x += 0x9E3779B97F4A7C15ull;  // splitmix64's finalizer: neighbouring cases land far apart
-  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
-  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
-  x ^= x >> 31;
+  x = splitmix64(x);  // neighbouring cases land far apart
   return default_scale(s.d) * kFactors[x % (sizeof kFactors / sizeof kFactors[0])];
 }
 
-/// Q row blocks x K/V tiles of a CPU step.
-struct Tiles {
-  int br, bc;
-};
+/// Q row blocks x K/V tiles of a CPU step: the rung record's tile shape (common/rung.hpp).
+using Tiles = TileShape;
 
 /// One by one (every row and key its own tile), sizes that divide none of the shapes, the
 /// chapter kernel's own tile, and tiles larger than the whole problem.

@@ -191,8 +191,7 @@ std::vector<test::AttentionCase> ladder_cases() {
 
 /// The measure of a rung on a case (tests/fa2_checks.hpp), with the rung's tiles.
 test::RungError measure(const test::AttentionRungRun& run) {
-  const TileShape t = run.rung.facts.tiles(run.c.shape.d);
-  return test::fa2_rung_error(run, {t.br, t.bc});
+  return test::fa2_rung_error(run, run.rung.facts.tiles(run.c.shape.d));
 }
 
 template <Backend B>

@@ -154,8 +154,7 @@ const std::vector<AttentionShape> kRaceShapes = {
     {1, 17, 97, 64}, {1, 203, 17, 128}, {1, 64, 65, 128}};
 
 test::RungError measure(const test::AttentionRungRun& run) {
-  const TileShape t = run.rung.facts.tiles(run.c.shape.d);
-  return test::fa2_rung_error(run, {t.br, t.bc});
+  return test::fa2_rung_error(run, run.rung.facts.tiles(run.c.shape.d));
 }
 
 template <Backend B>
