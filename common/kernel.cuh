@@ -10,6 +10,7 @@
 #include <cstddef>
 
 #include "common/backend.hpp"
+#include "common/warp.hpp"
 
 #if defined(__CUDACC__)
 #include <cuda_bf16.h>

@@ -4,6 +4,8 @@
 
 #include <cstddef>
 
+#include "common/warp.hpp"
+
 namespace wb {
 
 /// A warp holds a row in registers, each lane loading at most 8 16-byte vectors: rows of up to
@@ -48,9 +50,8 @@ struct RowLanes {
 /// the next power of 2 of accesses. Every value has a register, and neither half the group nor
 /// half the registers would hold the row.
 inline RowLanes row_lanes(int cols, int width = 1) {
-  constexpr int kLanes = 32;
   const int accesses = (cols + width - 1) / width;
-  const int group = next_pow2(accesses) < kLanes ? next_pow2(accesses) : kLanes;
+  const int group = next_pow2(accesses) < kWarpSize ? next_pow2(accesses) : kWarpSize;
   return {group, width * next_pow2((accesses + group - 1) / group)};
 }
 // [row_lanes]

@@ -26,6 +26,7 @@
 #include "common/rung_args.hpp"
 #include "common/shared_memory.hpp"
 #include "common/table.hpp"
+#include "common/warp.hpp"
 #include "tests/ladder_checks.hpp"
 #include "tests/layernorm_errors.hpp"
 #include "tests/support.hpp"
@@ -63,7 +64,7 @@ inline Tree kernel_tree(const std::string& name, int n, std::size_t max_shared,
   // then 5 levels within the warp and 5 more over the warps' states (3 of them with the
   // identity, exact).
   const int per_thread = (n + kBlockThreads - 1) / kBlockThreads + vec_width(t);
-  return {per_thread, 2 * ceil_log2(kLanes)};
+  return {per_thread, 2 * ceil_log2(kWarpSize)};
 }
 
 /// The bound a rung computing `tree` on rows of n values is held to against fp64 alone, row by

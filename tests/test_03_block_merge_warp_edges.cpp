@@ -28,7 +28,6 @@ using namespace wb::test::block_merge;
 
 namespace {
 
-constexpr int kLanes = 32;
 constexpr int kWarpsPerBlock = 8;
 
 // m, d: each lane's pair; merged_m, merged_d: what each lane got back from its group's merge.
@@ -45,7 +44,7 @@ __global__ void warp_merge_kernel(const float* m, const float* d, float* merged_
 // lanes: `lanes` a multiple of 8 warps).
 template <int kGroup>
 std::vector<MD> merge_groups(const std::vector<MD>& lanes) {
-  REQUIRE(lanes.size() % (kLanes * kWarpsPerBlock) == 0);
+  REQUIRE(lanes.size() % (kWarpSize * kWarpsPerBlock) == 0);
   std::vector<float> m, d;
   for (const MD& x : lanes) {
     m.push_back(x.m);
@@ -53,8 +52,8 @@ std::vector<MD> merge_groups(const std::vector<MD>& lanes) {
   }
   DeviceBuffer<float> dm(Backend::sim, m), dd(Backend::sim, d);
   DeviceBuffer<float> out_m(Backend::sim, lanes.size()), out_d(Backend::sim, lanes.size());
-  const int blocks = static_cast<int>(lanes.size()) / (kLanes * kWarpsPerBlock);
-  launch<warp_merge_kernel<kGroup>>(dim3(blocks), dim3(kLanes * kWarpsPerBlock), 0, dm.data(),
+  const int blocks = static_cast<int>(lanes.size()) / (kWarpSize * kWarpsPerBlock);
+  launch<warp_merge_kernel<kGroup>>(dim3(blocks), dim3(kWarpSize * kWarpsPerBlock), 0, dm.data(),
                                     dd.data(), out_m.data(), out_d.data());
   const std::vector<float> got_m = out_m.download(), got_d = out_d.download();
   std::vector<MD> out;
@@ -64,7 +63,7 @@ std::vector<MD> merge_groups(const std::vector<MD>& lanes) {
 
 // Lanes padded with the identity to whole blocks of warps.
 void pad_to_blocks(std::vector<MD>& lanes) {
-  while (lanes.size() % (kLanes * kWarpsPerBlock) != 0) lanes.push_back(ch03::md_identity());
+  while (lanes.size() % (kWarpSize * kWarpsPerBlock) != 0) lanes.push_back(ch03::md_identity());
 }
 
 // Identity: in every group one lane holds an extreme operand and the others the identity, at a
@@ -90,7 +89,7 @@ void identity_in_groups() {
   for (std::size_t t = 0; t < got.size(); ++t) {
     if (same_bits(got[t], want[t])) continue;
     if (wrong++ == 0)
-      FAIL_CHECK("lane " << t % kLanes << " of warp " << t / kLanes << " got " << str(got[t])
+      FAIL_CHECK("lane " << t % kWarpSize << " of warp " << t / kWarpSize << " got " << str(got[t])
                          << " where its group holds " << str(want[t]) << " and identities");
   }
   CHECK(wrong == 0);
@@ -104,7 +103,7 @@ void identity_in_groups() {
 // many merges).
 template <int kGroup>
 void seeded_groups_agree_and_stay_within_the_bound() {
-  constexpr int kGroups = 64 * kLanes / kGroup;
+  constexpr int kGroups = 64 * kWarpSize / kGroup;
   std::mt19937_64 rng(kSeed);
   const std::vector<float>& maxima = extreme_maxima();
   const std::vector<float> dens = {kFloatMinSub, 1e-40f, std::numeric_limits<float>::min(),

@@ -36,7 +36,7 @@ using namespace wb;
 namespace {
 
 constexpr int kWarps = 8;  // warps are independent: each reduces its own 32 lanes
-constexpr int kThreads = kWarps * ch04::kWarpLanes;
+constexpr int kThreads = kWarps * kWarpSize;
 constexpr float kInf = std::numeric_limits<float>::infinity();
 
 // m, d, x: (kThreads), each lane's own pair and value. merged_m, merged_d, max, sum:
@@ -47,8 +47,8 @@ __global__ void warp_reductions_kernel(const float* m, const float* d, const flo
   const ch03::MD md = ch04::warp_merge({m[t], d[t]});
   merged_m[t] = md.m;
   merged_d[t] = md.d;
-  max[t] = ch04::warp_max(x[t]);
-  sum[t] = ch04::warp_sum(x[t]);
+  max[t] = warp_max(x[t]);
+  sum[t] = warp_sum(x[t]);
 }
 
 struct LaneInputs {
@@ -88,12 +88,12 @@ TEST_CASE("sim: warp_merge warp_max and warp_sum give every lane the same bits" 
                              out_max = max.download(), out_sum = sum.download();
     for (int w = 0; w < kWarps; ++w) {
       CAPTURE(w);
-      const std::size_t first = static_cast<std::size_t>(w) * ch04::kWarpLanes;
+      const std::size_t first = static_cast<std::size_t>(w) * kWarpSize;
       // Every lane's copy, bit for bit: lane 0's is what each of the others must hold.
       for (const std::vector<float>* out : {&out_m, &out_d, &out_max, &out_sum}) {
         const std::vector<float> lanes(out->begin() + static_cast<std::ptrdiff_t>(first),
                                        out->begin() + static_cast<std::ptrdiff_t>(first) +
-                                           ch04::kWarpLanes);
+                                           kWarpSize);
         const std::vector<float> lane0(lanes.size(), lanes[0]);
         const std::optional<test::BitMismatch> mismatch =
             test::first_bit_mismatch(lanes, lane0, lanes.size());
@@ -106,14 +106,14 @@ TEST_CASE("sim: warp_merge warp_max and warp_sum give every lane the same bits" 
       // telescoping to at most 40 u for maxima within 40 of each other; a sum along a tree of
       // depth 5: gamma_5 times the sum of magnitudes).
       double max_m = -kInf, max_x = -kInf, exact_sum = 0.0, magnitude = 0.0;
-      for (int l = 0; l < ch04::kWarpLanes; ++l) {
+      for (int l = 0; l < kWarpSize; ++l) {
         max_m = std::fmax(max_m, in.m[first + l]);
         max_x = std::fmax(max_x, in.x[first + l]);
         exact_sum += in.x[first + l];
         magnitude += std::fabs(in.x[first + l]);
       }
       double exact_d = 0.0;
-      for (int l = 0; l < ch04::kWarpLanes; ++l)
+      for (int l = 0; l < kWarpSize; ++l)
         if (in.m[first + l] != -kInf)
           exact_d += in.d[first + l] * std::exp(in.m[first + l] - max_m);
       CHECK(out_m[first] == max_m);

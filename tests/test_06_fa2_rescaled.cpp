@@ -15,6 +15,7 @@
 #include "chapters/06_fa2_rescaled/fa2.hpp"
 #include "common/attention_inputs.hpp"
 #include "common/reference_attention.hpp"
+#include "common/warp.hpp"
 #include "tests/attention_checks.hpp"
 #include "tests/attention_ladder_checks.hpp"
 #include "tests/attention_shapes.hpp"
@@ -246,7 +247,7 @@ void kernel_skips_the_tiles_above_the_diagonal() {
 }
 
 // Each lane of a warp rescales its output columns with its own copy of the running max
-// (ch04::warp_max) and of l (ch04::warp_sum): equal columns of V give equal columns of O, bit
+// (warp_max) and of l (warp_sum): equal columns of V give equal columns of O, bit
 // for bit, with and without the mask. The check runs the fp32 rungs only: the tensor-core
 // rung keeps its rescale factors and P~ in shared memory, one copy per row for every lane (its
 // lane pairs combine two operands with fmaxf and +, commutative bit for bit), so it has no

@@ -23,6 +23,7 @@
 #include "common/rung_args.hpp"
 #include "common/rung_buffers.hpp"
 #include "common/shared_memory.hpp"
+#include "common/warp.hpp"
 #include "tests/ladder_checks.hpp"
 #include "tests/lane_checks.hpp"
 #include "tests/layernorm_checks.hpp"
@@ -85,13 +86,13 @@ TEST_SUITE("cpu") {
       }
     CHECK(rows_per_block(warp_shape(1)) == kWarpBlockThreads);
     CHECK(rows_per_block(warp_shape(2)) == kWarpBlockThreads / 2);
-    CHECK(rows_per_block(warp_shape(1024)) == kWarpBlockThreads / kLanes);
+    CHECK(rows_per_block(warp_shape(1024)) == kWarpBlockThreads / kWarpSize);
     // Vectors fill the warp at short rows: 32 floats are 8 float4 lanes, 4 rows per warp;
     // 128 halves are 16 lanes of 8.
     CHECK(warp_shape(32, 4).group_width == 8);
     CHECK(warp_shape(32, 4).cols_per_lane == 4);
     CHECK(warp_shape(128, 8).group_width == 16);
-    CHECK(warp_shape(128, 4).group_width == kLanes);
+    CHECK(warp_shape(128, 4).group_width == kWarpSize);
     CHECK(warp_shape(256, 8).cols_per_lane == 8);
   }
 

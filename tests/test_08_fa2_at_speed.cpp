@@ -27,7 +27,7 @@ using namespace wb::ch08;
 namespace {
 
 constexpr std::uint64_t kSeed = 808;
-constexpr int kLanes = 32, kBankGroups = 8;  // 32 banks in groups of 4: one 16-byte row
+constexpr int kBankGroups = 8;  // 32 banks in groups of 4: one 16-byte row
 
 /// The 16-byte chunk offsets (in elements) of every row of a `rows` x D tile with Layout.
 template <typename Layout, int D>
@@ -93,7 +93,7 @@ TEST_SUITE("cpu") {
     // Eq. (1), against the PTX ISA's layouts as the simulator implements them (tested on
     // their own in tests/sim/test_ptx.cpp): register r of P~'s A fragment for keys
     // [16 kk, 16 kk + 16) packs s[2 kk + r / 2][2 (r % 2)] and the element after it.
-    for (int lane = 0; lane < kLanes; ++lane) {
+    for (int lane = 0; lane < kWarpSize; ++lane) {
       for (int r = 0; r < 4; ++r) {
         for (int half = 0; half < 2; ++half) {
           CAPTURE(lane);

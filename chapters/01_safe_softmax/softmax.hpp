@@ -78,16 +78,15 @@ inline std::vector<float> softmax_safe(const std::vector<float>& x, int rows, in
 }
 
 // ------------------------------------------------------------------------------------------
-// Kernel launchers (defined in softmax_kernels.cuh, once per kernel backend)
+// The kernel ladder: one rung per file of rungs/ (its kernel, launcher and record)
 // ------------------------------------------------------------------------------------------
 
-/// The launchers of the ladder's rungs; x, y of `a`: fp32 (rows, cols), row-major, device
-/// pointers of backend B. Any rows, cols >= 1.
-template <Backend B>
-struct Kernels {
-  static void thread_per_row(const RowArgs& a);
-  static void block_per_row(const RowArgs& a);
-  static void warp_shuffle(const RowArgs& a);
+/// The reductions of the max and the sum, for the block-wide reductions of rungs 2 and 3.
+struct MaxOp {
+  __host__ __device__ float operator()(float a, float b) const { return fmaxf(a, b); }
+};
+struct SumOp {
+  __host__ __device__ float operator()(float a, float b) const { return a + b; }
 };
 
 /// Every rung of this chapter makes the three passes of eqs. (3)-(5) over global memory: x is
@@ -96,17 +95,11 @@ inline Traffic three_passes(const RowArgs& a) {
   return per_element_traffic(a, 3, 1, "3 reads of x (max, sum, normalize) + 1 write of y");
 }
 
-// [ladder]
-/// The ladder in order, each rung one idea better than the one before (softmax_kernels.cuh).
-template <Backend B>
-Ladder<RowArgs> kernel_ladder() {
-  return {{"thread_per_row", "the CPU loop, one thread per row", row_limits(kAnyCols),
-           &Kernels<B>::thread_per_row, &three_passes},
-          {"block_per_row", "256 threads share a row, partial results reduced by a shared-memory tree",
-           row_limits(kAnyCols), &Kernels<B>::block_per_row, &three_passes},
-          {"warp_shuffle", "the reductions go through warp shuffles: 2 barriers instead of 10",
-           row_limits(kAnyCols), &Kernels<B>::warp_shuffle, &three_passes}};
-}
-// [ladder]
-
 }  // namespace wb::ch01
+
+// [ladder]
+// The ladder, rungs/1_thread_per_row.cuh to rungs/3_warp_shuffle.cuh in order: the build lists
+// the files as Rungs<B> and kernel_ladder<B>() (a generated header); each file defines its
+// Rungs<B>::name() with its kernel and launcher.
+#include "chapters/01_safe_softmax/ladder.hpp"
+// [ladder]

@@ -52,15 +52,8 @@ inline std::vector<float> softmax_online(const std::vector<float>& x, int rows, 
 }
 
 // ------------------------------------------------------------------------------------------
-// Kernel launchers (defined in online_softmax_kernels.cuh, once per kernel backend)
+// The kernel ladder: one rung per file of rungs/ (its kernel, launcher and record)
 // ------------------------------------------------------------------------------------------
-
-/// The launchers of the ladder's rungs; x, y of `a`: fp32 (rows, cols), row-major, device
-/// pointers of backend B. Any rows, cols >= 1.
-template <Backend B>
-struct Kernels {
-  static void online_thread_per_row(const RowArgs& a);
-};
 
 /// The two passes of eqs. (1), (4) and (6) over global memory: x is read once for the
 /// statistics (m, d') and again to normalize; y is written once.
@@ -68,12 +61,8 @@ inline Traffic two_passes(const RowArgs& a) {
   return per_element_traffic(a, 2, 1, "2 reads of x (statistics, normalize) + 1 write of y");
 }
 
-/// This chapter's ladder (one rung: the direct port of the CPU step).
-template <Backend B>
-Ladder<RowArgs> kernel_ladder() {
-  return {{"online_thread_per_row",
-           "chapter 01's thread_per_row with its max and sum passes fused: 2 reads per element",
-           row_limits(kAnyCols), &Kernels<B>::online_thread_per_row, &two_passes}};
-}
-
 }  // namespace wb::ch02
+
+// The ladder, one rung (rungs/1_online_thread_per_row.cuh, the direct port of the CPU step):
+// the build lists the files as Rungs<B> and kernel_ladder<B>() (a generated header).
+#include "chapters/02_online_softmax/ladder.hpp"

@@ -27,6 +27,7 @@
 #include "common/rung.hpp"
 #include "common/rung_args.hpp"
 #include "common/shared_memory.hpp"
+#include "common/warp.hpp"
 
 namespace wb::ch03 {
 
@@ -229,8 +230,6 @@ inline MD reduce_tree(const MergeTree& tree, const std::vector<MD>& leaves,
 // decode_elements and round_elements) come from common/dtype.hpp: every rung computes in
 // float; fp16 and bf16 are converted on load and rounded to nearest even on store.
 
-inline constexpr int kLanes = 32;
-
 /// warp_registers holds each lane's share of the row in float registers: rows of up to
 /// common/row_lanes.hpp's kWarpRowMaxBytes, 1024 floats (32 registers a lane) or 2048 fp16 or
 /// bf16 values (64 a lane).
@@ -275,8 +274,8 @@ struct FastPlan {
 /// Vectors need can_vectorize() and whole vectors per lane (cols_per_lane a multiple of the vector
 /// width: cols > 64 for fp32, cols > 128 for fp16 and bf16).
 inline FastPlan warp_registers_plan(const void* x, const void* y, int cols, Dtype t) {
-  const int per_lane = next_pow2((cols + kLanes - 1) / kLanes);
-  return {FastPath::warp_registers, kLanes, per_lane,
+  const int per_lane = next_pow2((cols + kWarpSize - 1) / kWarpSize);
+  return {FastPath::warp_registers, kWarpSize, per_lane,
           can_vectorize(x, y, cols, t) && per_lane % vec_width(t) == 0};
 }
 
@@ -305,7 +304,7 @@ inline constexpr int kBlockVecThreads = 256;
 
 /// block_cached's dynamic shared memory: the 8 warps' (m, d) pairs (64 bytes, keeping the row
 /// 16-byte aligned), then the row as it was read, `cols` elements of `elem_bytes` each.
-inline constexpr std::size_t kCachedScratchBytes = kBlockVecThreads / kLanes * sizeof(MD);
+inline constexpr std::size_t kCachedScratchBytes = kBlockVecThreads / kWarpSize * sizeof(MD);
 static_assert(kCachedScratchBytes % 16 == 0, "the cached row starts 16-byte aligned");
 inline std::size_t cached_shared_bytes(int cols, std::size_t elem_bytes) {
   return kCachedScratchBytes + static_cast<std::size_t>(cols) * elem_bytes;

@@ -30,8 +30,6 @@
 namespace wb::ch03 {
 namespace {  // kernels have internal linkage: one copy per backend's translation unit
 
-constexpr int kWarpSize = 32;
-constexpr unsigned kFullMask = 0xffffffffu;
 
 // ==========================================================================================
 // The merges: across the lanes of a warp (registers), across the warps of a block (shared
@@ -45,8 +43,8 @@ constexpr unsigned kFullMask = 0xffffffffu;
 __device__ MD warp_all_merge(MD md) {
   // [exercise]
   for (int lane_mask = kWarpSize / 2; lane_mask > 0; lane_mask /= 2) {
-    const MD other = {__shfl_xor_sync(kFullMask, md.m, lane_mask),
-                      __shfl_xor_sync(kFullMask, md.d, lane_mask)};
+    const MD other = {__shfl_xor_sync(kAllLanes, md.m, lane_mask),
+                      __shfl_xor_sync(kAllLanes, md.d, lane_mask)};
     md = md_merge(md, other);  // eq. (2)
   }
   // [exercise]

@@ -63,10 +63,10 @@ namespace {  // kernels have internal linkage: one copy per backend's translatio
 // Every thread passes its pair and gets the merge of the block's. scratch: kWarps pairs.
 template <int kWarps>
 __device__ MD block_merge(MD md, MD* scratch) {
-  static_assert(kWarps <= kLanes, "the warps' pairs are merged by one warp");
-  const int lane = static_cast<int>(threadIdx.x) % kLanes;
+  static_assert(kWarps <= kWarpSize, "the warps' pairs are merged by one warp");
+  const int lane = static_cast<int>(threadIdx.x) % kWarpSize;
   md = warp_merge(md);
-  if (lane == 0) scratch[threadIdx.x / kLanes] = md;
+  if (lane == 0) scratch[threadIdx.x / kWarpSize] = md;
   __syncthreads();  // every warp's pair is written before any is read
   md = warp_merge(lane < kWarps ? scratch[lane] : md_identity());  // eq. (3) past the warps
   __syncthreads();  // everyone has read scratch before it could be reused
@@ -97,7 +97,7 @@ __device__ __forceinline__ MD values_stats(const float* v) {
 // ==========================================================================================
 
 constexpr int kWarpRegistersRows = 4;  // warps per block
-constexpr int kWarpRegistersBlock = kWarpRegistersRows * kLanes;
+constexpr int kWarpRegistersBlock = kWarpRegistersRows * kWarpSize;
 
 // [warp_registers]
 // x, y: (rows, cols), row-major. A group of kGroup lanes owns a row (kGroup = 32: a warp), the
@@ -172,7 +172,7 @@ __global__ void __launch_bounds__(kWarpRegistersBlock)
 template <typename T, bool kVec, bool kCached>
 __global__ void __launch_bounds__(kBlockVecThreads)
     block_vec_kernel(const T* __restrict__ x, T* __restrict__ y, int cols) {
-  constexpr int kWarps = kBlockVecThreads / kLanes;
+  constexpr int kWarps = kBlockVecThreads / kWarpSize;
   constexpr int kWidth = kVec ? Vec<T>::kWidth : 1;
   constexpr int kStride = kWidth * kBlockVecThreads;
   MD* scratch = dynamic_shared<MD>();
@@ -241,7 +241,7 @@ void launch_warp_bucket(int cols_per_lane, const void* x, void* y, int rows, int
   } else {
     if constexpr (!kVec || kColsPerLane % Vec<T>::kWidth == 0) {
       if (cols_per_lane == kColsPerLane)
-        return launch_registers<T, kColsPerLane, kVec, kLanes>(x, y, rows, cols);
+        return launch_registers<T, kColsPerLane, kVec, kWarpSize>(x, y, rows, cols);
     }
     launch_warp_bucket<T, kVec, 2 * kColsPerLane>(cols_per_lane, x, y, rows, cols);
   }
@@ -272,7 +272,7 @@ void launch_narrow_group(int group_width, const void* x, void* y, int rows, int 
 template <typename T, bool kVec>
 void launch_register_plan(const FastPlan& plan, const void* x, void* y, int rows, int cols) {
   if constexpr (kVec) {
-    if (plan.group_width < kLanes)
+    if (plan.group_width < kWarpSize)
       return launch_narrow_group<T>(plan.group_width, x, y, rows, cols);
   }
   launch_warp_bucket<T, kVec>(plan.cols_per_lane, x, y, rows, cols);

@@ -23,10 +23,9 @@ template <int kGroup = 32>
 __device__ __forceinline__ MD warp_merge(MD md) {
   static_assert(kGroup >= 1 && kGroup <= 32 && (kGroup & (kGroup - 1)) == 0,
                 "a group is a power-of-2 slice of a warp");
-  constexpr unsigned kFullMask = 0xffffffffu;
   for (int lane_mask = kGroup / 2; lane_mask > 0; lane_mask /= 2)
-    md = md_merge(md, {__shfl_xor_sync(kFullMask, md.m, lane_mask, kGroup),
-                       __shfl_xor_sync(kFullMask, md.d, lane_mask, kGroup)});  // eq. (2)
+    md = md_merge(md, {__shfl_xor_sync(kAllLanes, md.m, lane_mask, kGroup),
+                       __shfl_xor_sync(kAllLanes, md.d, lane_mask, kGroup)});  // eq. (2)
   return md;
 }
 // [warp_merge]

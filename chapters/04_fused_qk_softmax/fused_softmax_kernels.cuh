@@ -27,8 +27,8 @@ namespace {  // kernels have internal linkage: one copy per backend's translatio
 
 constexpr int kRowsPerBlock = kKernelRows;  // query rows of a block's Q tile: one warp each
 constexpr int kKeysPerTile = kKernelKeys;   // keys of a K tile: one lane each
-constexpr int kThreads = kRowsPerBlock * kWarpLanes;
-static_assert(kKeysPerTile == kWarpLanes, "lane x scores key x of the tile");
+constexpr int kThreads = kRowsPerBlock * kWarpSize;
+static_assert(kKeysPerTile == kWarpSize, "lane x scores key x of the tile");
 
 /// Shared memory of a launch: the Q tile (kRowsPerBlock, d) and the K tile
 /// (kKeysPerTile, odd_stride(d)). The odd stride makes lane j's reads of row j fall in 32
@@ -105,7 +105,7 @@ void Kernels<kThisBackend>::fused_softmax_qk(const AttentionArgs& a) {
   static_assert(sizeof(MD) == 2 * sizeof(float), "md holds the (m, d) pairs as MD");
   const AttentionShape& s = a.shape;
   launch<fused_softmax_qk_kernel>(dim3(ceil_div(s.lq, kRowsPerBlock), s.bh),
-                                  dim3(kWarpLanes, kRowsPerBlock), shared_bytes(s.d),
+                                  dim3(kWarpSize, kRowsPerBlock), shared_bytes(s.d),
                                   static_cast<const float*>(a.q), static_cast<const float*>(a.k),
                                   a.p, reinterpret_cast<MD*>(a.md), s, a.scale);
 }

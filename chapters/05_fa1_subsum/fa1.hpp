@@ -29,6 +29,7 @@
 #include "common/hd.hpp"
 #include "common/rung.hpp"
 #include "common/rung_args.hpp"
+#include "common/warp.hpp"
 
 namespace wb::ch05 {
 
@@ -156,8 +157,6 @@ inline Fa1Result attention_fa1(const AttentionInputs& in, AttentionShape shape, 
 /// program and the tests run the CPU step on the same tiles.
 inline constexpr int kKernelRows = 8;
 inline constexpr int kKernelKeys = 32;
-/// The lanes of the warp that owns a query row of the FA1 kernel: each reads the row's (m, l).
-inline constexpr int kRowLanes = 32;
 
 /// The launcher of the ladder's rung. Of `a`: q fp32 (bh, lq, d); k, v (bh, lk, d); o
 /// (bh, lq, d); md (bh, lq) pairs, the running (m, l), initialized and updated in global
@@ -226,7 +225,7 @@ inline Traffic fa1_tiles_traffic(const AttentionArgs& a, int bc) {
       static_cast<std::uint64_t>(bc);
   const std::uint64_t kv = 2 * head_rows_bytes(a, static_cast<std::uint64_t>(a.shape.lk));
   const std::uint64_t q_or_o = head_rows_bytes(a, lq);
-  const std::uint64_t md_read = lq * static_cast<std::uint64_t>(kRowLanes) * sizeof(MD);
+  const std::uint64_t md_read = lq * static_cast<std::uint64_t>(kWarpSize) * sizeof(MD);
   const std::uint64_t md_write = lq * sizeof(MD);
   const std::uint64_t bh = static_cast<std::uint64_t>(a.shape.bh);
   return {bh * (kv + tc * (2 * q_or_o + md_read)), bh * (tc + 1) * (q_or_o + md_write),

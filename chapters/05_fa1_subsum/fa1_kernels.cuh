@@ -31,15 +31,12 @@
 namespace wb::ch05 {
 namespace {  // kernels have internal linkage: one copy per backend's translation unit
 
-using ch04::kAllLanes;
 using ch04::kColumnsPerLane;  // output columns of a lane
-using ch04::kWarpLanes;
 
 constexpr int kRowsPerTile = kKernelRows;  // Br: query rows of a Q tile, one warp each
 constexpr int kKeysPerTile = kKernelKeys;  // Bc: keys of a K/V tile, one lane each
-constexpr int kThreads = kRowsPerTile * kWarpLanes;
+constexpr int kThreads = kRowsPerTile * kWarpSize;
 static_assert(kKeysPerTile == ch04::kTileKeys, "the K/V tile of ch04::SharedTiles");
-static_assert(kRowLanes == kWarpLanes, "a warp per query row (fa1_traffic counts its lanes)");
 
 // q: (bh, lq, d); k, v: (bh, lk, d); o: (bh, lq, d), the running normalized output;
 // stats: (bh, lq), the running (m, l); scale: the softmax scale. Block b owns head b.
@@ -50,7 +47,7 @@ __global__ void __launch_bounds__(kThreads)
   const int lq = shape.lq, lk = shape.lk, d = shape.d;
   const int b = blockIdx.x;
   const int lane = threadIdx.x;
-  const int tid = threadIdx.y * kWarpLanes + lane;
+  const int tid = threadIdx.y * kWarpSize + lane;
   const float* qb = q + std::size_t(b) * lq * d;
   const float* kb = k + std::size_t(b) * lk * d;
   const float* vb = v + std::size_t(b) * lk * d;
@@ -67,15 +64,15 @@ __global__ void __launch_bounds__(kThreads)
 
   for (int j0 = 0; j0 < lk; j0 += kKeysPerTile) {  // lines 5-6: load K_j, V_j on chip
     __syncthreads();  // the previous K/V tile is no longer read (and line 2 is done)
-    ch04::load_rows(kb, j0, kKeysPerTile, lk, d, ch04::odd_stride(d), smem.k);
-    ch04::load_rows(vb, j0, kKeysPerTile, lk, d, d, smem.v);
+    load_rows(kb, j0, kKeysPerTile, lk, d, odd_stride(d), smem.k);
+    load_rows(vb, j0, kKeysPerTile, lk, d, d, smem.v);
     for (int i0 = 0; i0 < lq; i0 += kRowsPerTile) {  // lines 7-8: load Q_i, O_i, l_i, m_i
       __syncthreads();  // K/V tile complete; the previous Q tile is no longer read
-      ch04::load_rows(qb, i0, kRowsPerTile, lq, d, d, smem.q);
+      load_rows(qb, i0, kRowsPerTile, lq, d, d, smem.q);
       __syncthreads();                 // the Q tile is complete
       const int i = i0 + threadIdx.y;  // this warp's query row
       const int j = j0 + lane;         // this lane's key
-      const float s = ch04::score(q_row, smem.k + lane * ch04::odd_stride(d), d, scale);  // line 9
+      const float s = ch04::score(q_row, smem.k + lane * odd_stride(d), d, scale);  // line 9
       // Line 10: the tile's (m~, l~) by chapter 03's merge over the warp, and P~ = e^{S - m~}.
       const MD key = j < lk ? ch02::online_update(ch03::md_identity(), s) : ch03::md_identity();
       const MD tile = ch04::warp_merge(key);
@@ -91,7 +88,7 @@ __global__ void __launch_bounds__(kThreads)
         const float keep = old.d * rescale(old.m, next.m) * inv_l;  // l_i e^{m_i - m_new} / l_new
         const float add = rescale(tile.m, next.m) * inv_l;          // e^{m~ - m_new} / l_new
         for (int t = 0; t < kColumnsPerLane; ++t) {
-          const int c = lane + t * kWarpLanes;
+          const int c = lane + t * kWarpSize;
           if (c >= d) break;
           float pv = 0.f;  // (P~ V)_c over the tile's keys
           for (int jj = 0; jj < kKeysPerTile; ++jj) pv = fmaf(p_row[jj], v_tile[jj * d + c], pv);
@@ -115,7 +112,7 @@ __global__ void __launch_bounds__(kThreads)
 template <>
 void Kernels<kThisBackend>::fa1(const AttentionArgs& a) {
   static_assert(sizeof(MD) == 2 * sizeof(float), "md holds the (m, l) pairs as MD");
-  launch<fa1_kernel>(dim3(a.shape.bh), dim3(kWarpLanes, kRowsPerTile),
+  launch<fa1_kernel>(dim3(a.shape.bh), dim3(kWarpSize, kRowsPerTile),
                      ch04::SharedTiles::bytes(kRowsPerTile, a.shape.d),
                      static_cast<const float*>(a.q), static_cast<const float*>(a.k),
                      static_cast<const float*>(a.v), static_cast<float*>(a.o),

@@ -92,8 +92,8 @@ void report(Backend backend, const Ladder<AttentionArgs>& ladder, AttentionShape
   const int tiles = kv_tiles(shape.lk);
   std::cout << "  FA1's price: O and (m, l) make a round trip through global memory once per\n"
                "  K/V tile: "
-            << tiles << " tiles x (2 d + " << kRowLanes
-            << " x 2 + 2) = " << tiles * (2 * shape.d + 2 * kRowLanes + 2)
+            << tiles << " tiles x (2 d + " << kWarpSize
+            << " x 2 + 2) = " << tiles * (2 * shape.d + 2 * kWarpSize + 2)
             << " floats per query row (O read and\n"
                "  written, (m, l) read by the row's lanes and written), against\n"
                "  (5 + ceil(d / 64)) x lk = "

@@ -44,7 +44,7 @@ void Kernels<kThisBackend>::standard(const AttentionArgs& a) {
   const float* q = static_cast<const float*>(a.q);
   matmul<Stored::plain, Stored::transposed>(q, static_cast<const float*>(a.k), scores.data(), s.lq,
                                             s.lk, s.d, a.scale, s.bh);
-  ch01::Kernels<kThisBackend>::warp_shuffle(
+  ch01::Rungs<kThisBackend>::warp_shuffle().launch(
       RowArgs{scores.data(), a.p, static_cast<int>(s.rows()), s.lk, Dtype::fp32});
   matmul<Stored::plain, Stored::plain>(a.p, static_cast<const float*>(a.v),
                                        static_cast<float*>(a.o), s.lq, s.d, s.lk, 1.f, s.bh);

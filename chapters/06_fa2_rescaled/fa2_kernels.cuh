@@ -30,11 +30,10 @@ namespace wb::ch06 {
 namespace {  // kernels have internal linkage: one copy per backend's translation unit
 
 using ch04::kColumnsPerLane;  // SS registers of a lane
-using ch04::kWarpLanes;
 
 constexpr int kRowsPerTile = kKernelRows;  // Br: one warp per query row
 constexpr int kKeysPerTile = kKernelKeys;  // Bc: one lane per key in the score phase
-constexpr int kThreads = kRowsPerTile * kWarpLanes;
+constexpr int kThreads = kRowsPerTile * kWarpSize;
 static_assert(kKeysPerTile == ch04::kTileKeys, "the K/V tile of ch04::SharedTiles");
 
 // q: (bh, lq, d); k, v: (bh, lk, d); o: (bh, lq, d); lse: (bh, lq); scale: the softmax scale;
@@ -55,7 +54,7 @@ __global__ void __launch_bounds__(kThreads)
   // K (32, odd_stride(d)), V (32, d), Q (16, d), P~ (16, 32); the Q tile is loaded once, for
   // good.
   const ch04::SharedTiles smem(kRowsPerTile, d);
-  ch04::load_rows(q + std::size_t(b) * lq * d, i0, kRowsPerTile, lq, d, d, smem.q);
+  load_rows(q + std::size_t(b) * lq * d, i0, kRowsPerTile, lq, d, d, smem.q);
   const float* q_row = smem.q + threadIdx.y * d;
   float* p_row = smem.p + threadIdx.y * kKeysPerTile;  // this warp's row of P~
   const float* v_tile = smem.v;
@@ -68,22 +67,22 @@ __global__ void __launch_bounds__(kThreads)
   for (int jt = 0; jt < tiles; ++jt) {
     const int j0 = jt * kKeysPerTile;
     __syncthreads();  // the previous K/V tile is no longer read (and the Q tile is loaded)
-    ch04::load_rows(kb, j0, kKeysPerTile, lk, d, ch04::odd_stride(d), smem.k);
-    ch04::load_rows(vb, j0, kKeysPerTile, lk, d, d, smem.v);
+    load_rows(kb, j0, kKeysPerTile, lk, d, odd_stride(d), smem.k);
+    load_rows(vb, j0, kKeysPerTile, lk, d, d, smem.v);
     __syncthreads();  // the K/V tile is complete
     const int j = j0 + lane;
-    float s = ch04::score(q_row, smem.k + lane * ch04::odd_stride(d), d, scale);
+    float s = ch04::score(q_row, smem.k + lane * odd_stride(d), d, scale);
     if (j >= lk || (causal && !ch04::causal_visible(i, j, lq, lk))) s = -INFINITY;  // eq. (6)
     // [accumulator_rescale]
     // [exercise]
-    const float m_new = fmaxf(m, ch04::warp_max(s));   // eq. (3)
+    const float m_new = fmaxf(m, warp_max(s));   // eq. (3)
     const float alpha = ch05::rescale(m, m_new);       // e^{m - m_new}, 0 on the first tile
     const float p = expf(s - ch01::exp_shift(m_new));  // P~ relative to the new max
-    l = l * alpha + ch04::warp_sum(p);
+    l = l * alpha + warp_sum(p);
     p_row[lane] = p;
     __syncwarp();  // the warp's P~ row is complete before any lane reads it
     for (int t = 0; t < kColumnsPerLane; ++t) {
-      const int c = lane + t * kWarpLanes;
+      const int c = lane + t * kWarpSize;
       if (c >= d) break;
       float pv = 0.f;  // (P~ V)_c over the tile's keys
       for (int jj = 0; jj < kKeysPerTile; ++jj) pv = fmaf(p_row[jj], v_tile[jj * d + c], pv);
@@ -101,7 +100,7 @@ __global__ void __launch_bounds__(kThreads)
     // [exercise]
     const float inv_l = ch01::inverse_or_zero(l);  // eq. (4): the only division
     for (int t = 0; t < kColumnsPerLane; ++t) {
-      const int c = lane + t * kWarpLanes;
+      const int c = lane + t * kWarpSize;
       if (c < d) o[row * d + c] = ss[t] * inv_l;
     }
     if (lane == 0) lse[row] = logsumexp(m, l);  // eq. (5)
@@ -121,7 +120,7 @@ __global__ void __launch_bounds__(kThreads)
 template <>
 void Kernels<kThisBackend>::fa2(const AttentionArgs& a) {
   launch<fa2_kernel>(
-      dim3(ceil_div(a.shape.lq, kRowsPerTile), a.shape.bh), dim3(kWarpLanes, kRowsPerTile),
+      dim3(ceil_div(a.shape.lq, kRowsPerTile), a.shape.bh), dim3(kWarpSize, kRowsPerTile),
       ch04::SharedTiles::bytes(kRowsPerTile, a.shape.d), static_cast<const float*>(a.q),
       static_cast<const float*>(a.k), static_cast<const float*>(a.v), static_cast<float*>(a.o),
       a.lse, a.shape, a.scale, a.causal, a.tiles_visited);

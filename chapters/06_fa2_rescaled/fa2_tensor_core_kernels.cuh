@@ -45,9 +45,7 @@ namespace wmma = nvcuda::wmma;
 
 constexpr int kMma = 16;     // m = n = k of the wmma shape m16n16k16
 constexpr int kTcWarps = 4;  // warps per block, each owning kMma query rows
-constexpr int kTcLanes = ch04::kWarpLanes;
-constexpr int kTcThreads = kTcWarps * kTcLanes;
-constexpr int kHalvesPer16Bytes = ch04::kHalvesPer16Bytes;  // also the row pads
+constexpr int kTcThreads = kTcWarps * kWarpSize;
 constexpr int kFloatsPer16Bytes = 4;
 constexpr int kWmmaAlign = 32;  // bytes: every wmma pointer is 256-bit aligned
 static_assert(kTcWarps * kMma == kTensorCoreRows, "Br = warps x 16 rows");
@@ -132,7 +130,7 @@ __global__ void __launch_bounds__(kTcThreads)
   // Which (row, column) of its 16 x 16 tile each x[e] of an accumulator fragment holds is
   // unspecified (it differs between architectures), so ask the hardware once: load a tile
   // whose element (row, col) is 16 row + col. Any accumulator fragment maps x[e] the same way.
-  for (int e = lane; e < kMma * kMma; e += kTcLanes) s_tile[e / kMma * kLdS + e % kMma] = float(e);
+  for (int e = lane; e < kMma * kMma; e += kWarpSize) s_tile[e / kMma * kLdS + e % kMma] = float(e);
   __syncwarp();  // the tile is complete before the warp loads it
   AccFragment where;
   wmma::load_matrix_sync(where, s_tile, kLdS, wmma::mem_row_major);
@@ -141,7 +139,7 @@ __global__ void __launch_bounds__(kTcThreads)
 
   // The warp's 16 rows of Q, as A fragments (16 x 16 each, D / 16 of them), kept in
   // registers for the whole loop.
-  ch04::load_rows_16bit<D>(q + std::size_t(b) * lq * D, i0, Tiles::kRows, lq, kLdKv, q_tile);
+  load_rows_16bit<D>(q + std::size_t(b) * lq * D, i0, Tiles::kRows, lq, kLdKv, q_tile);
   __syncthreads();  // the Q tile is complete
   wmma::fragment<wmma::matrix_a, kMma, kMma, kMma, T, wmma::row_major> q_frag[kDTiles];
   for (int t = 0; t < kDTiles; ++t)
@@ -160,8 +158,8 @@ __global__ void __launch_bounds__(kTcThreads)
   for (int jt = 0; jt < tiles; ++jt) {
     const int j0 = jt * kBc;
     __syncthreads();  // the previous K/V tile (or the Q tile) is no longer read
-    ch04::load_rows_16bit<D>(k + std::size_t(b) * lk * D, j0, kBc, lk, kLdKv, k_tile);
-    ch04::load_rows_16bit<D>(v + std::size_t(b) * lk * D, j0, kBc, lk, kLdKv, v_tile);
+    load_rows_16bit<D>(k + std::size_t(b) * lk * D, j0, kBc, lk, kLdKv, k_tile);
+    load_rows_16bit<D>(v + std::size_t(b) * lk * D, j0, kBc, lk, kLdKv, v_tile);
     __syncthreads();  // the K/V tile is complete
     // A warp with no row below lq, or whose rows all mask this tile, would add exactly 0:
     // it skips the products (the condition is the same in all its lanes).
@@ -190,7 +188,7 @@ __global__ void __launch_bounds__(kTcThreads)
       s_tile[r * kLdS + c] = x;
       m_tile = fmaxf(m_tile, x);
     }
-    m_tile = fmaxf(m_tile, __shfl_xor_sync(ch04::kAllLanes, m_tile, 1));
+    m_tile = fmaxf(m_tile, __shfl_xor_sync(kAllLanes, m_tile, 1));
     const float m_new = fmaxf(m, m_tile);         // eq. (3)
     const float alpha = ch05::rescale(m, m_new);  // e^{m - m_new}, 0 on the first tile
     const float shift = ch01::exp_shift(m_new);
@@ -200,7 +198,7 @@ __global__ void __launch_bounds__(kTcThreads)
       rowsum += p;
       p_tile[r * kLdP + c] = Convert<T>::from_float(p);  // rounded once, for P~ V
     }
-    l = l * alpha + (rowsum + __shfl_xor_sync(ch04::kAllLanes, rowsum, 1));
+    l = l * alpha + (rowsum + __shfl_xor_sync(kAllLanes, rowsum, 1));
     m = m_new;
     if (half == 0) row_factor[r] = alpha;
     __syncwarp();  // P~ and the factors are in shared memory before the warp reads them
@@ -243,7 +241,7 @@ __global__ void __launch_bounds__(kTcThreads)
 template <typename T, int D>
 void launch_tensor_core(const AttentionArgs& a) {
   launch<fa2_tensor_core_kernel<T, D>>(
-      dim3(ceil_div(a.shape.lq, TcTiles<D>::kRows), a.shape.bh), dim3(kTcLanes, kTcWarps),
+      dim3(ceil_div(a.shape.lq, TcTiles<D>::kRows), a.shape.bh), dim3(kWarpSize, kTcWarps),
       std::size_t(TcTiles<D>::kSharedBytes), static_cast<const T*>(a.q), static_cast<const T*>(a.k),
       static_cast<const T*>(a.v), static_cast<T*>(a.o), a.lse, a.shape, a.scale, a.causal,
       a.tiles_visited);

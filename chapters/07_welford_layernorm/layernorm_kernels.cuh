@@ -48,8 +48,6 @@
 namespace wb::ch07 {
 namespace {  // kernels have internal linkage: one copy per backend's translation unit
 
-constexpr unsigned kFullMask = 0xffffffffu;
-
 // ==========================================================================================
 // The group all-reduce of Welford states (the per-element pieces: layernorm_elements.cuh)
 // ==========================================================================================
@@ -64,15 +62,15 @@ constexpr unsigned kFullMask = 0xffffffffu;
 // lane ends with the same bits (the same mean and rstd for every element of the row).
 template <int kGroupWidth>
 __device__ Welford group_all_reduce(Welford s) {
-  static_assert(kGroupWidth >= 1 && kGroupWidth <= kLanes && (kGroupWidth & (kGroupWidth - 1)) == 0,
+  static_assert(kGroupWidth >= 1 && kGroupWidth <= kWarpSize && (kGroupWidth & (kGroupWidth - 1)) == 0,
                 "a group is a power-of-2 slice of a warp");
   // [exercise]
-  const int lane = static_cast<int>(threadIdx.x) % kLanes;
+  const int lane = static_cast<int>(threadIdx.x) % kWarpSize;
   for (int lane_mask = kGroupWidth / 2; lane_mask > 0; lane_mask /= 2) {
     Welford other;
-    other.mean = __shfl_xor_sync(kFullMask, s.mean, lane_mask, kGroupWidth);
-    other.m2 = __shfl_xor_sync(kFullMask, s.m2, lane_mask, kGroupWidth);
-    other.count = __shfl_xor_sync(kFullMask, s.count, lane_mask, kGroupWidth);
+    other.mean = __shfl_xor_sync(kAllLanes, s.mean, lane_mask, kGroupWidth);
+    other.m2 = __shfl_xor_sync(kAllLanes, s.m2, lane_mask, kGroupWidth);
+    other.count = __shfl_xor_sync(kAllLanes, s.count, lane_mask, kGroupWidth);
     const bool upper = (lane & lane_mask) != 0;
     s = upper ? welford_combine(other, s) : welford_combine(s, other);
   }
@@ -100,7 +98,7 @@ __global__ void __launch_bounds__(kWarpBlockThreads)
   constexpr int kWidth = kVec ? Vec<T>::kWidth : 1;  // elements per access
   static_assert(kColsPerLane >= 1 && kColsPerLane <= kMaxColsPerLane<T>, "registers per lane");
   static_assert(kColsPerLane % kWidth == 0, "whole vectors per lane");
-  static_assert(kWarpBlockThreads % kLanes == 0, "whole warps");
+  static_assert(kWarpBlockThreads % kWarpSize == 0, "whole warps");
   constexpr int kRowsPerBlock = kWarpBlockThreads / kGroupWidth;
   const int lane = static_cast<int>(threadIdx.x) % kGroupWidth;  // lane within the group
   const int row =
@@ -165,12 +163,12 @@ __global__ void __launch_bounds__(kWarpBlockThreads)
 // shared memory. Lanes past kBlockWarps in the second round hold the identity, which the
 // combine passes through exactly; every warp computes the same bits.
 __device__ Welford block_all_reduce(Welford s, Welford* scratch) {
-  const int lane = static_cast<int>(threadIdx.x) % kLanes;
-  const int warp = static_cast<int>(threadIdx.x) / kLanes;
-  s = group_all_reduce<kLanes>(s);
+  const int lane = static_cast<int>(threadIdx.x) % kWarpSize;
+  const int warp = static_cast<int>(threadIdx.x) / kWarpSize;
+  s = group_all_reduce<kWarpSize>(s);
   if (lane == 0) scratch[warp] = s;
   __syncthreads();  // all warp states are written
-  s = group_all_reduce<kLanes>(lane < kBlockWarps ? scratch[lane] : welford_identity());
+  s = group_all_reduce<kWarpSize>(lane < kBlockWarps ? scratch[lane] : welford_identity());
   __syncthreads();  // everyone has read scratch before anyone could write it again
   return s;
 }
@@ -266,23 +264,23 @@ template <typename T, bool kVec>
 void launch_warp_full(const LayerNormArgs& a, int cols_per_lane) {
   switch (cols_per_lane) {
     case 8:
-      return launch_warp<T, 8, kLanes, kVec>(a);
+      return launch_warp<T, 8, kWarpSize, kVec>(a);
     case 16:
-      return launch_warp<T, 16, kLanes, kVec>(a);
+      return launch_warp<T, 16, kWarpSize, kVec>(a);
     case 32:
-      return launch_warp<T, 32, kLanes, kVec>(a);
+      return launch_warp<T, 32, kWarpSize, kVec>(a);
     default:
       break;
   }
   if constexpr (kMaxColsPerLane<T> >= 64) {  // 16-bit rows of 1025 to 2048 values
-    if (cols_per_lane == 64) return launch_warp<T, 64, kLanes, kVec>(a);
+    if (cols_per_lane == 64) return launch_warp<T, 64, kWarpSize, kVec>(a);
   }
   if constexpr (!kVec || Vec<T>::kWidth <= 4) {
-    if (cols_per_lane == 4) return launch_warp<T, 4, kLanes, kVec>(a);
+    if (cols_per_lane == 4) return launch_warp<T, 4, kWarpSize, kVec>(a);
   }
   if constexpr (!kVec) {
-    if (cols_per_lane == 1) return launch_warp<T, 1, kLanes, false>(a);
-    if (cols_per_lane == 2) return launch_warp<T, 2, kLanes, false>(a);
+    if (cols_per_lane == 1) return launch_warp<T, 1, kWarpSize, false>(a);
+    if (cols_per_lane == 2) return launch_warp<T, 2, kWarpSize, false>(a);
   }
   throw std::logic_error("warp_per_row: no kernel for " + std::to_string(cols_per_lane) +
                          " values per lane" + (kVec ? " in vectors" : ""));
@@ -328,7 +326,7 @@ void Kernels<kThisBackend>::warp_per_row(const LayerNormArgs& a) {
   const RowLanes shape = warp_shape(a.cols, vec ? vec_width(a.dtype) : 1);
   with_element_type(a.dtype, [&](auto tag) {
     using T = decltype(tag);
-    if (shape.group_width < kLanes) {
+    if (shape.group_width < kWarpSize) {
       if (vec) return launch_warp_narrow<T, true>(a, shape.group_width);
       return launch_warp_narrow<T, false>(a, shape.group_width);
     }

@@ -15,15 +15,13 @@
 #include "common/rung.hpp"
 #include "common/rung_args.hpp"
 #include "common/shared_memory.hpp"
+#include "common/warp.hpp"
 
 namespace wb::ch07 {
 
 // ------------------------------------------------------------------------------------------
 // The kernels' shapes and the dispatcher's rule
 // ------------------------------------------------------------------------------------------
-
-/// Lanes in a warp.
-inline constexpr int kLanes = 32;
 
 /// warp_per_row holds a row in registers, as it was read: rows of up to common/row_lanes.hpp's
 /// kWarpRowMaxBytes, so at most kWarpMaxCols = 1024 floats (32 a lane) or 2048 fp16 or bf16
@@ -39,8 +37,8 @@ inline constexpr int kWarpBlockThreads = 128;
 /// block_cached and block_uncached: one block of 256 threads (8 warps) per row, so every row
 /// past the warp's gives each thread at least 4 values to fold.
 inline constexpr int kBlockThreads = 256;
-inline constexpr int kBlockWarps = kBlockThreads / kLanes;
-static_assert(kBlockThreads % kLanes == 0 && kBlockWarps <= kLanes,
+inline constexpr int kBlockWarps = kBlockThreads / kWarpSize;
+static_assert(kBlockThreads % kWarpSize == 0 && kBlockWarps <= kWarpSize,
               "whole warps, and one warp can reduce the warps' states");
 
 /// A 16-byte vector (common/dtype.hpp) is 4 floats (a float4) or 8 halves, loaded in one

@@ -120,7 +120,7 @@ __device__ __forceinline__ void attend_tile(QFragment q_fragment, const T* k_til
 // [Br x, Br x + Br) of head blockIdx.y, x = blockIdx.x (or reversed, fa2_scheduled under the
 // mask); warp y the 16 kRowTiles rows from Br x + 16 kRowTiles y.
 template <typename T, int D, typename Recipe>
-__global__ void __launch_bounds__(Recipe::kWarps* kLanes)
+__global__ void __launch_bounds__(Recipe::kWarps* kWarpSize)
     fa2_fast_kernel(const T* __restrict__ q, const T* __restrict__ k, const T* __restrict__ v,
                     T* __restrict__ o, float* __restrict__ lse, AttentionShape shape, float scale,
                     bool causal, int* __restrict__ tiles_visited) {
@@ -129,7 +129,7 @@ __global__ void __launch_bounds__(Recipe::kWarps* kLanes)
   constexpr int kRowTiles = Recipe::kRowTiles, kRowsPerWarp = kWarpRows * kRowTiles;
   constexpr int kTileElements = kKeys * TileLayout<D, kSw>::kLd;  // one K or V tile
   constexpr int kBuffers = Recipe::kCpAsync ? 2 : 1;
-  constexpr int kThreads = Recipe::kWarps * kLanes;
+  constexpr int kThreads = Recipe::kWarps * kWarpSize;
   static_assert(kQFromShared<Recipe> || kBr <= 2 * kKeys, "the Q tile is staged in one K/V pair");
   const int lq = shape.lq, lk = shape.lk, b = blockIdx.y;
   // Chapter 06's eq. (7): under the mask the last Q tiles see the most keys; fa2_scheduled
@@ -239,7 +239,7 @@ void launch_fast(const AttentionArgs& a) {
   const std::size_t bytes = std::size_t(shared_bytes<Recipe>(D));
   if (bytes > kDefaultDynamicSharedBytes) allow_dynamic_shared_bytes<kKernel>(bytes);
   launch<kKernel>(dim3(ceil_div(a.shape.lq, kRowsOf<Recipe>), a.shape.bh),
-                  dim3(kLanes, Recipe::kWarps), bytes, static_cast<const T*>(a.q),
+                  dim3(kWarpSize, Recipe::kWarps), bytes, static_cast<const T*>(a.q),
                   static_cast<const T*>(a.k), static_cast<const T*>(a.v), static_cast<T*>(a.o),
                   a.lse, a.shape, a.scale, a.causal, a.tiles_visited);
 }

@@ -21,8 +21,6 @@
 namespace wb::ch08 {
 namespace {  // device code with internal linkage: one copy per backend's translation unit
 
-constexpr int kLanes = 32;
-constexpr unsigned kAllLanes = 0xffffffffu;
 constexpr float kLog2e = 1.4426950408889634f;  // 1 / ln 2: e^x = 2^(x log2(e))
 
 /// What one warp carries from K/V tile to K/V tile for its 16 rows, in the accumulator layout:

@@ -40,11 +40,10 @@ namespace wb::ch09 {
 namespace {  // kernels have internal linkage: one copy per backend's translation unit
 
 using ch04::kColumnsPerLane;  // output columns of a lane: c = lane + 32 t
-using ch04::kWarpLanes;
 
 constexpr int kWarps = 4;
 constexpr int kRowsPerWarp = kBlockRows / kWarps;
-constexpr int kThreads = kWarps * kWarpLanes;
+constexpr int kThreads = kWarps * kWarpSize;
 static_assert(kThreads == kBlockThreads, "the table reads of the traffic formula");
 static_assert(kTileKeys == ch04::kTileKeys, "the K/V tile of ch04::SharedTiles");
 static_assert(kRowsPerWarp * kWarps == kBlockRows, "every block row has a warp");
@@ -77,7 +76,7 @@ __global__ void __launch_bounds__(kThreads)
     length[0] = lengths == nullptr ? shape.lk : max(0, min(lengths[b], shape.lk));
   const std::size_t group_row0 = (std::size_t(b) * shape.hq + std::size_t(kv) * g) * lq;
   const ch04::SharedTiles smem(kBlockRows, d);
-  ch04::load_rows(q + group_row0 * d, r0, kBlockRows, group_rows, d, d, smem.q);
+  load_rows(q + group_row0 * d, r0, kBlockRows, group_rows, d, d, smem.q);
   __syncthreads();  // length (and the Q tile) visible to every thread
   const int len = length[0];
   const KeyRange keys = block_keys(len, splits, s, r0, rows, lq, causal);
@@ -88,8 +87,8 @@ __global__ void __launch_bounds__(kThreads)
   for (int j0 = keys.j0; j0 < keys.j1; j0 += kTileKeys) {
     __syncthreads();  // the previous K/V tile is no longer read
     const std::size_t tile = cache(b, kv, j0);  // 32 consecutive rows, eq. (9)
-    ch04::load_rows(k + tile, 0, kTileKeys, keys.j1 - j0, d, ch04::odd_stride(d), smem.k);
-    ch04::load_rows(v + tile, 0, kTileKeys, keys.j1 - j0, d, d, smem.v);
+    load_rows(k + tile, 0, kTileKeys, keys.j1 - j0, d, odd_stride(d), smem.k);
+    load_rows(v + tile, 0, kTileKeys, keys.j1 - j0, d, d, smem.v);
     __syncthreads();  // the K/V tile is complete
     const int j = j0 + lane;
 #pragma unroll
@@ -97,19 +96,19 @@ __global__ void __launch_bounds__(kThreads)
       const int rr = warp + t * kWarps;  // the block row; the same for the whole warp
       if (rr >= rows) continue;
       const int i = (r0 + rr) % lq;
-      float x = ch04::score(smem.q + rr * d, smem.k + lane * ch04::odd_stride(d), d, scale);
+      float x = ch04::score(smem.q + rr * d, smem.k + lane * odd_stride(d), d, scale);
       if (j >= keys.j1 || (causal && !ch04::causal_visible(i, j, lq, len))) x = -INFINITY;
       // chapter 06's eq. (3): rescale the row's state onto the new max, add the tile
-      const float m_new = fmaxf(m[t], ch04::warp_max(x));
+      const float m_new = fmaxf(m[t], warp_max(x));
       const float alpha = ch05::rescale(m[t], m_new);
       const float p = expf(x - ch01::exp_shift(m_new));
-      l[t] = l[t] * alpha + ch04::warp_sum(p);
+      l[t] = l[t] * alpha + warp_sum(p);
       float* p_row = smem.p + rr * kTileKeys;
       p_row[lane] = p;
       __syncwarp();  // the row's P~ is complete before any lane reads it
 #pragma unroll
       for (int cc = 0; cc < kColumnsPerLane; ++cc) {
-        const int c = lane + cc * kWarpLanes;
+        const int c = lane + cc * kWarpSize;
         if (c >= d) break;
         float pv = 0.f;
         for (int jj = 0; jj < kTileKeys; ++jj) pv = fmaf(p_row[jj], smem.v[jj * d + c], pv);
@@ -134,7 +133,7 @@ __global__ void __launch_bounds__(kThreads)
     const float inv_l = ch01::inverse_or_zero(l[t]);
 #pragma unroll
     for (int cc = 0; cc < kColumnsPerLane; ++cc) {
-      const int c = lane + cc * kWarpLanes;
+      const int c = lane + cc * kWarpSize;
       if (c < d) o[at * d + c] = from_float<Out>(ss[t][cc] * inv_l);
     }
   }
@@ -142,14 +141,14 @@ __global__ void __launch_bounds__(kThreads)
 
 constexpr int kCombineWarps = 4;  // rows per block of the combine kernel, a warp each
 constexpr int kCombineBatch = 8;  // splits whose O rows a warp loads before adding them
-static_assert(ch04::kWarpLanes % kCombineBatch == 0, "batches tile the warp's 32 splits");
+static_assert(kWarpSize % kCombineBatch == 0, "batches tile the warp's 32 splits");
 
 // o_partial: (rows, splits, d), lse_partial: (rows, splits); o: (rows, d) of T, lse: (rows).
 // Warp y of block x merges row 4 x + y: lane x reads the logsumexps of splits x, x + 32, ...
 // and the row's logsumexp is chapter 03's merge of their (m, d) over the warp; then every
 // split that saw a key adds its O row with its weight, eq. (4).
 template <typename T>
-__global__ void __launch_bounds__(kCombineWarps* kWarpLanes)
+__global__ void __launch_bounds__(kCombineWarps* kWarpSize)
     combine_kernel(const float* __restrict__ o_partial, const float* __restrict__ lse_partial,
                    T* __restrict__ o, float* __restrict__ lse, int rows, int splits, int d) {
   const int row = blockIdx.x * kCombineWarps + threadIdx.y;
@@ -164,12 +163,12 @@ __global__ void __launch_bounds__(kCombineWarps* kWarpLanes)
   float lse_row = -INFINITY;
   // [exercise]
   ch03::MD md = ch03::md_identity();
-  for (int s = lane; s < splits; s += kWarpLanes) md = ch03::md_merge(md, {lse_s[s], 1.f});
+  for (int s = lane; s < splits; s += kWarpSize) md = ch03::md_merge(md, {lse_s[s], 1.f});
   md = ch04::warp_merge(md);
   lse_row = ch06::logsumexp(md.m, md.d);
   // [exercise]
   float acc[kColumnsPerLane] = {};
-  for (int s0 = 0; s0 < splits; s0 += kWarpLanes) {
+  for (int s0 = 0; s0 < splits; s0 += kWarpSize) {
     const int mine = s0 + lane;
     const float lse_mine = mine < splits ? lse_s[mine] : -INFINITY;
     float w_mine = 0.f;  // the weight of split `mine` in the row
@@ -179,18 +178,18 @@ __global__ void __launch_bounds__(kCombineWarps* kWarpLanes)
     // The splits in batches of kCombineBatch, each batch's O rows loaded before any is added:
     // that many loads in flight at once, not one after another (a split that saw no key, the
     // identity, has weight 0 and its unwritten O row is not read).
-    for (int jj0 = 0; jj0 < kWarpLanes && s0 + jj0 < splits; jj0 += kCombineBatch) {
+    for (int jj0 = 0; jj0 < kWarpSize && s0 + jj0 < splits; jj0 += kCombineBatch) {
       float w[kCombineBatch], x[kCombineBatch][kColumnsPerLane];
 #pragma unroll
       for (int u = 0; u < kCombineBatch; ++u) {
         const int jj = jj0 + u;  // past the last split: lse_mine = -inf there
-        const bool seen = __shfl_sync(ch04::kAllLanes, lse_mine, jj) != -INFINITY;
-        const float w_jj = __shfl_sync(ch04::kAllLanes, w_mine, jj);
+        const bool seen = __shfl_sync(kAllLanes, lse_mine, jj) != -INFINITY;
+        const float w_jj = __shfl_sync(kAllLanes, w_mine, jj);
         w[u] = seen ? w_jj : 0.f;
         const float* o_row = o_s + std::size_t(s0 + jj) * d;
 #pragma unroll
         for (int cc = 0; cc < kColumnsPerLane; ++cc) {
-          const int c = lane + cc * kWarpLanes;
+          const int c = lane + cc * kWarpSize;
           x[u][cc] = seen && c < d ? o_row[c] : 0.f;
         }
       }
@@ -203,7 +202,7 @@ __global__ void __launch_bounds__(kCombineWarps* kWarpLanes)
   // [combine]
 #pragma unroll
   for (int cc = 0; cc < kColumnsPerLane; ++cc) {
-    const int c = lane + cc * kWarpLanes;
+    const int c = lane + cc * kWarpSize;
     if (c < d) o[std::size_t(row) * d + c] = from_float<T>(acc[cc]);
   }
   if (lane == 0) lse[row] = lse_row;
@@ -214,7 +213,7 @@ void launch_split(const DecodeArgs& a, int splits) {
   const DecodeShape& s = a.shape;
   const int row_tiles = ceil_div(s.group() * s.lq, kBlockRows);
   launch<split_kernel<T, kPartial>>(
-      dim3(splits * row_tiles, s.batch * s.hkv), dim3(kWarpLanes, kWarps),
+      dim3(splits * row_tiles, s.batch * s.hkv), dim3(kWarpSize, kWarps),
       ch04::SharedTiles::bytes(kBlockRows, s.d), static_cast<const T*>(a.q),
       static_cast<const T*>(a.k), static_cast<const T*>(a.v), cache_rows(a), a.lengths,
       kPartial ? static_cast<void*>(a.o_partial) : a.o, kPartial ? a.lse_partial : a.lse, s, splits,
@@ -242,7 +241,7 @@ void Kernels<kThisBackend>::combine(const DecodeArgs& a) {
   const int rows = static_cast<int>(a.shape.rows());
   with_element_type(a.dtype, [&](auto tag) {
     using T = decltype(tag);
-    launch<combine_kernel<T>>(dim3(ceil_div(rows, kCombineWarps)), dim3(kWarpLanes, kCombineWarps),
+    launch<combine_kernel<T>>(dim3(ceil_div(rows, kCombineWarps)), dim3(kWarpSize, kCombineWarps),
                               0, a.o_partial, a.lse_partial, static_cast<T*>(a.o), a.lse, rows,
                               a.splits, a.shape.d);
   });

@@ -43,7 +43,7 @@ namespace wb::ch09 {
 namespace {  // kernels have internal linkage: one copy per backend's translation unit
 
 constexpr int kMmaWarps = 4;
-constexpr int kMmaThreads = kMmaWarps * ch04::kWarpLanes;
+constexpr int kMmaThreads = kMmaWarps * kWarpSize;
 static_assert(kMmaThreads == kBlockThreads, "the table reads of the traffic formula");
 constexpr int kMmaKeys = ch08::kKeys;            // keys of a K/V tile: 16 per warp
 constexpr int kWarpKeys = kMmaKeys / kMmaWarps;  // a warp's keys of each tile
@@ -176,7 +176,7 @@ void launch_mma(const DecodeArgs& a) {
   if (bytes > kDefaultDynamicSharedBytes) allow_dynamic_shared_bytes<kKernel>(bytes);
   const DecodeShape& s = a.shape;
   const int row_tiles = ceil_div(s.group() * s.lq, kMmaRows);
-  launch<kKernel>(dim3(a.splits * row_tiles, s.batch * s.hkv), dim3(ch04::kWarpLanes, kMmaWarps),
+  launch<kKernel>(dim3(a.splits * row_tiles, s.batch * s.hkv), dim3(kWarpSize, kMmaWarps),
                   bytes, static_cast<const T*>(a.q), static_cast<const T*>(a.k),
                   static_cast<const T*>(a.v), cache_rows(a), a.lengths, a.o_partial, a.lse_partial,
                   s, a.splits, row_tiles, a.scale, a.causal);

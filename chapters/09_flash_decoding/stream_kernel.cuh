@@ -44,7 +44,7 @@ namespace wb::ch09 {
 namespace {  // kernels have internal linkage: one copy per backend's translation unit
 
 constexpr int kStreamWarps = 4;
-constexpr int kStreamThreads = kStreamWarps * ch04::kWarpLanes;
+constexpr int kStreamThreads = kStreamWarps * kWarpSize;
 /// Key steps whose loads a warp issues before it uses the first: 2 x kStreamVecs x 2 (K and
 /// V) x 16 bytes in flight per lane, 4 KiB per warp. A shallower loop waits on one load at a
 /// time; registers limit a deeper one.
@@ -54,7 +54,7 @@ static_assert(ch04::kMaxHeadDim <= kStreamThreads, "the final merge gives every 
 /// The key slots of a warp for head dimension d and elements of T.
 template <typename T>
 __host__ __device__ int stream_slots(int d) {
-  return ch04::kWarpLanes / stream_key_lanes(d, Vec<T>::kWidth);
+  return kWarpSize / stream_key_lanes(d, Vec<T>::kWidth);
 }
 
 /// The dynamic shared memory of a block of R rows: the Q tile (R, d), the states (m, l, SS) of
@@ -87,9 +87,9 @@ __global__ void __launch_bounds__(kStreamThreads)
   const int r0 = (blockIdx.x % row_tiles) * R;
   const int b = blockIdx.y / shape.hkv, kv = blockIdx.y % shape.hkv;
   const int rows = min(R, g * lq - r0);
-  const int warp = threadIdx.y, lane = threadIdx.x, tid = warp * ch04::kWarpLanes + lane;
+  const int warp = threadIdx.y, lane = threadIdx.x, tid = warp * kWarpSize + lane;
   const int key_lanes = stream_key_lanes(d, W);
-  const int slots = ch04::kWarpLanes / key_lanes;  // keys a warp holds per step
+  const int slots = kWarpSize / key_lanes;  // keys a warp holds per step
   const int slot = lane / key_lanes;
   int col[kStreamVecs];  // the first column of each of the lane's vectors; >= d: none
 #pragma unroll
@@ -155,7 +155,7 @@ __global__ void __launch_bounds__(kStreamThreads)
           for (int w = 0; w < W; ++w) dot = fmaf(q_row[w], to_float(kk[u][e].v[w]), dot);
         }
         for (int lanes = 1; lanes < key_lanes; lanes *= 2)
-          dot += __shfl_xor_sync(ch04::kAllLanes, dot, lanes);
+          dot += __shfl_xor_sync(kAllLanes, dot, lanes);
         const int j = j0 + u * slots + slot;
         const bool seen = j < keys.j1 && (!causal || ch04::causal_visible(i, j, lq, len));
         x[u] = seen ? dot * scale : -INFINITY;
@@ -227,7 +227,7 @@ void Kernels<kThisBackend>::stream_partials(const DecodeArgs& a) {
       constexpr int R = decltype(rows)::value;
       const int row_tiles = ceil_div(s.group() * s.lq, R);
       launch<stream_kernel<T, R>>(
-          dim3(a.splits * row_tiles, s.batch * s.hkv), dim3(ch04::kWarpLanes, kStreamWarps),
+          dim3(a.splits * row_tiles, s.batch * s.hkv), dim3(kWarpSize, kStreamWarps),
           stream_shared_bytes<T>(R, s.d), static_cast<const T*>(a.q), static_cast<const T*>(a.k),
           static_cast<const T*>(a.v), cache_rows(a), a.lengths, a.o_partial, a.lse_partial, s,
           a.splits, row_tiles, a.scale, a.causal);

@@ -30,12 +30,11 @@ namespace wb::ch10 {
 namespace {  // kernels have internal linkage: one copy per backend's translation unit
 
 using ch04::kColumnsPerLane;  // columns of a lane: c = lane + 32 t
-using ch04::kWarpLanes;
 
 constexpr int kKeys = kKernelKeys;  // Bc
 constexpr int kRows = kKernelRows;  // Br
 constexpr int kWarps = 4;
-constexpr int kThreads = kWarps * kWarpLanes;
+constexpr int kThreads = kWarps * kWarpSize;
 constexpr int kKeysPerWarp = kKeys / kWarps;  // dK, dV rows of a thread
 constexpr int kRowsPerWarp = kRows / kWarps;  // dQ rows of a thread
 
@@ -76,19 +75,19 @@ __global__ void __launch_bounds__(kThreads)
                     AttentionShape shape, float scale, bool causal) {
   const int lq = shape.lq, lk = shape.lk, d = shape.d, row = d + 1;
   const int b = blockIdx.y, j0 = blockIdx.x * kKeys;
-  const int lane = threadIdx.x, warp = threadIdx.y, tid = warp * kWarpLanes + lane;
+  const int lane = threadIdx.x, warp = threadIdx.y, tid = warp * kWarpSize + lane;
   const std::size_t q_off = std::size_t(b) * lq, k_off = std::size_t(b) * lk;
   const BackwardTiles t(d);
-  ch04::load_rows(k + k_off * d, j0, kKeys, lk, d, row, t.k);  // the block's K/V tile, once
-  ch04::load_rows(v + k_off * d, j0, kKeys, lk, d, row, t.v);
+  load_rows(k + k_off * d, j0, kKeys, lk, d, row, t.k);  // the block's K/V tile, once
+  load_rows(v + k_off * d, j0, kKeys, lk, d, row, t.v);
 
   float dk_acc[kKeysPerWarp][kColumnsPerLane] = {};  // keys warp + 4 m, columns lane + 32 c
   float dv_acc[kKeysPerWarp][kColumnsPerLane] = {};
   for (int it = first_q_tile(j0, lq, lk, kRows, causal); it * kRows < lq; ++it) {  // eq. (7)
     const int i0 = it * kRows;
     __syncthreads();  // the previous Q tile is no longer read (and the K/V tile is loaded)
-    ch04::load_rows(q + q_off * d, i0, kRows, lq, d, row, t.q);
-    ch04::load_rows(d_o + q_off * d, i0, kRows, lq, d, row, t.d_o);
+    load_rows(q + q_off * d, i0, kRows, lq, d, row, t.q);
+    load_rows(d_o + q_off * d, i0, kRows, lq, d, row, t.d_o);
     if (tid < kRows) {
       const bool in = i0 + tid < lq;
       t.lse[tid] = in ? lse[q_off + i0 + tid] : -INFINITY;
@@ -118,7 +117,7 @@ __global__ void __launch_bounds__(kThreads)
       const int c = warp + kWarps * m;
 #pragma unroll
       for (int tc = 0; tc < kColumnsPerLane; ++tc) {
-        const int col = lane + kWarpLanes * tc;
+        const int col = lane + kWarpSize * tc;
         if (col >= d) continue;
         float pv = 0.f, sq = 0.f;
         for (int r = 0; r < kRows; ++r) {
@@ -133,7 +132,7 @@ __global__ void __launch_bounds__(kThreads)
       const int r = warp + kWarps * m;
       if (i0 + r >= lq) break;
       for (int tc = 0; tc < kColumnsPerLane; ++tc) {
-        const int col = lane + kWarpLanes * tc;
+        const int col = lane + kWarpSize * tc;
         if (col >= d) break;
         float sk = 0.f;
         for (int c = 0; c < kKeys; ++c)
@@ -148,7 +147,7 @@ __global__ void __launch_bounds__(kThreads)
     if (j >= lk) continue;  // (continue, not break: constant indices, as above)
 #pragma unroll
     for (int tc = 0; tc < kColumnsPerLane; ++tc) {
-      const int col = lane + kWarpLanes * tc;
+      const int col = lane + kWarpSize * tc;
       if (col >= d) continue;
       dk[(k_off + j) * d + col] = scale * dk_acc[m][tc];
       dv[(k_off + j) * d + col] = dv_acc[m][tc];
@@ -168,7 +167,7 @@ void Kernels<kThisBackend>::fa2_backward(const AttentionBackwardArgs& a) {
   const int rows = s.bh * s.lq;
   launch_backward_prep(static_cast<const float*>(a.o), static_cast<const float*>(a.d_o), a.d_row,
                        static_cast<float*>(a.dq), rows, s.d);
-  launch<backward_kernel>(dim3(ceil_div(s.lk, kKeys), s.bh), dim3(kWarpLanes, kWarps),
+  launch<backward_kernel>(dim3(ceil_div(s.lk, kKeys), s.bh), dim3(kWarpSize, kWarps),
                           BackwardTiles::bytes(s.d), static_cast<const float*>(a.q),
                           static_cast<const float*>(a.k), static_cast<const float*>(a.v),
                           static_cast<const float*>(a.d_o), a.lse, a.d_row,

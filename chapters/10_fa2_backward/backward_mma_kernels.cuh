@@ -45,8 +45,7 @@ namespace wb::ch10 {
 namespace {  // kernels have internal linkage: one copy per backend's translation unit
 
 constexpr int kMmaWarps = 4;
-constexpr int kMmaLanes = ch04::kWarpLanes;
-constexpr int kMmaThreads = kMmaWarps * kMmaLanes;
+constexpr int kMmaThreads = kMmaWarps * kWarpSize;
 constexpr int kWarpKeys = 16;   // a warp's keys: the m of S^T's mma, the k of dQ's
 constexpr int kChunkRows = 16;  // Q rows a warp takes at a time: two n8 of S^T, the k of dV's
 constexpr int kDqColumns = 64;  // dQ columns accumulated at a time (32 floats per lane)
@@ -95,7 +94,7 @@ __global__ void __launch_bounds__(kMmaThreads)
   using L = MmaBwdTiles<T, D>;
   const int lq = shape.lq, lk = shape.lk;
   const int b = blockIdx.y, j0 = blockIdx.x * L::kBc;
-  const int warp = threadIdx.y, lane = threadIdx.x, tid = warp * kMmaLanes + lane;
+  const int warp = threadIdx.y, lane = threadIdx.x, tid = warp * kWarpSize + lane;
   const int g = lane / 4, t = lane % 4;
   const std::size_t q_off = std::size_t(b) * lq, k_off = std::size_t(b) * lk;
 
@@ -260,7 +259,7 @@ void launch_backward_mma(const AttentionBackwardArgs& a) {
   const std::size_t bytes = MmaBwdTiles<T, D>::kBytes;
   if (bytes > kDefaultDynamicSharedBytes) allow_dynamic_shared_bytes<kKernel>(bytes);
   const AttentionShape& s = a.shape;
-  launch<kKernel>(dim3(ceil_div(s.lk, kTensorCoreKeys), s.bh), dim3(kMmaLanes, kMmaWarps), bytes,
+  launch<kKernel>(dim3(ceil_div(s.lk, kTensorCoreKeys), s.bh), dim3(kWarpSize, kMmaWarps), bytes,
                   static_cast<const T*>(a.q), static_cast<const T*>(a.k),
                   static_cast<const T*>(a.v), static_cast<const T*>(a.d_o), a.lse, a.d_row,
                   a.dq_accum, static_cast<T*>(a.dk), static_cast<T*>(a.dv), s, a.scale, a.causal);

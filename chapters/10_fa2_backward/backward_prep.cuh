@@ -17,25 +17,25 @@ constexpr int kPrepRows = 8;  // rows of the D kernel's block, a warp each
 // D_i = rowsum(dO_i * O_i), eq. (3), in float, and dQ_i = 0 (the main kernel adds into it).
 // o, d_o: (rows, d) of T; d_row: (rows); dq: (rows, d) float.
 template <typename T>
-__global__ void __launch_bounds__(kPrepRows* ch04::kWarpLanes)
+__global__ void __launch_bounds__(kPrepRows* kWarpSize)
     backward_prep_kernel(const T* __restrict__ o, const T* __restrict__ d_o,
                          float* __restrict__ d_row, float* __restrict__ dq, int rows, int d) {
   const int row = blockIdx.x * kPrepRows + threadIdx.y;
   if (row >= rows) return;  // whole warps leave together
   const std::size_t base = std::size_t(row) * d;
   float sum = 0.f;
-  for (int c = threadIdx.x; c < d; c += ch04::kWarpLanes) {
+  for (int c = threadIdx.x; c < d; c += kWarpSize) {
     sum = fmaf(to_float(d_o[base + c]), to_float(o[base + c]), sum);
     dq[base + c] = 0.f;
   }
-  sum = ch04::warp_sum(sum);
+  sum = warp_sum(sum);
   if (threadIdx.x == 0) d_row[row] = sum;
 }
 
 template <typename T>
 void launch_backward_prep(const T* o, const T* d_o, float* d_row, float* dq, int rows, int d) {
   launch<backward_prep_kernel<T>>(dim3(ceil_div(rows, kPrepRows)),
-                                  dim3(ch04::kWarpLanes, kPrepRows), 0, o, d_o, d_row, dq, rows, d);
+                                  dim3(kWarpSize, kPrepRows), 0, o, d_o, d_row, dq, rows, d);
 }
 
 // dq = dq_accum rounded once to T. n elements.

@@ -42,9 +42,8 @@ namespace wmma = nvcuda::wmma;
 
 constexpr int kMma = 16;  // m = n = k of the wmma shape m16n16k16
 constexpr int kTcWarps = 4;
-constexpr int kTcLanes = ch04::kWarpLanes;
-constexpr int kTcThreads = kTcWarps * kTcLanes;
-constexpr int kPad = ch04::kHalvesPer16Bytes;  // halves: 16 bytes, a row's bank offset
+constexpr int kTcThreads = kTcWarps * kWarpSize;
+constexpr int kPad = kHalvesPer16Bytes;  // halves: 16 bytes, a row's bank offset
 constexpr int kFloatPad = 4;                   // floats: 16 bytes
 static_assert(kTcWarps * kMma == kTensorCoreKeys, "Bc = warps x 16 keys");
 
@@ -102,8 +101,8 @@ __global__ void __launch_bounds__(kTcThreads)
   float* lse_tile = reinterpret_cast<float*>(smem + L::kRowStats);
   float* d_tile = lse_tile + L::kBr;
 
-  ch04::load_rows_16bit<D>(k + k_off * D, j0, L::kBc, lk, L::kLd, k_tile);  // once
-  ch04::load_rows_16bit<D>(v + k_off * D, j0, L::kBc, lk, L::kLd, v_tile);
+  load_rows_16bit<D>(k + k_off * D, j0, L::kBc, lk, L::kLd, k_tile);  // once
+  load_rows_16bit<D>(v + k_off * D, j0, L::kBc, lk, L::kLd, v_tile);
 
   AccFragment dk_acc[kDTiles], dv_acc[kDTiles];  // the warp's 16 keys x D of dK, dV
   for (int t = 0; t < kDTiles; ++t) {
@@ -114,9 +113,9 @@ __global__ void __launch_bounds__(kTcThreads)
   for (int it = first_q_tile(j0, lq, lk, L::kBr, causal); it * L::kBr < lq; ++it) {  // eq. (7)
     const int i0 = it * L::kBr;
     __syncthreads();  // the previous Q tile and dS^T are no longer read (K, V are loaded)
-    ch04::load_rows_16bit<D>(q + q_off * D, i0, L::kBr, lq, L::kLd, q_tile);
-    ch04::load_rows_16bit<D>(d_o + q_off * D, i0, L::kBr, lq, L::kLd, do_tile);
-    for (int r = warp * kTcLanes + lane; r < L::kBr; r += kTcThreads) {
+    load_rows_16bit<D>(q + q_off * D, i0, L::kBr, lq, L::kLd, q_tile);
+    load_rows_16bit<D>(d_o + q_off * D, i0, L::kBr, lq, L::kLd, do_tile);
+    for (int r = warp * kWarpSize + lane; r < L::kBr; r += kTcThreads) {
       const bool in = i0 + r < lq;
       lse_tile[r] = in ? lse[q_off + i0 + r] : -INFINITY;
       d_tile[r] = in ? d_row[q_off + i0 + r] : 0.f;
@@ -144,7 +143,7 @@ __global__ void __launch_bounds__(kTcThreads)
     }
     __syncwarp();  // S^T and dP^T are in shared memory before the lanes read them
     // P^T and dS^T elementwise, eqs. (6) and (4), rounded to T for the products.
-    for (int e = lane; e < kMma * L::kBr; e += kTcLanes) {
+    for (int e = lane; e < kMma * L::kBr; e += kWarpSize) {
       const int c = e / L::kBr, r = e % L::kBr;  // key c of the warp's 16, row r of the tile
       const int i = i0 + r, j = j0 + wk0 + c;
       const bool masked = i >= lq || j >= lk || (causal && !ch04::causal_visible(i, j, lq, lk));
@@ -185,7 +184,7 @@ __global__ void __launch_bounds__(kTcThreads)
         wmma::store_matrix_sync(st + t * kMma, acc, L::kLdStage, wmma::mem_row_major);
       }
       __syncwarp();                                      // the warp's dQ rows are staged
-      for (int e = lane; e < kMma * D; e += kTcLanes) {  // 32 consecutive columns at a time
+      for (int e = lane; e < kMma * D; e += kWarpSize) {  // 32 consecutive columns at a time
         const int r = e / D, col = e % D, i = i0 + wr0 + r;
         if (i < lq) atomicAdd(dq_accum + (q_off + i) * D + col, scale * st[r * L::kLdStage + col]);
       }
@@ -198,7 +197,7 @@ __global__ void __launch_bounds__(kTcThreads)
     wmma::store_matrix_sync(dpt + t * kMma, dv_acc[t], L::kLdStage, wmma::mem_row_major);
   }
   __syncwarp();  // staged
-  for (int e = lane; e < kMma * D; e += kTcLanes) {
+  for (int e = lane; e < kMma * D; e += kWarpSize) {
     const int c = e / D, col = e % D, j = j0 + wk0 + c;
     if (j >= lk) continue;
     dk[(k_off + j) * D + col] = from_float<T>(scale * st[c * L::kLdStage + col]);
@@ -212,7 +211,7 @@ void launch_backward_tensor_core(const AttentionBackwardArgs& a) {
   const std::size_t bytes = BwdTiles<D>::kBytes;
   allow_dynamic_shared_bytes<backward_tensor_core_kernel<T, D>>(bytes);
   launch<backward_tensor_core_kernel<T, D>>(
-      dim3(ceil_div(s.lk, kTensorCoreKeys), s.bh), dim3(kTcLanes, kTcWarps), bytes,
+      dim3(ceil_div(s.lk, kTensorCoreKeys), s.bh), dim3(kWarpSize, kTcWarps), bytes,
       static_cast<const T*>(a.q), static_cast<const T*>(a.k), static_cast<const T*>(a.v),
       static_cast<const T*>(a.d_o), a.lse, a.d_row, a.dq_accum, static_cast<T*>(a.dk),
       static_cast<T*>(a.dv), s, a.scale, a.causal);

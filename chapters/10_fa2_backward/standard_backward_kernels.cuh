@@ -44,7 +44,7 @@ constexpr int kSoftmaxRows = 8;  // rows of the softmax backward's block, a warp
 // The softmax's backward for row blockIdx.x * 8 + threadIdx.y of p and dp (rows, cols): D =
 // sum_j P_j dP_j (eq. 3 by its definition), then dS_j = P_j (dP_j - D) (eq. 4) over dP. Two
 // sweeps of the row, as a row longer than the block's registers needs: P and dP read twice.
-__global__ void __launch_bounds__(kSoftmaxRows* ch04::kWarpLanes)
+__global__ void __launch_bounds__(kSoftmaxRows* kWarpSize)
     softmax_backward_kernel(const float* __restrict__ p, float* __restrict__ dp_ds, int rows,
                             int cols) {
   const int row = blockIdx.x * kSoftmaxRows + threadIdx.y;
@@ -52,9 +52,9 @@ __global__ void __launch_bounds__(kSoftmaxRows* ch04::kWarpLanes)
   const float* p_row = p + std::size_t(row) * cols;
   float* ds_row = dp_ds + std::size_t(row) * cols;
   float d = 0.f;
-  for (int j = threadIdx.x; j < cols; j += ch04::kWarpLanes) d = fmaf(p_row[j], ds_row[j], d);
-  d = ch04::warp_sum(d);  // every lane holds D
-  for (int j = threadIdx.x; j < cols; j += ch04::kWarpLanes) ds_row[j] = p_row[j] * (ds_row[j] - d);
+  for (int j = threadIdx.x; j < cols; j += kWarpSize) d = fmaf(p_row[j], ds_row[j], d);
+  d = warp_sum(d);  // every lane holds D
+  for (int j = threadIdx.x; j < cols; j += kWarpSize) ds_row[j] = p_row[j] * (ds_row[j] - d);
 }
 // [softmax_backward]
 
@@ -84,7 +84,7 @@ void Kernels<kThisBackend>::standard_backward(const AttentionBackwardArgs& a) {
                                             s.bh);  // dP = dO V^T, eq. (2)
   const int rows = static_cast<int>(s.rows());
   launch<softmax_backward_kernel>(dim3(ceil_div(rows, kSoftmaxRows)),
-                                  dim3(ch04::kWarpLanes, kSoftmaxRows), 0, a.p, dp_ds.data(), rows,
+                                  dim3(kWarpSize, kSoftmaxRows), 0, a.p, dp_ds.data(), rows,
                                   s.lk);  // eqs. (3), (4)
   matmul<Stored::plain, Stored::plain>(dp_ds.data(), k, static_cast<float*>(a.dq), s.lq, s.d, s.lk,
                                        a.scale, s.bh);  // dQ = scale dS K, eq. (5)

@@ -37,7 +37,6 @@ namespace wb::sim {
 namespace detail {
 namespace {
 
-constexpr unsigned kFullMask = 0xffffffffu;
 /// Dynamic shared memory's alignment: enough for any vector type and for WMMA's 32 bytes.
 constexpr std::size_t kDynamicSharedAlignment = 128;
 
@@ -286,7 +285,7 @@ bool is_shuffle(WarpOp op) {
 /// arguments: sets the fault and returns false if it cannot have them.
 bool check_aligned(const Warp& w, const WarpEpisode& e, const Thread& lane0) {
   const Thread& first = lane_thread(lane0, static_cast<unsigned>(__builtin_ctz(e.arrived)));
-  if (e.arrived != kFullMask) {
+  if (e.arrived != kAllLanes) {
     const unsigned missing = static_cast<unsigned>(__builtin_ctz(~e.arrived));
     set_fault(Fault::Kind::warp_collective, first,
               format("%s at %s needs all 32 lanes of the warp, but it cannot have %s (%s): "
@@ -683,7 +682,7 @@ void launch(const char* name, KernelKey key, dim3 grid, dim3 block, std::size_t 
   L.warps.assign(warps, Warp{});
   for (unsigned w = 0; w < warps; ++w) {
     const unsigned lanes = std::min<unsigned>(kWarpSize, L.threads_per_block - w * kWarpSize);
-    L.warps[w].existing = lanes == 32 ? kFullMask : (1u << lanes) - 1u;
+    L.warps[w].existing = lanes == 32 ? kAllLanes : (1u << lanes) - 1u;
   }
   void* shared = nullptr;
   if (posix_memalign(&shared, kDynamicSharedAlignment, shared_bytes) != 0) {
@@ -811,7 +810,7 @@ bool warp_aligned(const AlignedCall& call, Site site) {
   const RuntimeScope runtime;
   Thread& t = self();
   t.call = &call;
-  return warp_collective(WarpOp::aligned, call.name, kFullMask, site);
+  return warp_collective(WarpOp::aligned, call.name, kAllLanes, site);
 }
 
 void warp_fault(unsigned lane, Fault::Kind kind, const char* what) {

@@ -16,6 +16,7 @@
 #include <utility>
 
 #include "common/sim/types.hpp"
+#include "common/warp.hpp"
 
 /// What the simulator is running right now; one instance, readable from gdb:
 ///   (gdb) break softmax.cuh:42 if wb_sim_current.thread.x == 3 && wb_sim_current.block.x == 2
@@ -41,7 +42,6 @@ inline constexpr unsigned kMaxBlockDimY = 1024;
 inline constexpr unsigned kMaxBlockDimZ = 64;
 inline constexpr unsigned kMaxGridDimX = 2147483647u;  // 2^31 - 1
 inline constexpr unsigned kMaxGridDimYZ = 65535;
-inline constexpr int kWarpSize = 32;
 /// Dynamic shared memory a launch may use without opting in (cudaFuncSetAttribute).
 inline constexpr std::size_t kDefaultMaxDynamicSharedBytes = 48 * 1024;
 /// The most a kernel may opt in to on sm_90 (cudaDevAttrMaxSharedMemoryPerBlockOptin).

@@ -54,7 +54,7 @@
 #define blockIdx (static_cast<const uint3&>(::wb_sim_current.block))
 #define blockDim (static_cast<const dim3&>(::wb_sim_current.block_dim))
 #define gridDim (static_cast<const dim3&>(::wb_sim_current.grid_dim))
-inline constexpr int warpSize = wb::sim::kWarpSize;
+inline constexpr int warpSize = wb::kWarpSize;
 
 // ---- Barriers -------------------------------------------------------------------------------
 

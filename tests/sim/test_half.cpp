@@ -283,21 +283,20 @@ __global__ void bf16_sum_kernel(const __nv_bfloat16* x, float* y) {
 
 TEST_CASE("kernels load, compute on, shuffle and store 16-bit values" *
           doctest::test_suite("half")) {
-  constexpr int kLanes = 32;
-  std::vector<__half2> x(kLanes), y(kLanes);
-  std::vector<__half> z(kLanes);
-  for (int i = 0; i < kLanes; ++i) x[i] = __floats2half2_rn(0.5f * i, -1.0f * i);
-  wb::launch<half2_kernel>(dim3(1), dim3(kLanes), 0, x.data(), __float2half2_rn(3.0f), y.data(),
+  std::vector<__half2> x(wb::kWarpSize), y(wb::kWarpSize);
+  std::vector<__half> z(wb::kWarpSize);
+  for (int i = 0; i < wb::kWarpSize; ++i) x[i] = __floats2half2_rn(0.5f * i, -1.0f * i);
+  wb::launch<half2_kernel>(dim3(1), dim3(wb::kWarpSize), 0, x.data(), __float2half2_rn(3.0f), y.data(),
                            z.data());
-  for (int i = 0; i < kLanes; ++i) {
+  for (int i = 0; i < wb::kWarpSize; ++i) {
     const int j = i ^ 1;  // values up to 96: exact in half
     CHECK(__low2float(y[i]) == 1.5f * j);
     CHECK(__high2float(y[i]) == -3.0f * j);
     CHECK(__half2float(z[i]) == 0.0f);
   }
-  std::vector<__nv_bfloat16> b(kLanes);
-  std::vector<float> sums(kLanes);
-  for (int i = 0; i < kLanes; ++i) b[i] = __float2bfloat16(static_cast<float>(i));
-  wb::launch<bf16_sum_kernel>(dim3(1), dim3(kLanes), 0, b.data(), sums.data());
+  std::vector<__nv_bfloat16> b(wb::kWarpSize);
+  std::vector<float> sums(wb::kWarpSize);
+  for (int i = 0; i < wb::kWarpSize; ++i) b[i] = __float2bfloat16(static_cast<float>(i));
+  wb::launch<bf16_sum_kernel>(dim3(1), dim3(wb::kWarpSize), 0, b.data(), sums.data());
   for (float s : sums) CHECK(s == 31.0f * 32.0f / 2.0f);  // small integers: exact
 }

@@ -1,12 +1,11 @@
-// Chapter 02 kernel: online softmax, two passes per row, one thread per row.
+// Chapter 02, rung 1: online softmax, two passes per row, one thread per row.
 //
 // Computes: y = softmax(x) row-wise, eqs. (1), (4) and (6) of online_softmax.md: one pass
 //           keeps the running max m_i and the rescaled denominator d'_i, the second writes
 //           y_i = e^{x_i - m_N} / d'_N. A fully -inf row gives zeros (chapter 01's convention).
 // Changed since the previous chapter: chapter 01's thread_per_row kernel with its max pass
 //           and sum pass fused into one, through the shared online_update (online_update.hpp).
-// Launch shape:
-//   online_thread_per_row  one thread per row; blocks of 128 threads, ceil(rows / 128) blocks
+// Launch shape: one thread per row; blocks of 128 threads, ceil(rows / 128) blocks
 // Limits: rows in [1, 2^31 - 1] (the grid's whole blocks of 128 end at thread 2^31 - 1 at
 //           most), cols in [1, kAnyCols], any value (no multiple of anything).
 // Memory traffic per element: 2 reads (statistics, normalize) and 1 write, 3 accesses
@@ -55,17 +54,19 @@ __global__ void __launch_bounds__(kThreadPerRowBlock)
 }
 // [online_normalize]
 
-}  // namespace
-
-// ==========================================================================================
-// Launchers
-// ==========================================================================================
-
-template <>
-void Kernels<kThisBackend>::online_thread_per_row(const RowArgs& a) {
+void launch_online_thread_per_row(const RowArgs& a) {
   launch<online_thread_per_row_kernel>(dim3(ceil_div(a.rows, kThreadPerRowBlock)),
                                        dim3(kThreadPerRowBlock), 0, static_cast<const float*>(a.x),
                                        static_cast<float*>(a.y), a.rows, a.cols);
+}
+
+}  // namespace
+
+template <>
+Rung<RowArgs> Rungs<kThisBackend>::online_thread_per_row() {
+  return {"online_thread_per_row",
+          "chapter 01's thread_per_row with its max and sum passes fused: 2 reads per element",
+          row_limits(kAnyCols), &launch_online_thread_per_row, &two_passes};
 }
 
 }  // namespace wb::ch02
