@@ -116,7 +116,7 @@ inline FusedSoftmax softmax_qk_fused(const AttentionInputs& in, AttentionShape s
 }
 
 // ------------------------------------------------------------------------------------------
-// Kernel ladder (launchers defined in fused_softmax_kernels.cuh, once per kernel backend)
+// The kernel ladder: one rung per file of rungs/ (its kernel, launcher and record)
 // ------------------------------------------------------------------------------------------
 
 /// The largest head dimension the kernels of chapters 04-06 take (their tiles of K, V and Q
@@ -124,43 +124,13 @@ inline FusedSoftmax softmax_qk_fused(const AttentionInputs& in, AttentionShape s
 inline constexpr int kMaxHeadDim = 128;
 /// The attention kernels put (batch, head) on grid.y, whose CUDA limit is 65535.
 inline constexpr int kMaxBatchHeads = 65535;
-/// The fused kernel's tiles, Br query rows by Bc keys (fused_softmax_kernels.cuh), stated here
-/// so that the program and the tests run the CPU step on the same tiles.
+/// The fused kernel's tiles, Br query rows by Bc keys (rungs/1_fused_softmax_qk.cuh), stated
+/// here so that the program and the tests run the CPU step on the same tiles.
 inline constexpr int kKernelRows = 8;
 inline constexpr int kKernelKeys = 32;
 
-/// The launcher of the ladder's rung. Of `a`: q, k fp32 (bh, lq, d); p (bh, lq, lk); md
-/// (bh, lq) pairs (m, d), laid out as MD; device pointers of backend B.
-template <Backend B>
-struct Kernels {
-  static void fused_softmax_qk(const AttentionArgs& a);
-};
-
-/// The fused kernel's traffic, one block per Q tile of kKernelRows rows and head: the tile's
-/// Q rows read once, K read twice (sweep 1 for (m, d), sweep 2 for P: lk x d per sweep), the
-/// tile's rows of P (lk floats each) and of (m, d) (two floats each) written once. S never
-/// leaves the chip.
-inline Traffic fused_two_sweeps(const AttentionArgs& a) {
-  const std::uint64_t lk = static_cast<std::uint64_t>(a.shape.lk);
-  return per_q_tile_traffic(
-      a, kKernelRows,
-      [&](int, int rows) {
-        return TileTraffic{head_rows_bytes(a, rows) + 2 * head_rows_bytes(a, lk),
-                           rows * (lk * sizeof(float) + sizeof(MD))};
-      },
-      "per Q tile of " + std::to_string(kKernelRows) +
-          " rows and head: its Q rows once + K twice (two sweeps); its rows of P and (m, d) "
-          "written once");
-}
-
-/// The ladder: one rung, the fused kernel (fused_softmax_kernels.cuh). Any lq, lk >= 1.
-template <Backend B>
-Ladder<AttentionArgs> kernel_ladder() {
-  return {{"fused_softmax_qk",
-           "S from Q and K tiles in shared memory, never stored; tile (m~, d~) merged into (m, d)",
-           attention_limits({Dtype::fp32}, kMaxHeadDim, {}, kMaxBatchHeads, /*causal=*/false,
-                            kWritesP | kWritesMd),
-           &Kernels<B>::fused_softmax_qk, &fused_two_sweeps}};
-}
-
 }  // namespace wb::ch04
+
+// The ladder, one rung (rungs/1_fused_softmax_qk.cuh): the build lists the files as Rungs<B> and
+// kernel_ladder<B>() (a generated header).
+#include "chapters/04_fused_qk_softmax/ladder.hpp"

@@ -1,4 +1,4 @@
-// Chapter 04 kernel: fused QK^T-softmax, the score matrix never stored.
+// Chapter 04, rung 1: fused QK^T-softmax, the score matrix never stored.
 //
 // Computes: P = softmax(scale Q K^T) row-wise and each row's final (m, d), eqs. (4)-(6) of
 //           fused_qk_softmax.md, for Q: (bh, lq, d), K: (bh, lk, d).
@@ -11,13 +11,16 @@
 //           Dynamic shared memory: (8 d + 32 odd_stride(d)) floats, at most 20608 bytes (about
 //           20.1 KiB).
 // Limits: lq, lk in [1, kMaxLength], any value; 1 <= d <= 128; bh <= 65535 (grid.y): the
-//           rung's limits (kernel_ladder in fused_softmax.hpp), checked before every launch.
+//           rung's limits (its record, at the end of this file), checked before every launch.
 // Memory traffic: Q read once; K read twice (two sweeps) per Q tile of 8 rows; P and each
-//           row's (m, d) written once (fused_two_sweeps in fused_softmax.hpp).
+//           row's (m, d) written once (fused_two_sweeps, below).
 // Test: ctest --test-dir build -R 04_fused_qk_softmax --output-on-failure
 #pragma once
 
 #include "common/kernel.cuh"
+
+#include <cstdint>
+#include <string>
 
 #include "chapters/04_fused_qk_softmax/attention_tiles.cuh"
 #include "chapters/04_fused_qk_softmax/fused_softmax.hpp"
@@ -94,20 +97,41 @@ __global__ void __launch_bounds__(kThreads)
   if (i < lq && lane == 0) stats[std::size_t(b) * lq + i] = md;
 }
 
-}  // namespace
-
-// ==========================================================================================
-// Launcher
-// ==========================================================================================
-
-template <>
-void Kernels<kThisBackend>::fused_softmax_qk(const AttentionArgs& a) {
+void launch_fused_softmax_qk(const AttentionArgs& a) {
   static_assert(sizeof(MD) == 2 * sizeof(float), "md holds the (m, d) pairs as MD");
   const AttentionShape& s = a.shape;
   launch<fused_softmax_qk_kernel>(dim3(ceil_div(s.lq, kRowsPerBlock), s.bh),
                                   dim3(kWarpSize, kRowsPerBlock), shared_bytes(s.d),
                                   static_cast<const float*>(a.q), static_cast<const float*>(a.k),
                                   a.p, reinterpret_cast<MD*>(a.md), s, a.scale);
+}
+
+/// The fused kernel's traffic, one block per Q tile of kKernelRows rows and head: the tile's
+/// Q rows read once, K read twice (sweep 1 for (m, d), sweep 2 for P: lk x d per sweep), the
+/// tile's rows of P (lk floats each) and of (m, d) (two floats each) written once. S never
+/// leaves the chip.
+Traffic fused_two_sweeps(const AttentionArgs& a) {
+  const std::uint64_t lk = static_cast<std::uint64_t>(a.shape.lk);
+  return per_q_tile_traffic(
+      a, kRowsPerBlock,
+      [&](int, int rows) {
+        return TileTraffic{head_rows_bytes(a, rows) + 2 * head_rows_bytes(a, lk),
+                           rows * (lk * sizeof(float) + sizeof(MD))};
+      },
+      "per Q tile of " + std::to_string(kRowsPerBlock) +
+          " rows and head: its Q rows once + K twice (two sweeps); its rows of P and (m, d) "
+          "written once");
+}
+
+}  // namespace
+
+template <>
+Rung<AttentionArgs> Rungs<kThisBackend>::fused_softmax_qk() {
+  return {"fused_softmax_qk",
+          "S from Q and K tiles in shared memory, never stored; tile (m~, d~) merged into (m, d)",
+          attention_limits({Dtype::fp32}, kMaxHeadDim, {}, kMaxBatchHeads, /*causal=*/false,
+                           kWritesP | kWritesMd),
+          &launch_fused_softmax_qk, &fused_two_sweeps};
 }
 
 }  // namespace wb::ch04
