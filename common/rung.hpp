@@ -32,6 +32,7 @@
 #include <vector>
 
 #include "common/dtype.hpp"
+#include "common/row_plan.hpp"
 
 namespace wb {
 
@@ -149,6 +150,10 @@ struct RungFacts {
   /// Backward (chapter 10): reads the P a standard forward stored instead of recomputing it
   /// from the logsumexp: its CPU step and floors are the standard backward's.
   bool reads_stored_p = false;
+  /// Row-wise ops (softmax, LayerNorm): the plan it runs on rows of cols elements of t
+  /// (common/row_plan.hpp: threads sharing a row, merge levels, access width, where the row is
+  /// kept), `vectors` when the call can take 16-byte vectors. nullptr for the other ops.
+  RowPlanFn row_plan = nullptr;
 };
 
 /// One rung of a ladder over the arguments `Args` of its op.
