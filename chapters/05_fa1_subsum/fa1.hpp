@@ -150,22 +150,13 @@ inline Fa1Result attention_fa1(const AttentionInputs& in, AttentionShape shape, 
 }
 
 // ------------------------------------------------------------------------------------------
-// Kernel ladder (launchers defined in fa1_kernels.cuh, once per kernel backend)
+// The kernel ladder: one rung per file of rungs/ (its kernel, launcher and record)
 // ------------------------------------------------------------------------------------------
 
-/// The FA1 kernel's tiles, Br query rows by Bc keys (fa1_kernels.cuh), stated here so that the
+/// The FA1 kernel's tiles, Br query rows by Bc keys (rungs/2_fa1.cuh), stated here so that the
 /// program and the tests run the CPU step on the same tiles.
 inline constexpr int kKernelRows = 8;
 inline constexpr int kKernelKeys = 32;
-
-/// The launcher of the ladder's rung. Of `a`: q fp32 (bh, lq, d); k, v (bh, lk, d); o
-/// (bh, lq, d); md (bh, lq) pairs, the running (m, l), initialized and updated in global
-/// memory by the kernel; device pointers of backend B.
-template <Backend B>
-struct Kernels {
-  static void standard(const AttentionArgs& a);
-  static void fa1(const AttentionArgs& a);
-};
 
 /// Rows and columns of the product tile one block of the baseline's matmul kernel computes
 /// (matmul_tile.cuh): Q and K^T are read once per tile of S, P and V once per tile of O.
@@ -187,37 +178,13 @@ inline std::uint64_t matmul_tiles(int n) {
   return (static_cast<std::uint64_t>(n) + kMatmulTile - 1) / kMatmulTile;
 }
 
-// [standard_traffic]
-/// The baseline's traffic, Algorithm 0 of the FA1 paper in three launches, per head with
-/// T(n) = ceil(n / kMatmulTile): S = scale Q K^T reads Q once per 64 keys and K once per 64
-/// queries and writes S; chapter 01's softmax reads S three times and writes P; O = P V reads P
-/// once per 64 columns of O and V once per 64 queries and writes O. The lq x lk terms are
-/// Theorem 2's N^2: S written, read 3 times, P written, read once (for d <= 64).
-inline Traffic standard_traffic(const AttentionArgs& a) {
-  const std::uint64_t lq = static_cast<std::uint64_t>(a.shape.lq);
-  const std::uint64_t lk = static_cast<std::uint64_t>(a.shape.lk);
-  const std::uint64_t f = sizeof(float);
-  const std::uint64_t s = lq * lk * f;  // S or P of one head
-  const std::uint64_t q_or_o = head_rows_bytes(a, lq), k_or_v = head_rows_bytes(a, lk);
-  const std::uint64_t bh = static_cast<std::uint64_t>(a.shape.bh);
-  const std::uint64_t t_lq = matmul_tiles(a.shape.lq), t_lk = matmul_tiles(a.shape.lk);
-  const std::uint64_t loaded = q_or_o * t_lk + k_or_v * t_lq                   // S = scale Q K^T
-                               + 3 * s                                         // the softmax
-                               + s * matmul_tiles(a.shape.d) + k_or_v * t_lq;  // O = P V
-  return {bh * loaded, bh * (2 * s + q_or_o),
-          "per head, T(n) = ceil(n / " + std::to_string(kMatmulTile) +
-              "): S = scale Q K^T reads Q T(lk) times and K T(lq) times, writes S; the softmax "
-              "reads S 3 times, writes P; O = P V reads P T(d) times and V T(lq) times, writes O"};
-}
-// [standard_traffic]
-
 /// The FA1 kernel's traffic with K/V tiles of `bc` keys, one block per head, Tc = ceil(lk / bc)
 /// K/V tiles: K and V read once (each K/V tile into shared memory, line 6); for every K/V tile
 /// all of Q read (line 8), and O and (m, l) read and written once per row (lines 8, 12 and 13);
 /// line 2 writes O = 0 and (m, l) = (-inf, 0) once more. Each of the row's warp's 32 lanes reads
 /// the row's (m, l) (one broadcast request: one sector, 32 x 8 bytes asked for); lane 0 alone
-/// writes it. The kernel runs bc = kKernelKeys (fa1_traffic); other values say what larger tiles
-/// would save (`ch05 --profile`, the page's block-size figure).
+/// writes it. The kernel runs bc = kKernelKeys (fa1_traffic in rungs/2_fa1.cuh); other values
+/// say what larger tiles would save (`ch05 --profile`, the page's block-size figure).
 inline Traffic fa1_tiles_traffic(const AttentionArgs& a, int bc) {
   const std::uint64_t lq = static_cast<std::uint64_t>(a.shape.lq);
   const std::uint64_t tc =
@@ -234,28 +201,8 @@ inline Traffic fa1_tiles_traffic(const AttentionArgs& a, int bc) {
               "(Tc + 1) x (O + (m, l)) written (line 2's initialization, then once per K/V tile)"};
 }
 
-inline Traffic fa1_traffic(const AttentionArgs& a) {
-  return fa1_tiles_traffic(a, kKernelKeys);
-}
-
-/// The ladder: the standard three-launch baseline (standard_attention_kernels.cuh), then FA1
-/// Algorithm 1 on the GPU (fa1_kernels.cuh). Any lq, lk >= 1.
-template <Backend B>
-Ladder<AttentionArgs> kernel_ladder() {
-  // One block per (batch, head), on grid.x: bh up to its CUDA limit, 2^31 - 1.
-  const RungLimits limits = attention_limits({Dtype::fp32}, ch04::kMaxHeadDim, {}, INT_MAX,
-                                             /*causal=*/false, kWritesO | kWritesMd);
-  // The baseline: three launches, grid.z = bh for the two matmuls (its CUDA limit 65535).
-  const RungLimits standard_limits = matmul_baseline_limits(attention_limits(
-      {Dtype::fp32}, ch04::kMaxHeadDim, {}, 65535, /*causal=*/false, kWritesO | kWritesP));
-  return {{"standard",
-           "the baseline, Algorithm 0: S = scale Q K^T stored, chapter 01's softmax S -> P, "
-           "O = P V, three launches",
-           standard_limits, &Kernels<B>::standard, &standard_traffic},
-          {"fa1",
-           "P never stored: each tile's P~ V folded into the normalized O, which goes through "
-           "global memory with (m, l)",
-           limits, &Kernels<B>::fa1, &fa1_traffic}};
-}
-
 }  // namespace wb::ch05
+
+// The ladder, rungs/1_standard.cuh (the baseline) and rungs/2_fa1.cuh in order: the build lists
+// the files as Rungs<B> and kernel_ladder<B>() (a generated header).
+#include "chapters/05_fa1_subsum/ladder.hpp"

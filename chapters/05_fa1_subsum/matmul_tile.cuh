@@ -1,6 +1,6 @@
 // Chapter 05 baseline's matmul: c = alpha a b, one 64 x 64 tile of c per block, the depth in
 // chunks of 32 through static shared memory. Shared by the standard forward (S = scale Q K^T,
-// O = P V; standard_attention_kernels.cuh) and chapter 10's standard backward (dV = P^T dO,
+// O = P V; rungs/1_standard.cuh) and chapter 10's standard backward (dV = P^T dO,
 // dP = dO V^T, dQ = scale dS K, dK = scale dS^T Q): either operand may be stored transposed.
 //
 // Launch shape: grid (ceil(cols / 64), ceil(rows / 64), heads); block (32, 8). Thread (x, y)

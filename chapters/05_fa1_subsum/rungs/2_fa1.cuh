@@ -1,4 +1,4 @@
-// Chapter 05 kernel: FlashAttention-1, Algorithm 1 of the FA1 paper.
+// Chapter 05, rung 2: FlashAttention-1, Algorithm 1 of the FA1 paper.
 //
 // Computes: O = softmax(scale Q K^T) V for Q: (bh, lq, d), K, V: (bh, lk, d), and each row's
 //           final (m, l), through the normalized SubSum recurrence in its block form,
@@ -8,7 +8,7 @@
 //           gathered so far whenever the running max moves. Loop order as in FA1: K/V tiles
 //           outer (held in shared memory), Q tiles inner; O and (m, l) live in global memory
 //           and are read and written once per (K/V tile, Q tile) pair.
-// Memory traffic per head, Tc = ceil(lk / 32) K/V tiles (fa1_traffic in fa1.hpp): K and V
+// Memory traffic per head, Tc = ceil(lk / 32) K/V tiles (fa1_traffic, below): K and V
 //           read once; Q, O and (m, l) read Tc times (O and (m, l) once per row for each K/V
 //           tile; the (m, l) of a row by each of its warp's 32 lanes, one broadcast request);
 //           O and (m, l) written Tc + 1 times (line 2's zeros and (-inf, 0) first).
@@ -18,12 +18,14 @@
 //           Dynamic shared memory: (32 odd_stride(d) + 32 d + 8 d + 8 x 32) floats, at most
 //           38016 bytes (37.1 KiB).
 // Limits: lq, lk in [1, kMaxLength], any value; 1 <= d <= 128; bh <= 2^31 - 1 (grid.x): the
-//           rung's limits (kernel_ladder in fa1.hpp), checked before every launch. One block per
+//           rung's limits (its record, at the end of this file), checked before every launch. One block per
 //           head: a GPU with more SMs than heads idles (chapter 06 parallelizes over Q tiles too).
 // Test: ctest --test-dir build -R 05_fa1_subsum --output-on-failure
 #pragma once
 
 #include "common/kernel.cuh"
+
+#include <climits>
 
 #include "chapters/04_fused_qk_softmax/attention_tiles.cuh"
 #include "chapters/05_fa1_subsum/fa1.hpp"
@@ -103,20 +105,31 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
-}  // namespace
-
-// ==========================================================================================
-// Launcher
-// ==========================================================================================
-
-template <>
-void Kernels<kThisBackend>::fa1(const AttentionArgs& a) {
+void launch_fa1(const AttentionArgs& a) {
   static_assert(sizeof(MD) == 2 * sizeof(float), "md holds the (m, l) pairs as MD");
   launch<fa1_kernel>(dim3(a.shape.bh), dim3(kWarpSize, kRowsPerTile),
                      ch04::SharedTiles::bytes(kRowsPerTile, a.shape.d),
                      static_cast<const float*>(a.q), static_cast<const float*>(a.k),
                      static_cast<const float*>(a.v), static_cast<float*>(a.o),
                      reinterpret_cast<MD*>(a.md), a.shape, a.scale);
+}
+
+/// The kernel's traffic: fa1_tiles_traffic (fa1.hpp) with its K/V tiles of kKeysPerTile keys.
+Traffic fa1_traffic(const AttentionArgs& a) {
+  return fa1_tiles_traffic(a, kKeysPerTile);
+}
+
+}  // namespace
+
+template <>
+Rung<AttentionArgs> Rungs<kThisBackend>::fa1() {
+  // One block per (batch, head), on grid.x: bh up to its CUDA limit, 2^31 - 1.
+  return {"fa1",
+          "P never stored: each tile's P~ V folded into the normalized O, which goes through "
+          "global memory with (m, l)",
+          attention_limits({Dtype::fp32}, ch04::kMaxHeadDim, {}, INT_MAX, /*causal=*/false,
+                           kWritesO | kWritesMd),
+          &launch_fa1, &fa1_traffic};
 }
 
 }  // namespace wb::ch05
