@@ -8,20 +8,21 @@
 //   AttentionArgs   Q, K, V, O, logsumexp, causal, and the chapters' extra outputs
 //   DecodeArgs      Q against a KV cache: heads grouped, lengths per sequence, key splits
 //   AttentionBackwardArgs  Q, K, V, O, dO, logsumexp in; dQ, dK, dV out (chapter 10)
-// A chapter declares its ladder once per kernel backend:
+// Each rung is a file of its own, chapters/NN_name/rungs/N_name.cuh: its kernel, its launcher
+// and its record, which it defines for the backend it is compiled for (nvcc: cuda; the host
+// compiler against common/sim: sim):
 //
-//   template <Backend B>
-//   Ladder<RowArgs> kernel_ladder() {
-//     return {{"thread_per_row", "the CPU loop, one row per thread", row_limits(kAnyCols),
-//              &Kernels<B>::thread_per_row},
-//             {"block_per_row", "a block of 256 threads per row, shared-memory tree reductions",
-//              row_limits(kAnyCols), &Kernels<B>::block_per_row}};
+//   template <>
+//   Rung<RowArgs> Rungs<kThisBackend>::warp_shuffle() {
+//     return {"warp_shuffle", "the reductions go through warp shuffles: 2 barriers instead of 10",
+//             row_limits(kAnyCols), &launch_warp_shuffle, &three_passes};
 //   }
 //
-// and everything else iterates it: the program's report and --bench (common/ladder_run.hpp),
-// `chNN --list` (common/rung_list.hpp), the tests' chain check (tests/ladder_checks.hpp), and
-// bench/bench_vs_torch.py, which reads `chNN --list --csv -`. Adding a rung is one entry here
-// plus its kernel. docs/rungs.md explains it for a learner.
+// The build lists the files in order as the chapter's Rungs<B> and kernel_ladder<B>() (a
+// generated header, common/cmake/WbChapter.cmake), and everything else iterates the ladder: the
+// program's report and --bench (common/ladder_run.hpp), `chNN --list` (common/rung_list.hpp),
+// the tests' chain check (tests/ladder_checks.hpp), and bench/bench_vs_torch.py, which reads
+// `chNN --list --csv -`. Adding a rung is adding a file. docs/rungs.md explains it for a learner.
 #pragma once
 
 #include <climits>

@@ -97,9 +97,7 @@ inline Traffic three_passes(const RowArgs& a) {
 
 }  // namespace wb::ch01
 
-// [ladder]
 // The ladder, rungs/1_thread_per_row.cuh to rungs/3_warp_shuffle.cuh in order: the build lists
 // the files as Rungs<B> and kernel_ladder<B>() (a generated header); each file defines its
 // Rungs<B>::name() with its kernel and launcher.
 #include "chapters/01_safe_softmax/ladder.hpp"
-// [ladder]

@@ -66,6 +66,14 @@ function(_wb_kernel_library target language suffix headers)
   endif()
 endfunction()
 
+# Links the INTERFACE library `target` to the kernel libraries given, as one group the linker
+# rescans: the exercise's file and the chapter's other kernel files call each other (a rung
+# launches a kernel another file defines), so no order of two static libraries would do.
+function(_wb_link_kernel_group target)
+  list(JOIN ARGN "," members)
+  target_link_libraries(${target} INTERFACE "$<LINK_GROUP:RESCAN,${members}>")
+endfunction()
+
 # The chapter's kernels with the exercise file swapped for `exercise_header`: a sim library,
 # and a cuda one when nvcc is there. The untouched stub only has to fail its sim checks
 # (exercise-stub-fails runs the sim suite): its cuda side is the reference kernels, which
@@ -74,10 +82,13 @@ function(_wb_exercise_kernels ch suffix kernels exercise_kernel exercise_header)
   set(headers ${kernels})
   list(TRANSFORM headers REPLACE "^${exercise_kernel}$" "${exercise_header}")
   if(TARGET ${ch}_sim_shared)  # only the exercise's file compiled again
-    _wb_kernel_library(${ch}_sim_${suffix} CXX sim_${suffix} "${exercise_header}")
-    target_link_libraries(${ch}_sim_${suffix} PUBLIC ${ch}_sim_shared)
+    _wb_kernel_library(${ch}_sim_${suffix}_file CXX sim_${suffix} "${exercise_header}")
+    add_library(${ch}_sim_${suffix} INTERFACE)
+    _wb_link_kernel_group(${ch}_sim_${suffix} ${ch}_sim_${suffix}_file ${ch}_sim_shared)
+    set(compiled ${ch}_sim_${suffix}_file)
   else()
     _wb_kernel_library(${ch}_sim_${suffix} CXX sim_${suffix} "${headers}")
+    set(compiled ${ch}_sim_${suffix})
   endif()
   set(libs ${ch}_sim_${suffix})
   if(WB_HAVE_CUDA AND suffix STREQUAL "stub")
@@ -90,12 +101,16 @@ function(_wb_exercise_kernels ch suffix kernels exercise_kernel exercise_header)
     list(APPEND libs ${ch}_cuda_${suffix})
   endif()
   if(TARGET ${ch}_exercise_${suffix})  # the generated stub must exist before these compile
-    foreach(lib IN LISTS libs)
-      if(lib MATCHES "_${suffix}$")  # not the reference kernels a stub borrows
-        add_dependencies(${lib} ${ch}_exercise_${suffix})
+    foreach(lib IN LISTS libs compiled)
+      if(lib MATCHES "_${suffix}(_file)?$")  # not the reference kernels a stub borrows
+        get_target_property(type ${lib} TYPE)
+        if(NOT type STREQUAL "INTERFACE_LIBRARY")
+          add_dependencies(${lib} ${ch}_exercise_${suffix})
+        endif()
       endif()
     endforeach()
   endif()
+  set(exercise_compiled ${compiled} PARENT_SCOPE)
   set(exercise_libs ${libs} PARENT_SCOPE)
 endfunction()
 
@@ -225,7 +240,7 @@ function(wb_add_chapter)
     _wb_kernel_library(${ch}_sim_shared CXX sim "${shared_kernels}")
     _wb_kernel_library(${ch}_sim_exercise CXX sim "${exercise_kernel}")
     add_library(${ch}_sim INTERFACE)
-    target_link_libraries(${ch}_sim INTERFACE ${ch}_sim_exercise ${ch}_sim_shared)
+    _wb_link_kernel_group(${ch}_sim ${ch}_sim_exercise ${ch}_sim_shared)
     target_link_libraries(${ch}_lib INTERFACE ${ch}_sim)
   elseif(kernels)
     _wb_kernel_library(${ch}_sim CXX sim "${kernels}")
@@ -404,7 +419,7 @@ function(_wb_add_chapter_exercise chapter ch test_sources kernels)
                        ${PROJECT_SOURCE_DIR}/exercises/${chapter}/${name})
   add_executable(test_${chapter}_learner EXCLUDE_FROM_ALL ${test_sources})
   target_link_libraries(test_${chapter}_learner PRIVATE ${ch}_base ${exercise_libs} wb_test_main)
-  foreach(lib IN LISTS exercise_libs)
+  foreach(lib IN LISTS exercise_libs exercise_compiled)
     set_target_properties(${lib} PROPERTIES EXCLUDE_FROM_ALL ON)
   endforeach()
 endfunction()

@@ -158,6 +158,9 @@ function(_wb_sim_race_needed target out)
     endif()
     # A library that links one rebuilt for the twin is rebuilt too: a chapter's kernels may
     # call an earlier chapter's launchers (wb_add_chapter's KERNELS_FROM).
+    # A link group's members count as items of their own.
+    string(REGEX REPLACE "\\$<LINK_GROUP:RESCAN,([^>]+)>" "\\1" items "${items}")
+    string(REPLACE "," ";" items "${items}")
     foreach(item IN LISTS items)
       if(item STREQUAL "wb_sim" AND type STREQUAL "STATIC_LIBRARY")
         set(needed ON)
@@ -175,6 +178,19 @@ endfunction()
 
 # <item> for twin kind <kind>: the twin of a library that needs one (created on first use).
 function(_wb_sim_twin_item kind item out)
+  # A link group (the kernel libraries of a chapter whose files call each other): each member
+  # twinned, the group kept.
+  if(item MATCHES "^\\$<LINK_GROUP:RESCAN,([^>]+)>$")
+    string(REPLACE "," ";" members "${CMAKE_MATCH_1}")
+    set(twinned)
+    foreach(member IN LISTS members)
+      _wb_sim_twin_item(${kind} "${member}" twin_member)
+      list(APPEND twinned "${twin_member}")
+    endforeach()
+    list(JOIN twinned "," joined)
+    set(${out} "$<LINK_GROUP:RESCAN,${joined}>" PARENT_SCOPE)
+    return()
+  endif()
   set(result "${item}")
   set(inner "${item}")
   set(wrap OFF)

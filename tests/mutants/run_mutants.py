@@ -68,6 +68,8 @@ def mutated(root, mutant):
     when an edit's text does not occur exactly once."""
     texts = {}
     for file, old, new in mutant["edits"]:
+        if file not in texts and not (root / file).is_file():
+            raise ValueError(f"{file}: no such file")
         original, text = texts.get(file) or ((root / file).read_text(),) * 2
         count = text.count(old)
         if count != 1:

@@ -38,9 +38,9 @@ __global__ void thread_per_row_kernel(const float* __restrict__ x, float* __rest
 // [thread_per_row]
 
 void launch_thread_per_row(const RowArgs& a) {
-  launch<thread_per_row_kernel>(dim3(ceil_div(a.rows, kThreadPerRowBlock)), dim3(kThreadPerRowBlock),
-                                0, static_cast<const float*>(a.x), static_cast<float*>(a.y), a.rows,
-                                a.cols);
+  launch<thread_per_row_kernel>(dim3(ceil_div(a.rows, kThreadPerRowBlock)),
+                                dim3(kThreadPerRowBlock), 0, static_cast<const float*>(a.x),
+                                static_cast<float*>(a.y), a.rows, a.cols);
 }
 
 }  // namespace

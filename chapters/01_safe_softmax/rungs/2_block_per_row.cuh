@@ -17,13 +17,13 @@
 namespace wb::ch01 {
 namespace {  // kernels have internal linkage: one copy per backend's translation unit
 
-constexpr int kBlockPerRowBlock = 256;
-static_assert((kBlockPerRowBlock & (kBlockPerRowBlock - 1)) == 0, "the tree halves a power of 2");
+constexpr int kBlock = 256;  // threads per row
+static_assert((kBlock & (kBlock - 1)) == 0, "the tree halves a power of 2");
 
 // [tree_reduce]
 // Reduces one value per thread of the block; every thread gets the result.
 // scratch: kBlock floats of shared memory.
-template <int kBlock, typename Op>
+template <typename Op>
 __device__ float block_tree_reduce(float value, float* scratch, Op op) {
   const int t = threadIdx.x;
   scratch[t] = value;
@@ -39,37 +39,36 @@ __device__ float block_tree_reduce(float value, float* scratch, Op op) {
 // [tree_reduce]
 
 // x, y: (rows, cols), row-major. Block b owns row b.
-template <int kBlock>
 __global__ void __launch_bounds__(kBlock)
     block_per_row_kernel(const float* __restrict__ x, float* __restrict__ y, int cols) {
   __shared__ float scratch[kBlock];
   const float* xr = x + static_cast<size_t>(blockIdx.x) * cols;
   float* yr = y + static_cast<size_t>(blockIdx.x) * cols;
 
-  float m = -INFINITY;  // eq. (3): each thread's slice, then the tree
+  float m = -INFINITY;  // eq. (3): each thread's slice, then the block's reduction
   for (int c = threadIdx.x; c < cols; c += kBlock) m = fmaxf(m, xr[c]);
-  m = block_tree_reduce<kBlock>(m, scratch, MaxOp{});
+  m = block_tree_reduce(m, scratch, MaxOp{});
   const float shift = exp_shift(m);
 
   float d = 0.f;  // eq. (4)
   for (int c = threadIdx.x; c < cols; c += kBlock) d += expf(xr[c] - shift);
-  d = block_tree_reduce<kBlock>(d, scratch, SumOp{});
+  d = block_tree_reduce(d, scratch, SumOp{});
 
   const float inv_d = inverse_or_zero(d);  // eq. (5)
   for (int c = threadIdx.x; c < cols; c += kBlock) yr[c] = expf(xr[c] - shift) * inv_d;
 }
 
 void launch_block_per_row(const RowArgs& a) {
-  launch<block_per_row_kernel<kBlockPerRowBlock>>(dim3(a.rows), dim3(kBlockPerRowBlock), 0,
-                                                  static_cast<const float*>(a.x),
-                                                  static_cast<float*>(a.y), a.cols);
+  launch<block_per_row_kernel>(dim3(a.rows), dim3(kBlock), 0, static_cast<const float*>(a.x),
+                               static_cast<float*>(a.y), a.cols);
 }
 
 }  // namespace
 
 template <>
 Rung<RowArgs> Rungs<kThisBackend>::block_per_row() {
-  return {"block_per_row", "256 threads share a row, partial results reduced by a shared-memory tree",
+  return {"block_per_row",
+          "256 threads share a row, partial results reduced by a shared-memory tree",
           row_limits(kAnyCols), &launch_block_per_row, &three_passes};
 }
 

@@ -17,9 +17,9 @@
 namespace wb::ch01 {
 namespace {  // kernels have internal linkage: one copy per backend's translation unit
 
-constexpr int kWarpShuffleBlock = 256;
-constexpr int kWarpsPerBlock = kWarpShuffleBlock / kWarpSize;
-static_assert(kWarpShuffleBlock % kWarpSize == 0, "whole warps only");
+constexpr int kBlock = 256;  // threads per row
+constexpr int kWarpsPerBlock = kBlock / kWarpSize;
+static_assert(kBlock % kWarpSize == 0, "whole warps only");
 
 // [warp_reduce]
 // Butterfly all-reduce: after step k every lane holds the result of 2^(k+1) lanes, and after
@@ -50,36 +50,38 @@ __device__ float block_shuffle_reduce(float value, float* scratch, Op op, float 
 }
 
 // x, y: (rows, cols), row-major. Block b owns row b.
-__global__ void __launch_bounds__(kWarpShuffleBlock)
+__global__ void __launch_bounds__(kBlock)
     warp_shuffle_kernel(const float* __restrict__ x, float* __restrict__ y, int cols) {
   __shared__ float scratch[kWarpsPerBlock];
   const float* xr = x + static_cast<size_t>(blockIdx.x) * cols;
   float* yr = y + static_cast<size_t>(blockIdx.x) * cols;
 
-  float m = -INFINITY;  // eq. (3)
-  for (int c = threadIdx.x; c < cols; c += kWarpShuffleBlock) m = fmaxf(m, xr[c]);
+  float m = -INFINITY;  // eq. (3): each thread's slice, then the block's reduction
+  for (int c = threadIdx.x; c < cols; c += kBlock) m = fmaxf(m, xr[c]);
   m = block_shuffle_reduce(m, scratch, MaxOp{}, -INFINITY);
   const float shift = exp_shift(m);
 
   float d = 0.f;  // eq. (4)
-  for (int c = threadIdx.x; c < cols; c += kWarpShuffleBlock) d += expf(xr[c] - shift);
+  for (int c = threadIdx.x; c < cols; c += kBlock) d += expf(xr[c] - shift);
   d = block_shuffle_reduce(d, scratch, SumOp{}, 0.f);
 
   const float inv_d = inverse_or_zero(d);  // eq. (5)
-  for (int c = threadIdx.x; c < cols; c += kWarpShuffleBlock) yr[c] = expf(xr[c] - shift) * inv_d;
+  for (int c = threadIdx.x; c < cols; c += kBlock) yr[c] = expf(xr[c] - shift) * inv_d;
 }
 
 void launch_warp_shuffle(const RowArgs& a) {
-  launch<warp_shuffle_kernel>(dim3(a.rows), dim3(kWarpShuffleBlock), 0,
-                              static_cast<const float*>(a.x), static_cast<float*>(a.y), a.cols);
+  launch<warp_shuffle_kernel>(dim3(a.rows), dim3(kBlock), 0, static_cast<const float*>(a.x),
+                              static_cast<float*>(a.y), a.cols);
 }
 
 }  // namespace
 
+// [record]
 template <>
 Rung<RowArgs> Rungs<kThisBackend>::warp_shuffle() {
   return {"warp_shuffle", "the reductions go through warp shuffles: 2 barriers instead of 10",
           row_limits(kAnyCols), &launch_warp_shuffle, &three_passes};
 }
+// [record]
 
 }  // namespace wb::ch01
