@@ -7,6 +7,7 @@
 
 #include "chapters/01_safe_softmax/softmax.hpp"
 #include "chapters/01_safe_softmax/softmax_report.hpp"
+#include "common/chapter_program.hpp"
 #include "common/cli.hpp"
 #include "common/program.hpp"
 #include "common/table.hpp"
@@ -69,30 +70,23 @@ int main(int argc, char** argv) {
       .option("--cols", &cols, "columns of x, the softmax length (default 1024)");
   ProgramOptions options;
   if (const int code = parse_program(cli, argc, argv, &options); code >= 0) return code;
-  const auto make_ladder = [](auto b) { return kernel_ladder<decltype(b)::value>(); };
-  if (options.list) return list_ladder(cli, options, "01_safe_softmax", "softmax", make_ladder);
-  if (const int code = check_matrix_size(cli, options, rows, cols); code >= 0) return code;
-  const Ladder<RowArgs> ladder = select_kernel_backend(options.backend, make_ladder);
-  if (options.profile)
-    return run_guarded(cli, [&] { return profile_softmax(ladder, rows, cols, options.seed, {Dtype::fp32},
-                                                     options.bench.csv_path); });
-  if (options.bench.enabled)
-    return run_guarded(cli, [&] {
-      return bench_softmax("01_safe_softmax", ladder, options.bench, rows, cols, options.seed);
-    });
-
-  print_intro();
-  print_trace();
-  print_overflow_demo();
-  if (options.trace_only) return 0;
-  return run_guarded(cli, [&] {
-    const std::vector<CpuStep> steps = {
+  const std::vector<Dtype> dtypes = {Dtype::fp32};
+  ChapterSteps<RowArgs> steps = softmax_steps(cli, options, rows, cols, dtypes);
+  steps.intro = print_intro;
+  steps.trace = [] {
+    print_trace();
+    print_overflow_demo();
+  };
+  steps.report = [&](const Ladder<RowArgs>& ladder) {
+    const std::vector<CpuStep> cpu_steps = {
         {"cpu naive", [](const std::vector<float>& x, int r, int c) { return softmax_naive(x, r, c); }},
         {"cpu safe", [](const std::vector<float>& x, int r, int c) { return softmax_safe(x, r, c); }}};
-    report_softmax(options.backend, steps, ladder, "", rows, cols, options.seed);
+    report_softmax(options.backend, cpu_steps, ladder, "", rows, cols, options.seed);
     print_sim_time_note(std::cout, options.backend);
-    std::cout << "Next: chapter 02, online softmax (chapters/02_online_softmax, docs page\n"
-                 "\"Chapter 02: online softmax\"): the max and the sum in one pass.\n";
-    return 0;
-  });
+  };
+  steps.next =
+      "Next: chapter 02, online softmax (chapters/02_online_softmax, docs page\n"
+      "\"Chapter 02: online softmax\"): the max and the sum in one pass.\n";
+  return run_chapter_program(cli, options, steps,
+                             [](auto b) { return kernel_ladder<decltype(b)::value>(); });
 }

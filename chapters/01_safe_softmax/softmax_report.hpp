@@ -1,6 +1,6 @@
 // The report of the softmax chapter programs (01, 02, 03): their CPU steps and their kernel
-// ladder on randn and randn + 1e4 against the fp64 reference, and the --bench timing of the
-// ladder. Host code only: the programs include it, the kernels never do.
+// ladder on randn and randn + 1e4 against the fp64 reference, the --bench timing and the
+// --profile counts of the ladder, and the steps their programs share (softmax_steps). Host code only: the programs include it, the kernels never do.
 #pragma once
 
 #include <cstdint>
@@ -10,6 +10,8 @@
 #include <vector>
 
 #include "common/bench.hpp"
+#include "common/chapter_program.hpp"
+#include "common/cli.hpp"
 #include "common/dtype.hpp"
 #include "common/inputs.hpp"
 #include "common/ladder_profile.hpp"
@@ -86,6 +88,24 @@ inline int profile_softmax(const Ladder<RowArgs>& ladder, int rows, int cols, st
                    "softmax " + shape_string(rows, cols) + " " + to_string(dtype), csv_path);
   }
   return 0;
+}
+
+/// What the softmax chapters' programs share besides their intro, trace and report: --list's op,
+/// the size check, --profile and --bench over (rows, cols) of each of `dtypes`. The references
+/// are read when a step runs, after the options are parsed.
+inline ChapterSteps<RowArgs> softmax_steps(const Cli& cli, const ProgramOptions& options,
+                                           const int& rows, const int& cols,
+                                           const std::vector<Dtype>& dtypes) {
+  ChapterSteps<RowArgs> steps;
+  steps.op = "softmax";
+  steps.check = [&] { return check_matrix_size(cli, options, rows, cols); };
+  steps.profile = [&](const Ladder<RowArgs>& ladder) {
+    return profile_softmax(ladder, rows, cols, options.seed, dtypes, options.bench.csv_path);
+  };
+  steps.bench = [&](const Ladder<RowArgs>& ladder) {
+    return bench_softmax(kChapter, ladder, options.bench, rows, cols, options.seed, dtypes);
+  };
+  return steps;
 }
 
 }  // namespace wb::ch01

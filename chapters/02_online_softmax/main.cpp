@@ -8,6 +8,7 @@
 #include "chapters/01_safe_softmax/softmax.hpp"
 #include "chapters/01_safe_softmax/softmax_report.hpp"
 #include "chapters/02_online_softmax/online_softmax.hpp"
+#include "common/chapter_program.hpp"
 #include "common/cli.hpp"
 #include "common/program.hpp"
 #include "common/table.hpp"
@@ -65,36 +66,26 @@ int main(int argc, char** argv) {
       .option("--cols", &cols, "columns of x, the softmax length (default 1024)");
   ProgramOptions options;
   if (const int code = parse_program(cli, argc, argv, &options); code >= 0) return code;
-  const auto make_ladder = [](auto b) { return kernel_ladder<decltype(b)::value>(); };
-  if (options.list) return list_ladder(cli, options, "02_online_softmax", "softmax", make_ladder);
-  if (const int code = check_matrix_size(cli, options, rows, cols); code >= 0) return code;
-  const Ladder<RowArgs> ladder = select_kernel_backend(options.backend, make_ladder);
-  if (options.profile)
-    return run_guarded(cli, [&] { return ch01::profile_softmax(ladder, rows, cols, options.seed, {Dtype::fp32},
-                                                           options.bench.csv_path); });
-  if (options.bench.enabled)
-    return run_guarded(cli, [&] {
-      return ch01::bench_softmax("02_online_softmax", ladder, options.bench, rows, cols,
-                                 options.seed);
-    });
-
-  print_intro();
-  print_trace();
-  if (options.trace_only) return 0;
-  return run_guarded(cli, [&] {
-    const std::vector<ch01::CpuStep> steps = {
+  const std::vector<Dtype> dtypes = {Dtype::fp32};
+  ChapterSteps<RowArgs> steps = ch01::softmax_steps(cli, options, rows, cols, dtypes);
+  steps.intro = print_intro;
+  steps.trace = print_trace;
+  steps.report = [&](const Ladder<RowArgs>& ladder) {
+    const std::vector<ch01::CpuStep> cpu_steps = {
         {"cpu ch01 safe",
          [](const std::vector<float>& x, int r, int c) { return ch01::softmax_safe(x, r, c); }},
         {"cpu ch02 online",
          [](const std::vector<float>& x, int r, int c) { return softmax_online(x, r, c); }}};
-    ch01::report_softmax(options.backend, steps, ladder, "ch01", rows, cols, options.seed);
+    ch01::report_softmax(options.backend, cpu_steps, ladder, "ch01", rows, cols, options.seed);
     std::cout << "  Chapter 01 sums d in double; here d' is a float recurrence, so the error\n"
                  "  grows with cols (the tests derive the bound). One thread per row reads\n"
                  "  addresses cols floats apart: chapter 03 puts a whole warp or block on a row.\n\n";
     print_sim_time_note(std::cout, options.backend);
-    std::cout << "Next: chapter 03, the block-associative (m, d) merge (chapters/03_block_merge,\n"
-                 "docs page \"Chapter 03: block-associative merge\"): split a row anywhere, merge\n"
-                 "the pieces in any order, and let a whole block of threads share one row.\n";
-    return 0;
-  });
+  };
+  steps.next =
+      "Next: chapter 03, the block-associative (m, d) merge (chapters/03_block_merge,\n"
+      "docs page \"Chapter 03: block-associative merge\"): split a row anywhere, merge\n"
+      "the pieces in any order, and let a whole block of threads share one row.\n";
+  return run_chapter_program(cli, options, steps,
+                             [](auto b) { return kernel_ladder<decltype(b)::value>(); });
 }

@@ -218,6 +218,8 @@ function(wb_add_chapter)
   # kernel libraries they link, not in the program: it asks the simulator at run time).
   add_library(${ch}_program_objects OBJECT main.cpp)
   target_link_libraries(${ch}_program_objects PRIVATE ${ch}_lib wb_warnings wb_line_tables)
+  # The folder's name, for the program's tables, CSVs and --list (common/chapter_program.hpp).
+  target_compile_definitions(${ch}_program_objects PRIVATE WB_CHAPTER="${chapter}")
   add_executable(${ch} $<TARGET_OBJECTS:${ch}_program_objects>)
   target_link_libraries(${ch} PRIVATE ${ch}_lib wb_warnings)
   # chNN_instrumented: what `chNN --profile` runs (common/ladder_profile.hpp). The test runs

@@ -1,0 +1,73 @@
+// One chapter program's flow, shared by every chapter's main.cpp: after the common flags
+// (parse_program), `--list`, then `--profile`, `--bench` or the report, every failure one line
+// and a non-zero exit. A chapter's main.cpp holds what is its own: its options and default
+// shape, its checks of them, its intro and trace, what its report, profile and benchmark run,
+// and its "next chapter" line:
+//
+//   ChapterSteps<RowArgs> steps;
+//   steps.op = "softmax";
+//   steps.profile = [&](const Ladder<RowArgs>& ladder) { return profile_softmax(ladder, ...); };
+//   ...
+//   return run_chapter_program(cli, options, steps,
+//                              [](auto b) { return kernel_ladder<decltype(b)::value>(); });
+#pragma once
+
+#include <functional>
+#include <iostream>
+#include <string>
+
+#include "common/backend.hpp"
+#include "common/cli.hpp"
+#include "common/program.hpp"
+#include "common/rung.hpp"
+
+#ifndef WB_CHAPTER
+#error "WB_CHAPTER (the chapter's folder name) comes from wb_add_chapter: build a chapter program"
+#endif
+
+namespace wb {
+
+/// The chapter's folder name, "01_safe_softmax": its tables, CSVs and --list name it so. The
+/// build passes it to the program (wb_add_chapter), so no program spells it.
+inline constexpr const char* kChapter = WB_CHAPTER;
+
+/// What a chapter program runs in each mode, over its ladder of `Args`. Every step but `op` may
+/// be left empty: no check, no profile or benchmark offered, nothing printed.
+template <typename Args>
+struct ChapterSteps {
+  const char* op = "";  ///< the ladder's op, as --list names it ("softmax", "attention", ...)
+  /// The chapter's checks of its options, before any ladder is made: -1 to go on, else the exit
+  /// code after its one-line refusal (cli.error).
+  std::function<int()> check;
+  std::function<int(const Ladder<Args>&)> profile;  ///< --profile: returns the exit code
+  std::function<int(const Ladder<Args>&)> bench;    ///< --bench: returns the exit code
+  std::function<void()> intro;                      ///< what the chapter's step changes
+  std::function<void()> trace;                      ///< its worked example (all of --trace)
+  std::function<void(const Ladder<Args>&)> report;  ///< the ladder against the CPU steps
+  std::string next;                                 ///< the chapter after, printed last
+};
+
+/// The rest of the program once `options` are parsed: --list (the ladder of the program's
+/// backend), then the chapter's check, then --profile, --bench or intro, trace and report,
+/// under run_guarded (an exception is one line: exit code 2 for refused input, 1 for a
+/// failure). `make(b)` returns the chapter's ladder on kernel backend b.
+template <typename Args, typename Make>
+int run_chapter_program(const Cli& cli, const ProgramOptions& options,
+                        const ChapterSteps<Args>& steps, Make&& make) {
+  if (options.list) return list_ladder(cli, options, kChapter, steps.op, make);
+  if (steps.check)
+    if (const int code = steps.check(); code >= 0) return code;
+  return run_guarded(cli, [&] {
+    const Ladder<Args> ladder = select_kernel_backend(options.backend, make);
+    if (options.profile) return steps.profile ? steps.profile(ladder) : 0;
+    if (options.bench.enabled) return steps.bench ? steps.bench(ladder) : 0;
+    if (steps.intro) steps.intro();
+    if (steps.trace) steps.trace();
+    if (options.trace_only) return 0;
+    if (steps.report) steps.report(ladder);
+    std::cout << steps.next;
+    return 0;
+  });
+}
+
+}  // namespace wb
