@@ -10,13 +10,10 @@
 //   AttentionBackwardArgs  Q, K, V, O, dO, logsumexp in; dQ, dK, dV out (chapter 10)
 // Each rung is a file of its own, chapters/NN_name/rungs/N_name.cuh: its kernel, its launcher
 // and its record, which it defines for the backend it is compiled for (nvcc: cuda; the host
-// compiler against common/sim: sim):
+// compiler against common/sim: sim) with WB_RUNG (at the end of this file):
 //
-//   template <>
-//   Rung<RowArgs> Rungs<kThisBackend>::warp_shuffle() {
-//     return {"warp_shuffle", "the reductions go through warp shuffles: 2 barriers instead of 10",
-//             row_limits(kAnyCols), &launch_warp_shuffle, &three_passes};
-//   }
+//   WB_RUNG(RowArgs, warp_shuffle, "the reductions go through warp shuffles: 2 barriers instead of 10",
+//           row_limits(kAnyCols), &launch_warp_shuffle, &three_passes)
 //
 // The build lists the files in order as the chapter's Rungs<B> and kernel_ladder<B>() (a
 // generated header, common/cmake/WbChapter.cmake), and everything else iterates the ladder: the
@@ -209,3 +206,25 @@ const Rung<Args>* find_rung(const Ladder<Args>& ladder, const std::string& name)
 }
 
 }  // namespace wb
+
+/// Defines the record of rung `name` of a chapter's ladder (the member Rungs<B>::name() its
+/// generated ladder.hpp declares) for the backend this file is compiled for: the one declaration
+/// in a rung's file that puts it on the ladder. `Args` is the op's arguments, the rest the
+/// record's fields after its name, which is `name` spelled as a string (so a record cannot carry
+/// another name than its file's):
+///
+///   WB_RUNG(RowArgs, warp_shuffle, "the reductions go through warp shuffles: ...",
+///           row_limits(kAnyCols), &launch_warp_shuffle, &three_passes)
+///
+/// expands to
+///
+///   template <>
+///   Rung<RowArgs> Rungs<kThisBackend>::warp_shuffle() {
+///     return {"warp_shuffle", "the reductions go through warp shuffles: ...",
+///             row_limits(kAnyCols), &launch_warp_shuffle, &three_passes};
+///   }
+#define WB_RUNG(Args, name, ...)                \
+  template <>                                   \
+  ::wb::Rung<Args> Rungs<kThisBackend>::name() { \
+    return {#name, __VA_ARGS__};                \
+  }

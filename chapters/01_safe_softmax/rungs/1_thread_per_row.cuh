@@ -45,10 +45,7 @@ void launch_thread_per_row(const RowArgs& a) {
 
 }  // namespace
 
-template <>
-Rung<RowArgs> Rungs<kThisBackend>::thread_per_row() {
-  return {"thread_per_row", "the CPU loop, one thread per row", row_limits(kAnyCols),
-          &launch_thread_per_row, &three_passes};
-}
+WB_RUNG(RowArgs, thread_per_row, "the CPU loop, one thread per row", row_limits(kAnyCols),
+        &launch_thread_per_row, &three_passes)
 
 }  // namespace wb::ch01

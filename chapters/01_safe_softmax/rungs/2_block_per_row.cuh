@@ -65,11 +65,8 @@ void launch_block_per_row(const RowArgs& a) {
 
 }  // namespace
 
-template <>
-Rung<RowArgs> Rungs<kThisBackend>::block_per_row() {
-  return {"block_per_row",
-          "256 threads share a row, partial results reduced by a shared-memory tree",
-          row_limits(kAnyCols), &launch_block_per_row, &three_passes};
-}
+WB_RUNG(RowArgs, block_per_row,
+        "256 threads share a row, partial results reduced by a shared-memory tree",
+        row_limits(kAnyCols), &launch_block_per_row, &three_passes)
 
 }  // namespace wb::ch01

@@ -77,11 +77,8 @@ void launch_warp_shuffle(const RowArgs& a) {
 }  // namespace
 
 // [record]
-template <>
-Rung<RowArgs> Rungs<kThisBackend>::warp_shuffle() {
-  return {"warp_shuffle", "the reductions go through warp shuffles: 2 barriers instead of 10",
-          row_limits(kAnyCols), &launch_warp_shuffle, &three_passes};
-}
+WB_RUNG(RowArgs, warp_shuffle, "the reductions go through warp shuffles: 2 barriers instead of 10",
+        row_limits(kAnyCols), &launch_warp_shuffle, &three_passes)
 // [record]
 
 }  // namespace wb::ch01

@@ -62,11 +62,8 @@ void launch_online_thread_per_row(const RowArgs& a) {
 
 }  // namespace
 
-template <>
-Rung<RowArgs> Rungs<kThisBackend>::online_thread_per_row() {
-  return {"online_thread_per_row",
-          "chapter 01's thread_per_row with its max and sum passes fused: 2 reads per element",
-          row_limits(kAnyCols), &launch_online_thread_per_row, &two_passes};
-}
+WB_RUNG(RowArgs, online_thread_per_row,
+        "chapter 01's thread_per_row with its max and sum passes fused: 2 reads per element",
+        row_limits(kAnyCols), &launch_online_thread_per_row, &two_passes)
 
 }  // namespace wb::ch02
