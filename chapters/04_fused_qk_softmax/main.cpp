@@ -10,6 +10,7 @@
 #include "common/attention_inputs.hpp"
 #include "common/attention_profile.hpp"
 #include "common/attention_report.hpp"
+#include "common/chapter_program.hpp"
 #include "common/cli.hpp"
 #include "common/compare.hpp"
 #include "common/program.hpp"
@@ -101,25 +102,26 @@ int main(int argc, char** argv) {
   ProgramOptions options;
   options.offers_bench = false;  // chapter 06's --bench times the FA2 rungs that replace it
   if (const int code = parse_program(cli, argc, argv, &options); code >= 0) return code;
-  const auto make_ladder = [](auto b) { return kernel_ladder<decltype(b)::value>(); };
-  if (options.list)
-    return list_ladder(cli, options, "04_fused_qk_softmax", "attention", make_ladder);
   const AttentionShape shape = shape_options.resolve(options.backend);
+  ChapterSteps<AttentionArgs> steps;
+  steps.op = "attention";
   // P in fp64: 2^26 probabilities are 512 MiB.
-  if (const int code = check_probabilities(cli, shape, 26, "the fp64 reference keeps them all");
-      code >= 0)
-    return code;
-  const Ladder<AttentionArgs> ladder = select_kernel_backend(options.backend, make_ladder);
-  if (options.profile) {
-    return run_guarded(cli, [&] {
-      return profile_attention(ladder, shape, options.seed, false, Dtype::fp32,
-                               options.bench.csv_path);
-    });
-  }
-  return run_chapter(
-      cli, options, print_intro, print_trace,
-      [&] { report(options.backend, ladder, shape, options.seed); },
+  steps.check = [&] {
+    return check_probabilities(cli, shape, 26, "the fp64 reference keeps them all");
+  };
+  steps.profile = [&](const Ladder<AttentionArgs>& ladder) {
+    return profile_attention(ladder, shape, options.seed, false, Dtype::fp32,
+                             options.bench.csv_path);
+  };
+  steps.intro = print_intro;
+  steps.trace = print_trace;
+  steps.report = [&](const Ladder<AttentionArgs>& ladder) {
+    report(options.backend, ladder, shape, options.seed);
+  };
+  steps.next =
       "Next: chapter 05, FlashAttention-1 (chapters/05_fa1_subsum, docs page\n"
       "\"Chapter 05: FlashAttention-1, the SubSum recurrence\"): the output O = P V\n"
-      "carried through the same tiles, so that P is never stored either.\n");
+      "carried through the same tiles, so that P is never stored either.\n";
+  return run_chapter_program(cli, options, steps,
+                             [](auto b) { return kernel_ladder<decltype(b)::value>(); });
 }

@@ -11,6 +11,7 @@
 #include "common/attention_inputs.hpp"
 #include "common/attention_profile.hpp"
 #include "common/attention_report.hpp"
+#include "common/chapter_program.hpp"
 #include "common/cli.hpp"
 #include "common/program.hpp"
 #include "common/reference_attention.hpp"
@@ -114,26 +115,28 @@ int main(int argc, char** argv) {
   ProgramOptions options;
   options.offers_bench = false;  // chapter 06's --bench times the FA2 rungs that replace FA1
   if (const int code = parse_program(cli, argc, argv, &options); code >= 0) return code;
-  const auto make_ladder = [](auto b) { return kernel_ladder<decltype(b)::value>(); };
-  if (options.list) return list_ladder(cli, options, "05_fa1_subsum", "attention", make_ladder);
   const AttentionShape shape = shape_options.resolve(options.backend);
-  if (const int code = check_probabilities(cli, shape, 28, "the naive baseline stores P, 1 GiB");
-      code >= 0)
-    return code;
-  const Ladder<AttentionArgs> ladder = select_kernel_backend(options.backend, make_ladder);
-  if (options.profile) {
-    return run_guarded(cli, [&] {
-      return profile_attention(ladder, shape, options.seed, false, Dtype::fp32,
-                               options.bench.csv_path,
-                               // FA1 at K/V tiles of 8 to 512 keys: T_c round trips per row
-                               tile_sweep("fa1", "Bc", kKernelKeys, fa1_tiles_traffic));
-    });
-  }
-  return run_chapter(
-      cli, options, print_intro, print_trace,
-      [&] { report(options.backend, ladder, shape, options.seed); },
+  ChapterSteps<AttentionArgs> steps;
+  steps.op = "attention";
+  steps.check = [&] {
+    return check_probabilities(cli, shape, 28, "the naive baseline stores P, 1 GiB");
+  };
+  steps.profile = [&](const Ladder<AttentionArgs>& ladder) {
+    return profile_attention(ladder, shape, options.seed, false, Dtype::fp32,
+                             options.bench.csv_path,
+                             // FA1 at K/V tiles of 8 to 512 keys: T_c round trips per row
+                             tile_sweep("fa1", "Bc", kKernelKeys, fa1_tiles_traffic));
+  };
+  steps.intro = print_intro;
+  steps.trace = print_trace;
+  steps.report = [&](const Ladder<AttentionArgs>& ladder) {
+    report(options.backend, ladder, shape, options.seed);
+  };
+  steps.next =
       "Next: chapter 06, FlashAttention-2 (chapters/06_fa2_rescaled, docs page\n"
       "\"Chapter 06: FlashAttention-2, the rescaled accumulator\"): keep the output\n"
       "unnormalized, divide once at the end, and swap the loops so that O never\n"
-      "leaves the chip until it is final.\n");
+      "leaves the chip until it is final.\n";
+  return run_chapter_program(cli, options, steps,
+                             [](auto b) { return kernel_ladder<decltype(b)::value>(); });
 }
