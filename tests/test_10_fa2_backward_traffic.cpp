@@ -51,9 +51,7 @@ TEST_CASE("fa2_backward_mma reads and writes shared memory without a bank confli
   // dS^T pairs land in chunk (r0 / 8 + h) XOR g, word t (32 banks), its ldmatrix .trans reads of dS
   // 8 swizzled rows per matrix; the lse and D reads are words of 8 rows a lane group shares.
   // Wavefronts = the conflict-free count, for the main kernel (the second of three launches).
-  const Ladder<AttentionBackwardArgs> ladder = ch10::kernel_ladder<Backend::sim>();
-  const Rung<AttentionBackwardArgs>* mma = find_rung(ladder, "fa2_backward_mma");
-  REQUIRE(mma != nullptr);
+  const Rung<AttentionBackwardArgs> mma = ch10::Rungs<Backend::sim>::fa2_backward_mma();
   for (const int d : {64, 128}) {
     const AttentionShape s{1, 130, 150, d};
     CAPTURE(d);
@@ -64,7 +62,7 @@ TEST_CASE("fa2_backward_mma reads and writes shared memory without a bank confli
                       {}};
     AttentionBackwardBuffers buffers(Backend::sim, in, s, 1.f, /*causal=*/true, Dtype::fp16);
     const std::vector<sim::LaunchProfile> launches =
-        test::profile_launches([&] { run_rung(*mma, buffers.args); });
+        test::profile_launches([&] { run_rung(mma, buffers.args); });
     REQUIRE(launches.size() == 3);
     test::check_no_bank_conflicts(launches[1].counts);
   }

@@ -8,6 +8,7 @@
 
 #include "chapters/04_fused_qk_softmax/attention_naive.hpp"
 #include "chapters/06_fa2_rescaled/fa2.hpp"
+#include "chapters/10_fa2_backward/backward_floors.hpp"
 #include "chapters/10_fa2_backward/fa2_backward.hpp"
 #include "common/attention_inputs.hpp"
 #include "common/attention_report.hpp"

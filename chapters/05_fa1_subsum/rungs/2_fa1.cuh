@@ -18,8 +18,9 @@
 //           Dynamic shared memory: (32 odd_stride(d) + 32 d + 8 d + 8 x 32) floats, at most
 //           38016 bytes (37.1 KiB).
 // Limits: lq, lk in [1, kMaxLength], any value; 1 <= d <= 128; bh <= 2^31 - 1 (grid.x): the
-//           rung's limits (its record, at the end of this file), checked before every launch. One block per
-//           head: a GPU with more SMs than heads idles (chapter 06 parallelizes over Q tiles too).
+//           rung's limits (its record, at the end of this file), checked before every launch.
+//           One block per head: a GPU with more SMs than heads idles (chapter 06 parallelizes
+//           over Q tiles too).
 // Test: ctest --test-dir build -R 05_fa1_subsum --output-on-failure
 #pragma once
 

@@ -1,9 +1,9 @@
-// Chapter 10 kernel, the last rung: the FlashAttention-2 backward on tensor cores (wmma).
+// Chapter 10, rung 3: the FlashAttention-2 backward on tensor cores (wmma).
 //
-// Computes: dQ, dK, dV as backward_kernels.cuh, for Q, K, V, O, dO in __half or
+// Computes: dQ, dK, dV as rung 2 (fa2_backward), for Q, K, V, O, dO in __half or
 //           __nv_bfloat16 with float accumulation; the gradients written in the input type.
-// Changed since backward_kernels.cuh: the five products run on tensor cores, 16 x 16 x 16 at a
-//           time. A warp owns 16 keys of the block's K/V tile: it computes S^T = K Q^T and
+// Changed since rung 2: the five products run on tensor cores, 16 x 16 x 16 at a time. A
+//           warp owns 16 keys of the block's K/V tile: it computes S^T = K Q^T and
 //           dP^T = V dO^T for them (S^T, not S: the keys are its rows), turns them into P^T
 //           and dS^T elementwise in shared memory (rounded to the input type for the next
 //           products), and keeps dV += P^T dO and dK += dS^T Q in accumulator fragments until
@@ -19,9 +19,9 @@
 //           opts in; an A100 allows 163 KiB, an H100 227 KiB).
 // Limits: lq, lk >= 1 (up to kMaxLength); bh x lq <= 2^31 - 1; d = 64 or 128; bh <= 65535;
 //           fp16 or bf16; q, k, v, d_o 16-byte aligned (the launcher checks).
-// Memory traffic (fa2_backward_tensor_core_traffic in fa2_backward.hpp): as the fp32 rung with
-//           16-bit Q, K, V, O, dO, dQ, dK, dV, tiles of 64 keys and 64 rows, dQ added into a
-//           float buffer, then read once and written once in the input type.
+// Memory traffic (fa2_backward_tensor_core_traffic in backward_ladder.hpp): as the fp32 rung
+//           with 16-bit Q, K, V, O, dO, dQ, dK, dV, tiles of 64 keys and 64 rows, dQ added into
+//           a float buffer, then read once and written once in the input type.
 // Test: ctest --test-dir build -R 10_fa2_backward --output-on-failure
 #pragma once
 
@@ -30,6 +30,7 @@
 #include <cstdint>
 
 #include "chapters/04_fused_qk_softmax/attention_tiles.cuh"
+#include "chapters/10_fa2_backward/backward_ladder.hpp"
 #include "chapters/10_fa2_backward/backward_prep.cuh"
 #include "chapters/10_fa2_backward/fa2_backward.hpp"
 #include "common/shared_memory.cuh"
@@ -217,20 +218,24 @@ void launch_backward_tensor_core(const AttentionBackwardArgs& a) {
       static_cast<T*>(a.dv), s, a.scale, a.causal);
 }
 
-}  // namespace
-
-// ==========================================================================================
-// Launcher
-// ==========================================================================================
-
-template <>
-void Kernels<kThisBackend>::fa2_backward_tensor_core(const AttentionBackwardArgs& a) {
+void launch_fa2_backward_tensor_core(const AttentionBackwardArgs& a) {
   with_tile_shape("fa2_backward_tensor_core", a.dtype, a.shape.d, {a.q, a.k, a.v, a.d_o},
                   "q, k, v and d_o", [&](auto t, auto d) {
                     using T = decltype(t);
                     launch_16bit_backward<T>(
                         a, [&] { launch_backward_tensor_core<T, decltype(d)::value>(a); });
                   });
+}
+
+}  // namespace
+
+template <>
+Rung<AttentionBackwardArgs> Rungs<kThisBackend>::fa2_backward_tensor_core() {
+  return {"fa2_backward_tensor_core",
+          "the five products on tensor cores (wmma 16x16x16): fp16 or bf16 inputs, float "
+          "accumulation; a warp owns 16 keys; dQ added into float, then rounded",
+          tensor_core_backward_limits(), &launch_fa2_backward_tensor_core,
+          &fa2_backward_tensor_core_traffic, {&backward_tensor_core_tiles, /*rounds_p=*/true}};
 }
 
 }  // namespace wb::ch10

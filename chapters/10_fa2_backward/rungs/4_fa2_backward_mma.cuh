@@ -1,10 +1,10 @@
-// Chapter 10 kernel, the last rung: the FlashAttention-2 backward on mma.sync, built from
+// Chapter 10, rung 4, the last: the FlashAttention-2 backward on mma.sync, built from
 // chapter 08's primitives.
 //
-// Computes: dQ, dK, dV as backward_tensor_core_kernels.cuh, for Q, K, V, O, dO in __half or
+// Computes: dQ, dK, dV as rung 3 (fa2_backward_tensor_core), for Q, K, V, O, dO in __half or
 //           __nv_bfloat16 with float accumulation; the gradients written in the input type.
-// Changed since fa2_backward_tensor_core: the products are mma.sync.m16n8k16 (common/ptx.cuh),
-//           whose accumulator layout the PTX ISA states, so each lane knows which (key, row) of
+// Changed since rung 3: the products are mma.sync.m16n8k16 (common/ptx.cuh), whose
+//           accumulator layout the PTX ISA states, so each lane knows which (key, row) of
 //           S^T and dP^T it holds. The elementwise step (eqs. 6 and 4) runs on those registers,
 //           and P^T and dS^T are re-packed in registers as the A fragments of dV += P^T dO and
 //           dK += dS^T Q (chapter 08's eq. 1 with keys as rows, eq. 9 here): no float staging
@@ -25,7 +25,8 @@
 //           32-bit stores of dK and dV would need 4 bytes only, one rule for all six is simpler
 //           to state).
 // Memory traffic: fa2_backward_tensor_core's (the same tiles; cp.async zero-fills the rows past
-//           lq and lk without reading them), fa2_backward_tensor_core_traffic.
+//           lq and lk without reading them), fa2_backward_tensor_core_traffic in
+//           backward_ladder.hpp.
 // Test: ctest --test-dir build -R 10_fa2_backward --output-on-failure
 #pragma once
 
@@ -35,6 +36,7 @@
 
 #include "chapters/04_fused_qk_softmax/attention_tiles.cuh"
 #include "chapters/08_fa2_at_speed/fast_tiles.cuh"
+#include "chapters/10_fa2_backward/backward_ladder.hpp"
 #include "chapters/10_fa2_backward/backward_prep.cuh"
 #include "chapters/10_fa2_backward/fa2_backward.hpp"
 #include "common/ptx.cuh"
@@ -265,20 +267,25 @@ void launch_backward_mma(const AttentionBackwardArgs& a) {
                   a.dq_accum, static_cast<T*>(a.dk), static_cast<T*>(a.dv), s, a.scale, a.causal);
 }
 
-}  // namespace
-
-// ==========================================================================================
-// Launcher
-// ==========================================================================================
-
-template <>
-void Kernels<kThisBackend>::fa2_backward_mma(const AttentionBackwardArgs& a) {
+void launch_fa2_backward_mma(const AttentionBackwardArgs& a) {
   with_tile_shape("fa2_backward_mma", a.dtype, a.shape.d, {a.q, a.k, a.v, a.d_o, a.dk, a.dv},
                   "q, k, v, d_o, dk and dv", [&](auto t, auto d) {
                     using T = decltype(t);
                     launch_16bit_backward<T>(
                         a, [&] { launch_backward_mma<T, decltype(d)::value>(a); });
                   });
+}
+
+}  // namespace
+
+template <>
+Rung<AttentionBackwardArgs> Rungs<kThisBackend>::fa2_backward_mma() {
+  return {"fa2_backward_mma",
+          "chapter 08's mma.sync and ldmatrix on swizzled tiles: S^T, dP^T made P^T, dS^T in "
+          "registers and re-packed as A fragments, only dS^T through shared memory; Q, dO "
+          "tiles double-buffered by cp.async",
+          tensor_core_backward_limits(), &launch_fa2_backward_mma,
+          &fa2_backward_tensor_core_traffic, {&backward_tensor_core_tiles, /*rounds_p=*/true}};
 }
 
 }  // namespace wb::ch10

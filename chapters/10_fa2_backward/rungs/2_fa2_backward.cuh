@@ -1,12 +1,12 @@
-// Chapter 10 kernels: the FlashAttention-2 backward pass in fp32.
+// Chapter 10, rung 2: the FlashAttention-2 backward pass in fp32.
 //
 // Computes: dQ, dK, dV of attention from Q, K, V (bh, l, d), the forward's O and logsumexp and
 //           dO, eqs. (1)-(7) of fa2_backward.md. A fully masked row (lq > lk with the causal
 //           mask) has P = 0: its dQ row is 0 and it adds nothing to dK or dV.
-// Changed since the previous chapter: the forward's loops turned inside out. A block owns a
-//           K/V tile and walks the Q tiles, recomputing each tile of P from logsumexp (P is
-//           never stored); dK and dV of its keys stay in registers until the end; dQ, which
-//           gathers a term from every K/V tile, is added into global memory with atomics.
+// Changed since rung 1 (the standard backward): the forward's loops turned inside out. A block
+//           owns a K/V tile and walks the Q tiles, recomputing each tile of P from logsumexp
+//           (P is never stored); dK and dV of its keys stay in registers until the end; dQ,
+//           which gathers a term from every K/V tile, is added into global memory with atomics.
 // Launch shape: the D kernel: grid ceil(bh lq / 8), block (32, 8), a warp per row.
 //           The main kernel: grid (ceil(lk / 16), bh), block (32, 4): 16 keys per block,
 //           Q tiles of 16 rows. Warp y owns keys y, y + 4, y + 8, y + 12 for dK and dV and
@@ -14,15 +14,16 @@
 //           Dynamic shared memory: (64 (d + 1) + 2 x 16 x 17 + 32) floats, at most 35 KiB.
 // Limits: lq, lk >= 1 (up to kMaxLength); bh x lq <= 2^31 - 1 (D's rows, an int);
 //           1 <= d <= 128; bh <= 65535 (grid.y); fp32.
-// Memory traffic (fa2_backward_traffic in fa2_backward.hpp): O, dO read and D, dQ written by
-//           the D kernel; K, V read and dK, dV written once per K/V tile; Q, dO, lse, D read
-//           once per (K/V tile, Q tile) pair and dQ added into as often.
+// Memory traffic (fa2_backward_traffic, below): O, dO read and D, dQ written by the D kernel;
+//           K, V read and dK, dV written once per K/V tile; Q, dO, lse, D read once per
+//           (K/V tile, Q tile) pair and dQ added into as often.
 // Test: ctest --test-dir build -R 10_fa2_backward --output-on-failure
 #pragma once
 
 #include "common/kernel.cuh"
 
 #include "chapters/04_fused_qk_softmax/attention_tiles.cuh"
+#include "chapters/10_fa2_backward/backward_ladder.hpp"
 #include "chapters/10_fa2_backward/backward_prep.cuh"
 #include "chapters/10_fa2_backward/fa2_backward.hpp"
 
@@ -155,14 +156,7 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
-}  // namespace
-
-// ==========================================================================================
-// Launcher
-// ==========================================================================================
-
-template <>
-void Kernels<kThisBackend>::fa2_backward(const AttentionBackwardArgs& a) {
+void launch_fa2_backward(const AttentionBackwardArgs& a) {
   const AttentionShape& s = a.shape;
   const int rows = s.bh * s.lq;
   launch_backward_prep(static_cast<const float*>(a.o), static_cast<const float*>(a.d_o), a.d_row,
@@ -173,6 +167,27 @@ void Kernels<kThisBackend>::fa2_backward(const AttentionBackwardArgs& a) {
                           static_cast<const float*>(a.d_o), a.lse, a.d_row,
                           static_cast<float*>(a.dq), static_cast<float*>(a.dk),
                           static_cast<float*>(a.dv), s, a.scale, a.causal);
+}
+
+/// Bc = kKeys, Br = kRows, fp32, dQ added into in place.
+Traffic fa2_backward_traffic(const AttentionBackwardArgs& a) {
+  return backward_tiles_traffic(a, kRows, kKeys, /*convert=*/false);
+}
+
+/// Its tiles, Br query rows by Bc keys whatever d.
+TileShape fa2_backward_tiles(int) {
+  return {kRows, kKeys};
+}
+
+}  // namespace
+
+template <>
+Rung<AttentionBackwardArgs> Rungs<kThisBackend>::fa2_backward() {
+  return {"fa2_backward",
+          "P recomputed from logsumexp per (K/V tile, Q tile); dK, dV of a K/V tile in "
+          "registers of one block; dQ added into with float atomics",
+          fp32_backward_limits(), &launch_fa2_backward, &fa2_backward_traffic,
+          {&fa2_backward_tiles}};
 }
 
 }  // namespace wb::ch10

@@ -1,4 +1,4 @@
-// Chapter 10 baseline: the standard backward, Algorithm 3 of the FA1 paper, in five launches.
+// Chapter 10, rung 1: the standard backward, Algorithm 3 of the FA1 paper, in five launches.
 //
 // Computes: dQ, dK, dV from Q, K, V, dO (bh, l, d) and the P (bh, lq, lk) that a standard
 //           forward stored (chapter 05's `standard` rung writes it): dV = P^T dO (eq. 1),
@@ -17,14 +17,15 @@
 //   softmax_backward_kernel  grid ceil(bh lq / 8), block (32, 8): a warp per row of dP.
 // Limits: 1 <= lq, lk <= 65535 x 64 (the matmul's grid.y); 1 <= d <= 128; bh <= 65535
 //           (grid.z); bh x lq <= 2^31 - 1 (the softmax backward's int rows): the rung's limits
-//           (ch05::matmul_baseline_limits); fp32; the forward's P given.
-// Memory traffic per head, T(n) = ceil(n / 64) (standard_backward_traffic in fa2_backward.hpp):
+//           (its record, at the end of this file); fp32; the forward's P given.
+// Memory traffic per head, T(n) = ceil(n / 64) (standard_backward_traffic, below):
 //           P read T(d) + 2 times, dP written once and read twice, dS written once and read
 //           2 T(d) times; dO read 2 T(lk) times, Q T(lk), K and V T(lq) times; dQ, dK, dV
 //           written once.
 // Test: ctest --test-dir build -R 10_fa2_backward --output-on-failure
 #pragma once
 
+#include <cstdint>
 #include <stdexcept>
 #include <string>
 
@@ -32,6 +33,7 @@
 
 #include "chapters/04_fused_qk_softmax/attention_tiles.cuh"
 #include "chapters/05_fa1_subsum/matmul_tile.cuh"
+#include "chapters/10_fa2_backward/backward_ladder.hpp"
 #include "chapters/10_fa2_backward/fa2_backward.hpp"
 #include "common/buffer.hpp"
 
@@ -58,14 +60,7 @@ __global__ void __launch_bounds__(kSoftmaxRows* kWarpSize)
 }
 // [softmax_backward]
 
-}  // namespace
-
-// ==========================================================================================
-// Launcher
-// ==========================================================================================
-
-template <>
-void Kernels<kThisBackend>::standard_backward(const AttentionBackwardArgs& a) {
+void launch_standard_backward(const AttentionBackwardArgs& a) {
   using ch05::matmul;
   using ch05::Stored;
   const AttentionShape& s = a.shape;
@@ -90,6 +85,47 @@ void Kernels<kThisBackend>::standard_backward(const AttentionBackwardArgs& a) {
                                        a.scale, s.bh);  // dQ = scale dS K, eq. (5)
   matmul<Stored::transposed, Stored::plain>(dp_ds.data(), q, static_cast<float*>(a.dk), s.lk, s.d,
                                             s.lq, a.scale, s.bh);  // dK = scale dS^T Q
+}
+
+// [standard_backward_traffic]
+/// The baseline's traffic per head, T(n) = ceil(n / 64) (chapter 05's matmul_tiles; the matmul
+/// reads a T(cols) times and b T(rows) times): dV = P^T dO reads P T(d) and dO T(lk) times;
+/// dP = dO V^T reads dO T(lk) and V T(lq) times and writes dP; the softmax's backward reads
+/// P and dP twice each and writes dS; dQ = scale dS K reads dS T(d) and K T(lq) times; dK =
+/// scale dS^T Q reads dS T(d) and Q T(lk) times. The lq x lk terms, 3 T(d) + 4 reads and 2
+/// writes (7 and 2 for d <= 64), are the N^2 of Theorem 2 that the FA2 backward removes.
+Traffic standard_backward_traffic(const AttentionBackwardArgs& a) {
+  const AttentionShape& s = a.shape;
+  const std::uint64_t n2 = std::uint64_t(s.lq) * s.lk * sizeof(float);   // P, dP or dS of a head
+  const std::uint64_t q_rows = head_rows_bytes(a, std::uint64_t(s.lq));  // Q, dO or dQ
+  const std::uint64_t k_rows = head_rows_bytes(a, std::uint64_t(s.lk));  // K, V, dK or dV
+  const std::uint64_t t_d = ch05::matmul_tiles(s.d), t_lq = ch05::matmul_tiles(s.lq),
+                      t_lk = ch05::matmul_tiles(s.lk);
+  const std::uint64_t loaded = n2 * t_d + q_rows * t_lk         // dV = P^T dO
+                               + q_rows * t_lk + k_rows * t_lq  // dP = dO V^T
+                               + 4 * n2                         // D and dS
+                               + n2 * t_d + k_rows * t_lq       // dQ = scale dS K
+                               + n2 * t_d + q_rows * t_lk;      // dK = scale dS^T Q
+  const std::uint64_t stored = 2 * n2 + q_rows + 2 * k_rows;
+  const std::uint64_t bh = std::uint64_t(s.bh);
+  return {bh * loaded, bh * stored,
+          "per head, T(n) = ceil(n / " + std::to_string(ch05::kMatmulTile) +
+              "): P read T(d) + 2 times; dP written, read twice; dS written, read 2 T(d) "
+              "times; dO read 2 T(lk), Q T(lk), K and V T(lq) times; dQ, dK, dV written"};
+}
+// [standard_backward_traffic]
+
+}  // namespace
+
+template <>
+Rung<AttentionBackwardArgs> Rungs<kThisBackend>::standard_backward() {
+  RungFacts facts;
+  facts.reads_stored_p = true;  // its CPU step and floors are the standard backward's
+  return {"standard_backward",
+          "the baseline, Algorithm 3: the forward's P read, dP and dS stored, four matmuls "
+          "and the softmax's backward, five launches",
+          ch05::matmul_baseline_limits(fp32_backward_limits()), &launch_standard_backward,
+          &standard_backward_traffic, facts};
 }
 
 }  // namespace wb::ch10
