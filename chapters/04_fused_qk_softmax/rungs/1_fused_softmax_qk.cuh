@@ -125,13 +125,10 @@ Traffic fused_two_sweeps(const AttentionArgs& a) {
 
 }  // namespace
 
-template <>
-Rung<AttentionArgs> Rungs<kThisBackend>::fused_softmax_qk() {
-  return {"fused_softmax_qk",
-          "S from Q and K tiles in shared memory, never stored; tile (m~, d~) merged into (m, d)",
-          attention_limits({Dtype::fp32}, kMaxHeadDim, {}, kMaxBatchHeads, /*causal=*/false,
-                           kWritesP | kWritesMd),
-          &launch_fused_softmax_qk, &fused_two_sweeps};
-}
+WB_RUNG(AttentionArgs, fused_softmax_qk,
+        "S from Q and K tiles in shared memory, never stored; tile (m~, d~) merged into (m, d)",
+        attention_limits({Dtype::fp32}, kMaxHeadDim, {}, kMaxBatchHeads, /*causal=*/false,
+                         kWritesP | kWritesMd),
+        &launch_fused_softmax_qk, &fused_two_sweeps)
 
 }  // namespace wb::ch04

@@ -75,15 +75,12 @@ Traffic standard_traffic(const AttentionArgs& a) {
 
 }  // namespace
 
-template <>
-Rung<AttentionArgs> Rungs<kThisBackend>::standard() {
-  // Three launches, grid.z = bh for the two matmuls (its CUDA limit 65535).
-  return {"standard",
-          "the baseline, Algorithm 0: S = scale Q K^T stored, chapter 01's softmax S -> P, "
-          "O = P V, three launches",
-          matmul_baseline_limits(attention_limits({Dtype::fp32}, ch04::kMaxHeadDim, {}, 65535,
-                                                  /*causal=*/false, kWritesO | kWritesP)),
-          &launch_standard, &standard_traffic};
-}
+// Three launches, grid.z = bh for the two matmuls (its CUDA limit 65535).
+WB_RUNG(AttentionArgs, standard,
+        "the baseline, Algorithm 0: S = scale Q K^T stored, chapter 01's softmax S -> P, "
+        "O = P V, three launches",
+        matmul_baseline_limits(attention_limits({Dtype::fp32}, ch04::kMaxHeadDim, {}, 65535,
+                                                /*causal=*/false, kWritesO | kWritesP)),
+        &launch_standard, &standard_traffic)
 
 }  // namespace wb::ch05

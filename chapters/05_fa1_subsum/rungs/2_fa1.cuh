@@ -122,15 +122,12 @@ Traffic fa1_traffic(const AttentionArgs& a) {
 
 }  // namespace
 
-template <>
-Rung<AttentionArgs> Rungs<kThisBackend>::fa1() {
-  // One block per (batch, head), on grid.x: bh up to its CUDA limit, 2^31 - 1.
-  return {"fa1",
-          "P never stored: each tile's P~ V folded into the normalized O, which goes through "
-          "global memory with (m, l)",
-          attention_limits({Dtype::fp32}, ch04::kMaxHeadDim, {}, INT_MAX, /*causal=*/false,
-                           kWritesO | kWritesMd),
-          &launch_fa1, &fa1_traffic};
-}
+// One block per (batch, head), on grid.x: bh up to its CUDA limit, 2^31 - 1.
+WB_RUNG(AttentionArgs, fa1,
+        "P never stored: each tile's P~ V folded into the normalized O, which goes through "
+        "global memory with (m, l)",
+        attention_limits({Dtype::fp32}, ch04::kMaxHeadDim, {}, INT_MAX, /*causal=*/false,
+                         kWritesO | kWritesMd),
+        &launch_fa1, &fa1_traffic)
 
 }  // namespace wb::ch05

@@ -115,17 +115,20 @@ Traffic standard_backward_traffic(const AttentionBackwardArgs& a) {
 }
 // [standard_backward_traffic]
 
+/// Its facts: it reads the P a standard forward stored (its CPU step and floors are the
+/// standard backward's).
+RungFacts standard_backward_facts() {
+  RungFacts facts;
+  facts.reads_stored_p = true;
+  return facts;
+}
+
 }  // namespace
 
-template <>
-Rung<AttentionBackwardArgs> Rungs<kThisBackend>::standard_backward() {
-  RungFacts facts;
-  facts.reads_stored_p = true;  // its CPU step and floors are the standard backward's
-  return {"standard_backward",
-          "the baseline, Algorithm 3: the forward's P read, dP and dS stored, four matmuls "
-          "and the softmax's backward, five launches",
-          ch05::matmul_baseline_limits(fp32_backward_limits()), &launch_standard_backward,
-          &standard_backward_traffic, facts};
-}
+WB_RUNG(AttentionBackwardArgs, standard_backward,
+        "the baseline, Algorithm 3: the forward's P read, dP and dS stored, four matmuls and the "
+        "softmax's backward, five launches",
+        ch05::matmul_baseline_limits(fp32_backward_limits()), &launch_standard_backward,
+        &standard_backward_traffic, standard_backward_facts())
 
 }  // namespace wb::ch10

@@ -181,13 +181,10 @@ TileShape fa2_backward_tiles(int) {
 
 }  // namespace
 
-template <>
-Rung<AttentionBackwardArgs> Rungs<kThisBackend>::fa2_backward() {
-  return {"fa2_backward",
-          "P recomputed from logsumexp per (K/V tile, Q tile); dK, dV of a K/V tile in "
-          "registers of one block; dQ added into with float atomics",
-          fp32_backward_limits(), &launch_fa2_backward, &fa2_backward_traffic,
-          {&fa2_backward_tiles}};
-}
+WB_RUNG(AttentionBackwardArgs, fa2_backward,
+        "P recomputed from logsumexp per (K/V tile, Q tile); dK, dV of a K/V tile in "
+        "registers of one block; dQ added into with float atomics",
+        fp32_backward_limits(), &launch_fa2_backward, &fa2_backward_traffic,
+        {&fa2_backward_tiles})
 
 }  // namespace wb::ch10

@@ -229,13 +229,10 @@ void launch_fa2_backward_tensor_core(const AttentionBackwardArgs& a) {
 
 }  // namespace
 
-template <>
-Rung<AttentionBackwardArgs> Rungs<kThisBackend>::fa2_backward_tensor_core() {
-  return {"fa2_backward_tensor_core",
-          "the five products on tensor cores (wmma 16x16x16): fp16 or bf16 inputs, float "
-          "accumulation; a warp owns 16 keys; dQ added into float, then rounded",
-          tensor_core_backward_limits(), &launch_fa2_backward_tensor_core,
-          &fa2_backward_tensor_core_traffic, {&backward_tensor_core_tiles, /*rounds_p=*/true}};
-}
+WB_RUNG(AttentionBackwardArgs, fa2_backward_tensor_core,
+        "the five products on tensor cores (wmma 16x16x16): fp16 or bf16 inputs, float "
+        "accumulation; a warp owns 16 keys; dQ added into float, then rounded",
+        tensor_core_backward_limits(), &launch_fa2_backward_tensor_core,
+        &fa2_backward_tensor_core_traffic, {&backward_tensor_core_tiles, /*rounds_p=*/true})
 
 }  // namespace wb::ch10

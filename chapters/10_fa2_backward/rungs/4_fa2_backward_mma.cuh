@@ -278,14 +278,11 @@ void launch_fa2_backward_mma(const AttentionBackwardArgs& a) {
 
 }  // namespace
 
-template <>
-Rung<AttentionBackwardArgs> Rungs<kThisBackend>::fa2_backward_mma() {
-  return {"fa2_backward_mma",
-          "chapter 08's mma.sync and ldmatrix on swizzled tiles: S^T, dP^T made P^T, dS^T in "
-          "registers and re-packed as A fragments, only dS^T through shared memory; Q, dO "
-          "tiles double-buffered by cp.async",
-          tensor_core_backward_limits(), &launch_fa2_backward_mma,
-          &fa2_backward_tensor_core_traffic, {&backward_tensor_core_tiles, /*rounds_p=*/true}};
-}
+WB_RUNG(AttentionBackwardArgs, fa2_backward_mma,
+        "chapter 08's mma.sync and ldmatrix on swizzled tiles: S^T, dP^T made P^T, dS^T in "
+        "registers and re-packed as A fragments, only dS^T through shared memory; Q, dO "
+        "tiles double-buffered by cp.async",
+        tensor_core_backward_limits(), &launch_fa2_backward_mma,
+        &fa2_backward_tensor_core_traffic, {&backward_tensor_core_tiles, /*rounds_p=*/true})
 
 }  // namespace wb::ch10
