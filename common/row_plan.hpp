@@ -4,6 +4,7 @@
 #pragma once
 
 #include "common/dtype.hpp"
+#include "common/warp.hpp"
 
 namespace wb {
 
@@ -31,6 +32,17 @@ struct RowPlan {
 
   bool vectorized() const { return width > 1; }
 };
+
+/// The levels of a butterfly over a group of `lanes` lanes (a power of 2): log2(lanes).
+constexpr int butterfly_levels(int lanes) {
+  int levels = 0;
+  while ((1 << levels) < lanes) ++levels;
+  return levels;
+}
+
+/// A block's merge: a butterfly within each warp, then one over the warps' results (every lane
+/// of the warp taking part, those past the warps holding the identity).
+inline constexpr int kBlockMergeLevels = 2 * butterfly_levels(kWarpSize);
 
 /// The plan a row-wise rung runs on rows of `cols` elements of `t` on its backend's device;
 /// `vectors` when the call can take 16-byte vectors (cols a multiple of the vector width and

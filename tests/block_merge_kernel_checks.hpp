@@ -12,11 +12,14 @@
 #include <vector>
 
 #include "chapters/03_block_merge/block_merge.hpp"
+#include "chapters/03_block_merge/fast_plans.hpp"
 #include "common/buffer.hpp"
 #include "common/compare.hpp"
 #include "common/dtype.hpp"
 #include "common/inputs.hpp"
 #include "common/reference.hpp"
+#include "common/row_plan.hpp"
+#include "common/rung.hpp"
 #include "common/rung_buffers.hpp"
 #include "tests/block_merge_laws.hpp"
 #include "tests/ladder_checks.hpp"
@@ -37,57 +40,40 @@ inline double blocked_cpu_bound(int cols) {
 }
 
 // A kernel against the CPU step, both against fp64. Their d differ by at most the kernel's d
-// bound (a slice of ceil(cols / threads) updates, then `merges` butterfly merges, with CUDA's
-// exp) plus the CPU step's. y_i = e^{x_i - m} (1/d) differs by CUDA's exp against glibc's
-// (2 + 1 ulp, 6 u) and the two reciprocals (2 u).
-// `steps`: the operations on a term's path in the kernel (its thread's share, then merges).
+// bound (`steps` operations on a term's path in the kernel: its thread's share, then merges,
+// with CUDA's exp) plus the CPU step's. y_i = e^{x_i - m} (1/d) differs by CUDA's exp against
+// glibc's (2 + 1 ulp, 6 u) and the two reciprocals (2 u).
 inline double kernel_floor_for_steps(int cols, int steps) {
   return d_bound(steps, kCudaExpErr) + d_bound(blocked_steps(cols, kCpuBlock), kHostExpErr) +
          8 * kFloatEps;
 }
-inline double kernel_floor(int cols, int threads, int merges) {
-  const int slice = (cols + threads - 1) / threads;
-  return kernel_floor_for_steps(cols, slice + merges);
+
+// Operations on a term's path in a rung running `plan` (its record's RungFacts::row_plan) on
+// rows of `cols` entries: a lane holding its entries in registers sums its cols_per_lane of
+// them directly (eq. 1); otherwise a thread reads ceil(cols / (width threads)) accesses, a
+// 16-byte vector of `width` entries folded directly and merged into the thread's pair
+// (width + 1 steps), a single entry by chapter 02's update (1 step). Then the plan's merges:
+// log2 of a group's lanes (a warp: 5), a block of 256's 5 within each warp and 5 over the 8
+// warps' pairs.
+inline int plan_steps(const RowPlan& plan, int cols) {
+  if (plan.cache == RowCache::registers) return plan.cols_per_lane + plan.merges;
+  const int per_access = plan.width * plan.threads;
+  const int accesses = (cols + per_access - 1) / per_access;
+  return accesses * (plan.vectorized() ? plan.width + 1 : 1) + plan.merges;
 }
 
-// Operations on a term's path in a fast rung (see kernel_floor): the register rungs sum a
-// lane's cols_per_lane entries directly (eq. 1) and merge log2(group_width) times; the block
-// rungs fold each vector of kWidth entries directly and merge it into the thread's pair
-// (kWidth + 1 per vector) or run chapter 02's update per entry, then merge 10 times (5 in the
-// warp, 5 over the 8 warps).
-inline int fast_steps(const FastPlan& plan, int cols, Dtype t) {
-  if (plan.path == FastPath::warp_registers) {
-    int merges = 0;
-    for (int g = plan.group_width; g > 1; g /= 2) ++merges;
-    return plan.cols_per_lane + merges;
-  }
-  const int width = plan.vectorized ? vec_width(t) : 1;
-  const int per_thread = (cols + width * 256 - 1) / (width * 256);
-  return per_thread * (width + 1) + 10;
+// The plan `rung` runs on rows of `cols` elements of `t` at x and y (its record's fact, on the
+// device of the ladder's backend: its shared memory decides what the dispatcher picks).
+inline RowPlan rung_plan(const Rung<RowArgs>& rung, const void* x, const void* y, int cols,
+                         Dtype t) {
+  REQUIRE_MESSAGE(static_cast<bool>(rung.facts.row_plan), rung.name, " states no row plan");
+  return rung.facts.row_plan(cols, t, can_vectorize(x, y, cols, t));
 }
 
-// The plan the fast rung `name` runs on rows of `cols` elements of `t` at x and y, on backend
-// B's device (its shared memory decides what block_cached and the dispatcher take).
-template <Backend B>
-FastPlan rung_plan(const std::string& name, const void* x, const void* y, int cols, Dtype t) {
-  if (name == "warp_registers") return warp_registers_plan(x, y, cols, t);
-  if (name == "lane_groups") return lane_groups_plan(x, y, cols, t);
-  if (name == "block_vec") return block_vec_plan(x, y, cols, t);
-  if (name == "block_cached") return block_cached_plan(x, y, cols, t);
-  return plan_fast_softmax(x, y, cols, t,
-                           ch03::Kernels<B>::max_dynamic_shared_bytes());  // fast_softmax
-}
-
-// The floor of `rung` on rows of `cols` elements of `t` at x and y, in float: the first two
-// rungs share a row among `threads` threads with `merges` butterfly merges on a term's path
-// (a warp merges in 5 steps; a block of 256 in 5 within each warp, then 5 over the 8 warps'
-// pairs); the fast rungs as their plan runs (fast_steps).
-template <Backend B>
-double rung_floor(const Rung<RowArgs>& rung, const void* x, const void* y, int cols, Dtype t) {
-  const std::string name = rung.name;
-  if (name == "block_per_row_online") return kernel_floor(cols, 256, 10);
-  if (name == "warp_per_row_online") return kernel_floor(cols, 32, 5);
-  return kernel_floor_for_steps(cols, fast_steps(rung_plan<B>(name, x, y, cols, t), cols, t));
+// The floor of `rung` on rows of `cols` elements of `t` at x and y, in float.
+inline double rung_floor(const Rung<RowArgs>& rung, const void* x, const void* y, int cols,
+                         Dtype t) {
+  return kernel_floor_for_steps(cols, plan_steps(rung_plan(rung, x, y, cols, t), cols));
 }
 
 // ------------------------------------------------------------------------------------------
@@ -158,7 +144,7 @@ void check_fast_kernel(const Rung<RowArgs>& rung, Dtype t, int rows, int cols, I
   DeviceBuffer<unsigned char> dy(B, y_offset + bytes + 16);
   const RowArgs args{dx.data() + x_offset, dy.data() + y_offset, rows, cols, t};
   if (x_offset % kVecBytes != 0 || y_offset % kVecBytes != 0)
-    REQUIRE_FALSE(rung_plan<B>(rung.name, args.x, args.y, cols, t).vectorized);
+    REQUIRE_FALSE(rung_plan(rung, args.x, args.y, cols, t).vectorized());
   run_rung(rung, args);
   const std::vector<unsigned char> out = dy.download();
   const std::vector<float> y = decode_elements(out.data() + y_offset, x.size(), t);
@@ -166,7 +152,7 @@ void check_fast_kernel(const Rung<RowArgs>& rung, Dtype t, int rows, int cols, I
   // The float computation: at most twice the CPU step's error plus the floor (6) gives the
   // kernel with CUDA's exp; then the rounding to t (rounded_bound). And the same with the CPU
   // step's stated bound in place of its error: the kernel's own bound against fp64.
-  const double floor = rung_floor<B>(rung, args.x, args.y, cols, t);
+  const double floor = rung_floor(rung, args.x, args.y, cols, t);
   const double bound = rounded_bound(chain_bound(cpu.max_rel, floor), t);
   const double own_bound = rounded_bound(chain_bound(blocked_cpu_bound(cols), floor), t);
   const RelError e = rel_error(y, ref, output_rounding(t).tiny);

@@ -22,6 +22,7 @@
 #include "common/buffer.hpp"
 #include "common/dtype.hpp"
 #include "common/inputs.hpp"
+#include "common/row_plan.hpp"
 #include "common/rung.hpp"
 #include "common/rung_args.hpp"
 #include "common/shared_memory.hpp"
@@ -37,34 +38,23 @@ namespace wb::ch07::testing {
 // The trees the rungs compute
 // ------------------------------------------------------------------------------------------
 
-inline int ceil_log2(int v) {
-  int d = 0;
-  while ((1 << d) < v) ++d;
-  return d;
+// The plan `rung` runs on rows of n elements of t (its record's fact, on the device of the
+// ladder's backend: its shared memory decides what the dispatcher picks); `vectorized` when
+// the call can take 16-byte accesses (can_vectorize).
+inline RowPlan rung_plan(const Rung<LayerNormArgs>& rung, int n, Dtype t, bool vectorized) {
+  REQUIRE_MESSAGE(static_cast<bool>(rung.facts.row_plan), rung.name, " states no row plan");
+  return rung.facts.row_plan(n, t, vectorized);
 }
 
-// The strategy rung `name` runs on rows of n elements of t.
-inline Strategy strategy_of(const std::string& name, int n, std::size_t max_shared, Dtype t) {
-  if (name == "warp_per_row") return Strategy::warp_per_row;
-  if (name == "block_cached") return Strategy::block_cached;
-  if (name == "dispatch") return choose_strategy(n, max_shared, dtype_bytes(t));
-  return Strategy::block_uncached;
-}
-
-// The Welford tree each strategy computes, for a row of n values (`vectorized`: in 16-byte
-// accesses, which set warp_per_row's groups).
-inline Tree kernel_tree(const std::string& name, int n, std::size_t max_shared,
-                        Dtype t = Dtype::fp32, bool vectorized = false) {
-  if (strategy_of(name, n, max_shared, t) == Strategy::warp_per_row) {
-    // A lane folds cols_per_lane values, then log2(group_width) butterfly levels.
-    const RowLanes w = warp_shape(n, vectorized ? vec_width(t) : 1);
-    return {w.cols_per_lane, ceil_log2(w.group_width)};
-  }
-  // A thread folds ceil(n / 256) values (rounded up to whole vectors: 4 floats, 8 halves),
-  // then 5 levels within the warp and 5 more over the warps' states (3 of them with the
-  // identity, exact).
-  const int per_thread = (n + kBlockThreads - 1) / kBlockThreads + vec_width(t);
-  return {per_thread, 2 * ceil_log2(kWarpSize)};
+// The Welford tree a rung running `plan` computes, for a row of n values of t.
+inline Tree kernel_tree(const RowPlan& plan, int n, Dtype t) {
+  // A lane folds cols_per_lane values, then log2(group_width) butterfly levels.
+  if (plan.cache == RowCache::registers) return {plan.cols_per_lane, plan.merges};
+  // A thread of a block folds ceil(n / 256) values (rounded up to whole vectors: 4 floats, 8
+  // halves), then 5 levels within the warp and 5 more over the warps' states (3 of them with
+  // the identity, exact).
+  const int per_thread = (n + plan.threads - 1) / plan.threads + vec_width(t);
+  return {per_thread, plan.merges};
 }
 
 /// The bound a rung computing `tree` on rows of n values is held to against fp64 alone, row by
@@ -318,7 +308,6 @@ inline ErrorReport row_report(const Problem& p, const LayerNormOut& out, const R
 template <Backend B>
 void check_layernorm_ladder(const Ladder<LayerNormArgs>& ladder,
                             const std::vector<LadderProblem>& problems) {
-  const std::size_t max_shared = Kernels<B>::max_dynamic_shared_bytes();
   std::vector<LadderCase> cases;
   for (std::size_t i = 0; i < problems.size(); ++i)
     for (int row = 0; row < problems[i].p.rows; ++row)
@@ -331,9 +320,15 @@ void check_layernorm_ladder(const Ladder<LayerNormArgs>& ladder,
     LayerNormOut out;
     Errors errors;
   };
+  // run_on places every buffer 16-byte aligned unless it misaligns them.
+  auto vectorized = [](const LadderProblem& lp) {
+    return !lp.misalign && lp.p.cols % vec_width(lp.dtype) == 0;
+  };
+  auto plan_of = [&](const Rung<LayerNormArgs>& rung, const LadderProblem& lp) {
+    return rung_plan(rung, lp.p.cols, lp.dtype, vectorized(lp));
+  };
   auto rows_run = [&](const Rung<LayerNormArgs>& rung, const LadderProblem& lp) {
-    const bool block =
-        strategy_of(rung.name, lp.p.cols, max_shared, lp.dtype) != Strategy::warp_per_row;
+    const bool block = plan_of(rung, lp).threads > kWarpSize;  // a block per row
     return block ? lp.block_rows : lp.p.rows;
   };
   std::map<std::pair<std::string, std::size_t>, std::optional<Run>> runs;
@@ -370,9 +365,7 @@ void check_layernorm_ladder(const Ladder<LayerNormArgs>& ladder,
         if (!run) return std::nullopt;  // its limits refuse the problem
         const RowErrors& re = run->errors.rows[static_cast<std::size_t>(c.row)];
         const RowErrors& cpu_re = cpu_of(c.problem).rows[static_cast<std::size_t>(c.row)];
-        // run_on places every buffer 16-byte aligned unless it misaligns them.
-        const bool vectorized = !lp.misalign && lp.p.cols % vec_width(lp.dtype) == 0;
-        const Tree tree = kernel_tree(rung.name, lp.p.cols, max_shared, lp.dtype, vectorized);
+        const Tree tree = kernel_tree(plan_of(rung, lp), lp.p.cols, lp.dtype);
         const Bounds b = tree_bounds(tree)(re, run->errors.G, run->errors.B);
         // The CPU Welford step's stated bound: sequential Welford's a priori bound, the tree
         // with leaf = n and depth 0 (welford_layernorm.md, "How accurate").

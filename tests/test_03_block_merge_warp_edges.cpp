@@ -1,10 +1,11 @@
 // Chapter 03's warp merge (md_warp_merge.cuh) at the edges of float's range: the monoid laws
-// of tests/block_merge_laws.hpp through the butterfly of shuffles, on lanes holding maxima at
-// +-FLT_MAX, +-3e38, +-1e30, exp's edges and -0, d from the smallest subnormal to FLT_MAX, and
-// the identity (-inf, 0) (a lane past the row's end, a masked block). A test kernel calls
-// warp_merge directly, one result per lane written out, for the whole warp and for groups of 4.
-// Simulator only: test files are compiled by the host compiler (the kernels that call
-// warp_merge run on both backends in test_03_block_merge.cpp and the chapters after it).
+// of tests/block_merge_extreme_laws.hpp through the butterfly of shuffles, on lanes holding
+// maxima at +-FLT_MAX, +-3e38, +-1e30, exp's edges and -0, d from the smallest subnormal to
+// FLT_MAX, and the identity (-inf, 0) (a lane past the row's end, a masked block). A test
+// kernel calls warp_merge directly, one result per lane written out, for the whole warp and for
+// groups of 4. Simulator only: test files are compiled by the host compiler (the kernels that
+// call warp_merge run on both backends in test_03_block_merge_kernels.cpp and the chapters
+// after it).
 #include <doctest/doctest.h>
 
 // The CUDA dialect (common/sim for the host compiler) before any header that spells
@@ -21,6 +22,7 @@
 
 #include "chapters/03_block_merge/md_warp_merge.cuh"
 #include "common/buffer.hpp"
+#include "tests/block_merge_extreme_laws.hpp"
 #include "tests/block_merge_laws.hpp"
 
 using namespace wb;

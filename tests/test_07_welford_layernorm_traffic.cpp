@@ -7,6 +7,7 @@
 #include "chapters/07_welford_layernorm/layernorm_ladder.hpp"
 #include "common/buffer.hpp"
 #include "common/inputs.hpp"
+#include "common/row_plan.hpp"
 #include "tests/layernorm_checks.hpp"
 #include "tests/layernorm_errors.hpp"
 #include "tests/traffic_checks.hpp"
@@ -79,6 +80,7 @@ TEST_CASE("the dispatcher launches the strategy its rule names, at every boundar
   using namespace ch07::testing;
   EpsDraws eps_draws(kSeed + 31);
   const std::size_t limit = ch07::Kernels<Backend::sim>::max_dynamic_shared_bytes();
+  const Rung<LayerNormArgs> dispatch = ch07::Rungs<Backend::sim>::dispatch();
   for (Dtype t : {Dtype::fp32, Dtype::fp16, Dtype::bf16}) {
     const int warp = ch07::warp_max_cols(t), cached = ch07::max_dispatched_cached_cols(limit, t);
     for (int cols :
@@ -96,19 +98,23 @@ TEST_CASE("the dispatcher launches the strategy its rule names, at every boundar
       DeviceBuffer<float> dmean(Backend::sim, 1), drstd(Backend::sim, 1);
       const LayerNormArgs a{dx.data(),    nullptr, nullptr, dy.data(), dmean.data(),
                             drstd.data(), 1,       cols,    eps,       t};
-      ch07::Strategy reported{};
+      const bool vectorized = cols % vec_width(t) == 0;  // DeviceBuffers are 16-byte aligned
+      // The plan the dispatcher's record states is the strategy's the rule names.
+      const RowPlan plan = rung_plan(dispatch, cols, t, vectorized);
+      const RowPlan expected_plan = ch07::strategy_plan(expected, cols, t, vectorized);
+      CHECK(plan.cache == expected_plan.cache);
+      CHECK(plan.threads == expected_plan.threads);
+      CHECK(plan.cols_per_lane == expected_plan.cols_per_lane);
+      CHECK(plan.width == expected_plan.width);
       const std::vector<std::string> kernels =
-          test::launched_kernels([&] { reported = ch07::Kernels<Backend::sim>::layernorm(a); });
-      CHECK(reported == expected);
+          test::launched_kernels([&] { run_rung(dispatch, a); });
       REQUIRE(kernels.size() == 1);
       const std::string name = std::string("::") + ch07::to_string(expected) + "_kernel<";
       CHECK_MESSAGE(kernels[0].find(name) != std::string::npos, "launched ", kernels[0]);
       const LayerNormOut out{decode_elements(dy.download().data(), p.x.size(), t), dmean.download(),
                              drstd.download()};
       const Errors e = scaled_errors(p, out, output_rounding(t));
-      const bool vectorized = cols % vec_width(t) == 0;  // DeviceBuffers are 16-byte aligned
-      CHECK(worst_ratio(e, rung_fp64_bounds(kernel_tree("dispatch", cols, limit, t, vectorized),
-                                            cols)) <= 1.0);
+      CHECK(worst_ratio(e, rung_fp64_bounds(kernel_tree(plan, cols, t), cols)) <= 1.0);
     }
   }
 }

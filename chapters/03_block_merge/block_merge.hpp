@@ -1,4 +1,5 @@
-// Chapter 03: the block-associative (m, d) merge. CPU steps and the kernels' launchers.
+// Chapter 03: the block-associative (m, d) merge. The CPU steps, the merge trees, and what the
+// kernel ladder's rungs (rungs/) share.
 //
 // A block B of a row has statistics S(B) = (max_{j in B} x_j, sum_{j in B} e^{x_j - m_B})
 // (eq. 1). Merging two blocks' statistics gives the statistics of their union (eq. 4), so
@@ -22,12 +23,8 @@
 #include "chapters/02_online_softmax/online_update.hpp"
 #include "chapters/03_block_merge/md_merge.hpp"
 #include "common/backend.hpp"
-#include "common/dtype.hpp"
-#include "common/row_lanes.hpp"
 #include "common/rung.hpp"
 #include "common/rung_args.hpp"
-#include "common/shared_memory.hpp"
-#include "common/warp.hpp"
 
 namespace wb::ch03 {
 
@@ -223,130 +220,19 @@ inline MD reduce_tree(const MergeTree& tree, const std::vector<MD>& leaves,
 }
 
 // ------------------------------------------------------------------------------------------
-// The fast rungs' plans (fast_softmax_kernels.cuh): the row in registers, vector loads
+// The kernel ladder: one rung per file of rungs/ (its kernel, launcher and record); the fast
+// rungs' plans and the dispatcher's rule in fast_plans.hpp
 // ------------------------------------------------------------------------------------------
 
-// Element types (Dtype, dtype_bytes, vec_width, and the host's encode_elements,
-// decode_elements and round_elements) come from common/dtype.hpp: every rung computes in
-// float; fp16 and bf16 are converted on load and rounded to nearest even on store.
-
-/// warp_registers holds each lane's share of the row in float registers: rows of up to
-/// common/row_lanes.hpp's kWarpRowMaxBytes, 1024 floats (32 registers a lane) or 2048 fp16 or
-/// bf16 values (64 a lane).
-inline int warp_registers_max_cols(Dtype t) {
-  return warp_row_max_cols(dtype_bytes(t));
-}
-
-/// The longest row block_vec and the dispatcher take (the launches index columns with int).
-inline constexpr int kFastMaxCols = 1 << 30;
-
-/// True when both pointers are 16-byte aligned and cols is a multiple of the vector width,
-/// so that every row starts on a 16-byte boundary: then the rungs load and store whole
-/// vectors, else one element at a time.
-inline bool can_vectorize(const void* x, const void* y, int cols, Dtype t) {
-  return cols % vec_width(t) == 0 && aligned_for_vec(x) && aligned_for_vec(y);
-}
-
-/// The kernel a fast launch runs: the row in registers (a group of lanes per row: the warp, or
-/// fewer lanes for short rows), or a block per row reading x twice, or caching it in shared
-/// memory.
-enum class FastPath { warp_registers, block_vec, block_cached };
-
-inline const char* to_string(FastPath p) {
-  constexpr const char* kNames[] = {"warp_registers", "block_vec", "block_cached"};  // in order
-  return kNames[static_cast<int>(p)];
-}
-
-/// What a fast launch does: the kernel, for the register path the lanes per row and the
-/// registers per lane (compile-time buckets; 0 for the block paths), and whether it moves
-/// 16-byte vectors.
-struct FastPlan {
-  FastPath path;
-  int group_width;
-  int cols_per_lane;
-  bool vectorized;
-};
-
-// [fast_dispatch]
-/// warp_registers on rows of `cols` entries: the registers per lane are bucketed to the next
-/// power of 2 of ceil(cols / 32) (1, 2, 4, ..., 32, and 64 in 16 bits: one kernel
-/// instantiation each), so cols = 32, 64, ..., 1024 (2048) are the last columns of each bucket.
-/// Vectors need can_vectorize() and whole vectors per lane (cols_per_lane a multiple of the vector
-/// width: cols > 64 for fp32, cols > 128 for fp16 and bf16).
-inline FastPlan warp_registers_plan(const void* x, const void* y, int cols, Dtype t) {
-  const int per_lane = next_pow2((cols + kWarpSize - 1) / kWarpSize);
-  return {FastPath::warp_registers, kWarpSize, per_lane,
-          can_vectorize(x, y, cols, t) && per_lane % vec_width(t) == 0};
-}
-
-/// lane_groups on rows of `cols` entries: where can_vectorize(), common/row_lanes.hpp's groups
-/// of lanes holding whole 16-byte vectors: a row of at most 16 vectors takes a group of that
-/// many lanes rounded up to a power of 2, several rows per warp; from 17 vectors on it is
-/// warp_registers' plan. Rows that cannot take vectors keep warp_registers' plan.
-inline FastPlan lane_groups_plan(const void* x, const void* y, int cols, Dtype t) {
-  if (!can_vectorize(x, y, cols, t)) return warp_registers_plan(x, y, cols, t);
-  const RowLanes lanes = row_lanes(cols, vec_width(t));
-  return {FastPath::warp_registers, lanes.group_width, lanes.cols_per_lane, true};
-}
-
-/// block_vec on rows of `cols` entries: vectors wherever can_vectorize().
-inline FastPlan block_vec_plan(const void* x, const void* y, int cols, Dtype t) {
-  return {FastPath::block_vec, 0, 0, can_vectorize(x, y, cols, t)};
-}
-
-/// block_cached on rows of `cols` entries: block_vec's accesses, the row kept in shared memory.
-inline FastPlan block_cached_plan(const void* x, const void* y, int cols, Dtype t) {
-  return {FastPath::block_cached, 0, 0, can_vectorize(x, y, cols, t)};
-}
-
-/// The block paths' threads per row (8 warps).
-inline constexpr int kBlockVecThreads = 256;
-
-/// block_cached's dynamic shared memory: the 8 warps' (m, d) pairs (64 bytes, keeping the row
-/// 16-byte aligned), then the row as it was read, `cols` elements of `elem_bytes` each.
-inline constexpr std::size_t kCachedScratchBytes = kBlockVecThreads / kWarpSize * sizeof(MD);
-static_assert(kCachedScratchBytes % 16 == 0, "the cached row starts 16-byte aligned");
-inline std::size_t cached_shared_bytes(int cols, std::size_t elem_bytes) {
-  return kCachedScratchBytes + static_cast<std::size_t>(cols) * elem_bytes;
-}
-
-/// The dispatcher's rule. Rows of up to 4 KiB fit in one warp's registers (1024 floats or 2048
-/// halves: 32 lanes x at most 32 or 64 values): lane_groups reads x once, short rows several to
-/// a warp. Longer rows get a
-/// block of 256 threads: block_cached keeps the row in shared memory, reading x once, while two
-/// of its blocks fit on an SM (113 KiB of row on an H100: 28912 floats or 57824 halves); past
-/// that, block_vec reads x twice (the second time from L2 where it can). One block of 8 warps
-/// per SM has too few loads in flight: on an H100 (2026-11-24, 49152 rows) block_cached read
-/// 64 KiB rows at 2450-2601 GB/s against block_vec's 1989-1993, and 128 KiB rows (32768
-/// floats, one block per SM) at 1425 against block_vec's 1977.
-inline FastPlan plan_fast_softmax(const void* x, const void* y, int cols, Dtype t,
-                                  std::size_t max_shared) {
-  if (cols <= warp_registers_max_cols(t)) return lane_groups_plan(x, y, cols, t);
-  if (two_blocks_fit(cached_shared_bytes(cols, dtype_bytes(t)), max_shared))
-    return block_cached_plan(x, y, cols, t);
-  return block_vec_plan(x, y, cols, t);
-}
-// [fast_dispatch]
-
-// ------------------------------------------------------------------------------------------
-// Kernel launchers (defined in block_merge_kernels.cuh and fast_softmax_kernels.cuh, once per
-// kernel backend) and the ladder
-// ------------------------------------------------------------------------------------------
-
-/// The launchers of the ladder's rungs; x, y of `a`: device pointers of backend B to (rows,
-/// cols) elements of a.dtype, row-major (16-bit types as their bit patterns), aligned to the
-/// element (rows not aligned to 16 bytes take the scalar path). The shapes and types each
-/// takes are its limits in kernel_ladder(), checked before launch (run_rung).
+/// What every rung's launch on backend B may ask of its device. x, y of a rung's RowArgs:
+/// device pointers of backend B to (rows, cols) elements of a.dtype, row-major (16-bit types
+/// as their bit patterns), aligned to the element (rows not aligned to 16 bytes take the
+/// scalar path); the shapes and types each rung takes are its limits, checked before launch
+/// (run_rung).
 template <Backend B>
 struct Kernels {
-  static void block_per_row_online(const RowArgs& a);  // block_merge_kernels.cuh
-  static void warp_per_row_online(const RowArgs& a);
-  static void warp_registers(const RowArgs& a);  // fast_softmax_kernels.cuh
-  static void lane_groups(const RowArgs& a);
-  static void block_vec(const RowArgs& a);
-  static void block_cached(const RowArgs& a);
-  static void fast_softmax(const RowArgs& a);  ///< runs plan_fast_softmax()
-  /// What one block may opt in to on this backend's device (block_cached's row).
+  /// What one block may opt in to on this backend's device (block_cached's row; defined in
+  /// rungs/6_block_cached.cuh).
   static std::size_t max_dynamic_shared_bytes();
 };
 
@@ -367,55 +253,11 @@ inline Traffic row_in_shared(const RowArgs& a) {
   return per_element_traffic(a, 1, 1, "1 read of x (kept in shared memory) + 1 write of y");
 }
 
-/// The dispatcher moves what the rung it picks moves (plan_fast_softmax on backend B's
-/// device): 1 read of x up to warp_registers_max_cols(t) columns and while block_cached holds the
-/// row, block_vec's 2 reads beyond; 1 write of y.
-template <Backend B>
-Traffic dispatched(const RowArgs& a) {
-  switch (
-      plan_fast_softmax(a.x, a.y, a.cols, a.dtype, Kernels<B>::max_dynamic_shared_bytes()).path) {
-    case FastPath::warp_registers:
-      return row_in_registers(a);
-    case FastPath::block_cached:
-      return row_in_shared(a);
-    case FastPath::block_vec:
-      break;
-  }
-  return two_passes(a);
-}
-
-// [ladder]
-/// The ladder in order, each rung one idea better than the one before.
-template <Backend B>
-Ladder<RowArgs> kernel_ladder() {
-  const std::vector<Dtype> all_types = {Dtype::fp32, Dtype::fp16, Dtype::bf16};
-  return {
-      {"block_per_row_online",
-       "chapter 02's recurrence split over 256 threads per row, their (m, d) pairs merged",
-       row_limits(kAnyCols), &Kernels<B>::block_per_row_online, &two_passes},
-      {"warp_per_row_online", "one warp per row: the merge stays in registers, no barrier",
-       row_limits(kAnyCols), &Kernels<B>::warp_per_row_online, &two_passes},
-      {"warp_registers", "the row kept in registers: x read once; 16-byte vectors, 16-bit types",
-       row_limits(warp_row_max_cols(2), all_types, kWarpRowMaxBytes), &Kernels<B>::warp_registers,
-       &row_in_registers},
-      {"lane_groups",
-       "short rows share a warp: a group of 1 to 16 lanes per row, each lane a whole 16-byte "
-       "vector, so every lane works at 32 to 256 columns",
-       row_limits(warp_row_max_cols(2), all_types, kWarpRowMaxBytes), &Kernels<B>::lane_groups,
-       &row_in_registers},
-      {"block_vec", "a block per row for any length, each 16-byte vector one block of eq. (1)",
-       row_limits(kFastMaxCols, all_types), &Kernels<B>::block_vec, &two_passes},
-      {"block_cached",
-       "block_vec with the row cached in shared memory (opted in up to the device's limit): x "
-       "read once",
-       row_limits(kFastMaxCols, all_types,
-                  Kernels<B>::max_dynamic_shared_bytes() - kCachedScratchBytes),
-       &Kernels<B>::block_cached, &row_in_shared},
-      {"fast_softmax",
-       "the dispatcher: lane_groups up to 4 KiB rows, block_cached while two blocks' rows "
-       "fit in an SM's shared memory, block_vec beyond",
-       row_limits(kFastMaxCols, all_types), &Kernels<B>::fast_softmax, &dispatched<B>}};
-}
-// [ladder]
-
 }  // namespace wb::ch03
+
+// [ladder]
+// The ladder, rungs/1_block_per_row_online.cuh to rungs/7_fast_softmax.cuh in order: the build
+// lists the files as Rungs<B> and kernel_ladder<B>() (a generated header); each file defines
+// its Rungs<B>::name() with its kernel and launcher.
+#include "chapters/03_block_merge/ladder.hpp"
+// [ladder]

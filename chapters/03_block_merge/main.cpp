@@ -11,11 +11,14 @@
 #include "chapters/01_safe_softmax/softmax_report.hpp"
 #include "chapters/02_online_softmax/online_softmax.hpp"
 #include "chapters/03_block_merge/block_merge.hpp"
+#include "chapters/03_block_merge/fast_plans.hpp"
 #include "chapters/03_block_merge/md_merge.hpp"
 #include "common/cli.hpp"
 #include "common/dtype.hpp"
 #include "common/program.hpp"
+#include "common/row_plan.hpp"
 #include "common/table.hpp"
+#include "common/warp.hpp"
 
 namespace {
 
@@ -30,6 +33,19 @@ void print_intro() {
                "  and the merge of two blocks' statistics is the statistics of their union.\n"
                "  So a row can be cut anywhere and the pieces merged in any order: a warp\n"
                "  or a block of threads shares one row, with one read pass for (m, d).\n\n";
+}
+
+// The kernel a plan of the dispatcher runs.
+const char* kernel_of(const RowPlan& plan) {
+  switch (plan.cache) {
+    case RowCache::registers:
+      return plan.threads < kWarpSize ? "lane_groups" : "warp_registers";
+    case RowCache::shared:
+      return "block_cached";
+    case RowCache::none:
+      break;
+  }
+  return "block_vec";
 }
 
 std::string pair(MD md) {
@@ -172,13 +188,14 @@ int main(int argc, char** argv) {
     const Backend device = options.backend == Backend::cpu ? Backend::sim : options.backend;
     std::string runs;
     for (Dtype t : dtypes) {
-      const FastPlan plan = select_kernel_backend(device, [&](auto b) {
-        return plan_fast_softmax(nullptr, nullptr, cols, t,
+      // The program's buffers are 16-byte aligned: vectors wherever cols allows them.
+      const RowPlan plan = select_kernel_backend(device, [&](auto b) {
+        return plan_fast_softmax(cols, t, cols % vec_width(t) == 0,
                                  Kernels<decltype(b)::value>::max_dynamic_shared_bytes());
       });
       runs += std::string(runs.empty() ? "" : ";\n  ") + "on " + to_string(t) + " " +
-              to_string(plan.path) + " with groups of " + std::to_string(plan.group_width) +
-              " lanes";
+              kernel_of(plan) + " with groups of " +
+              std::to_string(plan.cache == RowCache::registers ? plan.threads : 0) + " lanes";
     }
     std::cout
         << "  The merge tree is shallower than chapter 02's chain (a slice of\n"

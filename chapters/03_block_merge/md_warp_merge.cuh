@@ -1,8 +1,8 @@
 // Chapter 03's merge of (m, d) pairs across the lanes of a warp, for the kernels that use it
-// without teaching it: chapter 03's fast rungs and the attention kernels of chapter 04 on.
-// block_merge_kernels.cuh's warp_all_merge is the same butterfly, written out as the chapter's
-// exercise; that file is replaced by its stub when a learner starts the exercise, so no other
-// kernel includes it.
+// without teaching it: chapter 03's other rungs (through md_stats.cuh's block merge too) and
+// the attention kernels of chapter 04 on. rungs/2_warp_per_row_online.cuh's warp_all_merge is
+// the same butterfly, written out as the chapter's exercise; that file is replaced by its stub
+// when a learner starts the exercise, so no other kernel includes it.
 // Only templates: wb_add_chapter compiles this file on its own too (it compiles every .cuh of
 // the chapter), where it emits nothing; the kernel files include it.
 #pragma once

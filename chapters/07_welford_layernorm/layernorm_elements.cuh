@@ -1,11 +1,10 @@
-// Chapter 07 kernels' per-element pieces, shared by the strategies of layernorm_kernels.cuh:
-// gamma and beta (1 and 0 where absent), eq. (1) for a 16-byte vector or one element stored
-// as T, and a block thread's strided slice of the row folded with Welford's update and
-// normalized. Nothing here crosses lanes. The Welford all-reduce stays in
-// layernorm_kernels.cuh with every kernel that calls it: it is the chapter's exercise, whose
-// stub replaces that one file.
+// Chapter 07 kernels' per-element pieces, shared by the strategies (rungs/): gamma and beta (1
+// and 0 where absent), eq. (1) for a 16-byte vector or one element stored as T, and a block
+// thread's strided slice of the row folded with Welford's update and normalized. Nothing here
+// crosses lanes: the block strategies' all-reduce is welford_all_reduce.cuh, the warp
+// strategy's its own (rungs/1_warp_per_row.cuh, the chapter's exercise).
 // Only templates: wb_add_chapter compiles this file on its own too (it compiles every .cuh of
-// the chapter), where it emits nothing; layernorm_kernels.cuh includes it.
+// the chapter), where it emits nothing; the rung files include it.
 // Test: ctest --test-dir build -R 07_welford_layernorm --output-on-failure
 #pragma once
 

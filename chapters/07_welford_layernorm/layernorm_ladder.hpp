@@ -1,6 +1,7 @@
-// Chapter 07: the kernels' shapes, the dispatcher's rule and the kernel ladder. Backend-neutral:
-// the limits are numbers, the launchers are defined in layernorm_kernels.cuh once per kernel
-// backend. The CPU steps are in layernorm.hpp.
+// Chapter 07: the kernels' shapes, their plans (common/row_plan.hpp), the dispatcher's rule and
+// what the ladder's rungs share. Backend-neutral: the limits are numbers; each rung's kernel,
+// launcher and record are its file of rungs/, compiled once per kernel backend. The CPU steps
+// are in layernorm.hpp.
 #pragma once
 
 #include <cstddef>
@@ -12,6 +13,7 @@
 #include "common/backend.hpp"
 #include "common/dtype.hpp"
 #include "common/row_lanes.hpp"
+#include "common/row_plan.hpp"
 #include "common/rung.hpp"
 #include "common/rung_args.hpp"
 #include "common/shared_memory.hpp"
@@ -132,30 +134,55 @@ inline bool can_vectorize(const LayerNormArgs& a) {
          aligned_for_vec(a.gamma) && aligned_for_vec(a.beta);
 }
 
+// [plans]
+/// warp_per_row on rows of `cols` elements of `t`: warp_shape's group of lanes and values per
+/// lane, in 16-byte vectors where `vectors` (can_vectorize), else one value per access.
+inline RowPlan warp_per_row_plan(int cols, Dtype t, bool vectors) {
+  const int width = vectors ? vec_width(t) : 1;
+  const RowLanes shape = warp_shape(cols, width);
+  return {shape.group_width, butterfly_levels(shape.group_width), width, RowCache::registers,
+          shape.cols_per_lane};
+}
+
+/// block_cached: 256 threads per row, the row in shared memory.
+inline RowPlan block_cached_plan(int /*cols*/, Dtype t, bool vectors) {
+  return {kBlockThreads, kBlockMergeLevels, vectors ? vec_width(t) : 1, RowCache::shared, 0};
+}
+
+/// block_uncached: 256 threads per row, x read again to normalize.
+inline RowPlan block_uncached_plan(int /*cols*/, Dtype t, bool vectors) {
+  return {kBlockThreads, kBlockMergeLevels, vectors ? vec_width(t) : 1, RowCache::none, 0};
+}
+
+/// The plan of strategy `s`.
+inline RowPlan strategy_plan(Strategy s, int cols, Dtype t, bool vectors) {
+  switch (s) {
+    case Strategy::warp_per_row:
+      return warp_per_row_plan(cols, t, vectors);
+    case Strategy::block_cached:
+      return block_cached_plan(cols, t, vectors);
+    case Strategy::block_uncached:
+      break;
+  }
+  return block_uncached_plan(cols, t, vectors);
+}
+// [plans]
+
 // ------------------------------------------------------------------------------------------
-// Kernel launchers (defined in layernorm_kernels.cuh, once per kernel backend) and the ladder
+// The kernel ladder: one rung per file of rungs/ (its kernel, launcher and record)
 // ------------------------------------------------------------------------------------------
 
-/// The launchers of the ladder's rungs. x, gamma, beta and y of `a` hold elements of a.dtype
-/// (__half or __nv_bfloat16 in the kernels; bit patterns on the host, common/dtype.hpp), mean
-/// and rstd float whatever the type; the kernels compute in float: x, gamma and beta are
-/// widened exactly, y is rounded once, to nearest even. Device pointers of backend B, any
-/// alignment (misaligned rows take the scalar path). The shapes each takes are its limits in
-/// kernel_ladder(), checked before launch (run_rung).
+/// What every rung's launch on backend B may ask of its device. x, gamma, beta and y of a
+/// rung's LayerNormArgs hold elements of a.dtype (__half or __nv_bfloat16 in the kernels; bit
+/// patterns on the host, common/dtype.hpp), mean and rstd float whatever the type; the kernels
+/// compute in float: x, gamma and beta are widened exactly, y is rounded once, to nearest
+/// even. Device pointers of backend B, any alignment (misaligned rows take the scalar path).
+/// The shapes each rung takes are its limits, checked before launch (run_rung).
 template <Backend B>
 struct Kernels {
-  /// Strategy 1: a group of lanes per row, the row in registers.
-  static void warp_per_row(const LayerNormArgs& a);
-  /// Strategy 2: a block per row, the row cached in dynamic shared memory.
-  static void block_cached(const LayerNormArgs& a);
-  /// Strategy 3: a block per row, x read twice.
-  static void block_uncached(const LayerNormArgs& a);
-  /// What one block may opt in to on this backend's device.
+  /// What one block may opt in to on this backend's device (block_cached's row and the
+  /// dispatcher's rule; defined in rungs/2_block_cached.cuh).
   static std::size_t max_dynamic_shared_bytes();
-  /// The dispatcher: choose_strategy(cols, max_dynamic_shared_bytes(), dtype_bytes(dtype)),
-  /// launched; returns the strategy it ran.
-  static Strategy layernorm(const LayerNormArgs& a);
-  static void dispatch(const LayerNormArgs& a) { layernorm(a); }
 };
 
 /// warp_per_row and block_cached read x once (kept in registers or in shared memory between
@@ -174,32 +201,12 @@ inline Traffic x_read_twice(const LayerNormArgs& a) {
                            "1 write of y + mean and rstd per row");
 }
 
-/// The dispatcher moves what the strategy it picks moves (choose_strategy on backend B's
-/// device): x read twice only where block_uncached runs.
-template <Backend B>
-Traffic dispatched(const LayerNormArgs& a) {
-  return choose_strategy(a.cols, Kernels<B>::max_dynamic_shared_bytes(), dtype_bytes(a.dtype)) ==
-                 Strategy::block_uncached
-             ? x_read_twice(a)
-             : x_read_once(a);
-}
-
-// [ladder]
-/// The three strategies and the dispatcher, each on fp32, fp16 and bf16, with the rows it
-/// holds on this backend's device.
-template <Backend B>
-Ladder<LayerNormArgs> kernel_ladder() {
-  return {{"warp_per_row", "the row in registers, Chan's combine by warp shuffles: x read once",
-           row_limits(warp_row_max_cols(2), kLayerNormDtypes, kWarpRowMaxBytes),
-           &Kernels<B>::warp_per_row, &x_read_once},
-          {"block_cached", "256 threads per row, the row cached in shared memory: x read once",
-           cached_limits(Kernels<B>::max_dynamic_shared_bytes()), &Kernels<B>::block_cached,
-           &x_read_once},
-          {"block_uncached", "no row cache: x read twice, for rows shared memory cannot hold",
-           row_limits(kMaxCols, kLayerNormDtypes), &Kernels<B>::block_uncached, &x_read_twice},
-          {"dispatch", "picks the first of the three that holds the row (choose_strategy)",
-           row_limits(kMaxCols, kLayerNormDtypes), &Kernels<B>::dispatch, &dispatched<B>}};
-}
-// [ladder]
-
 }  // namespace wb::ch07
+
+// [ladder]
+// The ladder, rungs/1_warp_per_row.cuh to rungs/4_dispatch.cuh in order: the three strategies
+// and the dispatcher, each on fp32, fp16 and bf16, with the rows it holds on its backend's
+// device. The build lists the files as Rungs<B> and kernel_ladder<B>() (a generated header);
+// each file defines its Rungs<B>::name() with its kernel and launcher.
+#include "chapters/07_welford_layernorm/ladder.hpp"
+// [ladder]

@@ -78,8 +78,8 @@ void print_cancellation_demo() {
 std::string g_dot_path;  // --dot: where the trace writes the butterfly's tree (Graphviz)
 
 /// The node lane `lane` holds after the butterfly's exchanges from mask G / 2 down to `mask`
-/// (group_all_reduce in layernorm_kernels.cuh): mask = G is its own state, a leaf; otherwise it
-/// combined its state with lane ^ mask's, the lower lane's first.
+/// (group_all_reduce in rungs/1_warp_per_row.cuh): mask = G is its own state, a leaf;
+/// otherwise it combined its state with lane ^ mask's, the lower lane's first.
 int butterfly_node(ch03::MergeTree& tree, int group, int lane, int mask) {
   if (mask == group) return tree.add_leaf(lane);
   const int mine = butterfly_node(tree, group, lane, 2 * mask);

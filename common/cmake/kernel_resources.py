@@ -43,8 +43,8 @@ ALLOWED = [
     (r"ch06::fa2_tensor_core_kernel<__half, 64>", r"sm_\d+", 32,
      "ptxas's trade: 128 registers (4 blocks of 4 warps per SM) for 16 bytes of spills; with "
      "__launch_bounds__(128, 3) it takes 146-153 and 3 blocks, no spill; chapter 08 replaces it"),
-    (r"ch03::warp_registers_kernel<[^,]+, (16|32), false, 32>", r"sm_8\d", 8, SLOW_DIVISION),
-    (r"ch03::warp_registers_kernel<(__half|__nv_bfloat16), 64, true, 32>", r"sm_8\d", 8,
+    (r"ch03::warp_registers_kernel<[^,]+, (16|32), false>", r"sm_8\d", 8, SLOW_DIVISION),
+    (r"ch03::warp_registers_kernel<(__half|__nv_bfloat16), 64, true>", r"sm_8\d", 8,
      SLOW_DIVISION),
     (r"ch07::warp_per_row_kernel<(float, 32|__half, 64|__nv_bfloat16, 64), 32, true>", r"sm_\d+",
      16, SLOW_DIVISION),
