@@ -7,6 +7,8 @@
 #include <utility>
 #include <vector>
 
+#include "chapters/09_flash_decoding/decode_ladder.hpp"
+#include "chapters/09_flash_decoding/decode_reference.hpp"
 #include "chapters/09_flash_decoding/flash_decoding.hpp"
 #include "common/attention_inputs.hpp"
 #include "tests/attention_shapes.hpp"

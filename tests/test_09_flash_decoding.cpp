@@ -12,6 +12,8 @@
 #include <string>
 #include <vector>
 
+#include "chapters/09_flash_decoding/decode_ladder.hpp"
+#include "chapters/09_flash_decoding/decode_reference.hpp"
 #include "chapters/09_flash_decoding/flash_decoding.hpp"
 #include "common/attention_inputs.hpp"
 #include "common/reference_attention.hpp"

@@ -25,6 +25,7 @@
 #include "chapters/09_flash_decoding/flash_decoding.hpp"
 #include "common/buffer.hpp"
 #include "common/half.hpp"
+#include "common/reference_attention.hpp"
 #include "common/rung_buffers.hpp"
 #include "tests/decode_edges.hpp"
 #include "tests/support.hpp"

@@ -6,6 +6,8 @@
 #include <string>
 #include <vector>
 
+#include "chapters/09_flash_decoding/decode_ladder.hpp"
+#include "chapters/09_flash_decoding/decode_reference.hpp"
 #include "chapters/09_flash_decoding/flash_decoding.hpp"
 #include "common/rung_buffers.hpp"
 #include "tests/traffic_checks.hpp"

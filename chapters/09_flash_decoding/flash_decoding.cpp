@@ -1,6 +1,7 @@
 // Chapter 09: the paged cache's copies (eq. 9), and the traffic formulas of the split,
-// streaming and combine kernels (decode_kernels.cuh, stream_kernel.cuh), which the profile
-// suite holds against the simulator's counts.
+// streaming and combine kernels (split_kernel.cuh, rungs/3_stream_kv.cuh, combine_kernel.cuh),
+// which the profile suite holds against the simulator's counts.
+#include "chapters/09_flash_decoding/decode_ladder.hpp"
 #include "chapters/09_flash_decoding/flash_decoding.hpp"
 
 #include <algorithm>

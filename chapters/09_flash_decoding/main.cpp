@@ -9,10 +9,13 @@
 #include <string>
 #include <vector>
 
+#include "chapters/09_flash_decoding/decode_ladder.hpp"
+#include "chapters/09_flash_decoding/decode_reference.hpp"
 #include "chapters/09_flash_decoding/flash_decoding.hpp"
 #include "common/attention_inputs.hpp"
 #include "common/attention_report.hpp"
 #include "common/bench.hpp"
+#include "common/chapter_program.hpp"
 #include "common/cli.hpp"
 #include "common/ladder_profile.hpp"
 #include "common/ladder_run.hpp"
@@ -229,7 +232,7 @@ void report_table(Backend backend, const Ladder<DecodeArgs>& ladder, const Atten
 int run_bench(const Ladder<DecodeArgs>& ladder, const BenchOptions& options,
               const DecodeShape& shape, int splits, int page_keys, bool causal, Dtype dtype,
               std::uint64_t seed) {
-  Bench bench("09_flash_decoding", "decode", options);
+  Bench bench(kChapter, "decode", options);
   const AttentionInputs in = {
       bench_input(std::int64_t(shape.batch) * shape.hq * shape.lq, shape.d, seed),
       bench_input(std::int64_t(shape.batch) * shape.hkv * shape.lk, shape.d, seed + 1),
@@ -247,6 +250,34 @@ int run_bench(const Ladder<DecodeArgs>& ladder, const BenchOptions& options,
                    (page_keys > 0 ? " paged " + std::to_string(page_keys) : ""),
                Work::moving(bytes));
   return bench.finish();
+}
+
+// --profile: every rung of `ladder` (sim kernels) on randn inputs of `shape`, its traffic
+// counted by the simulator against the rung's formula, every buffer named.
+int run_profile(const Ladder<DecodeArgs>& ladder, const DecodeShape& shape,
+                const std::vector<int>& lengths, int splits, int page_keys, bool causal, bool full,
+                Dtype dtype, const ProgramOptions& options) {
+  const AttentionInputs in = make_attention_inputs(
+      ScoreKind::randn, {shape.batch, shape.hq * shape.lq, shape.hkv * shape.lk, shape.d},
+      default_scale(shape.d), options.seed);
+  KernelBuffers kb(Backend::sim, in, lengths, shape, splits, causal, dtype, page_keys,
+                   options.seed);
+  const DecodeBuffers& buffers = kb.buffers;
+  // Names for the profile's per-buffer bytes and the access trace.
+  if (kb.table) sim::label_device_buffer(kb.table->data(), "block_table");
+  sim::label_device_buffer(buffers.q.data(), "q");
+  sim::label_device_buffer(buffers.k.data(), "k");
+  sim::label_device_buffer(buffers.v.data(), "v");
+  sim::label_device_buffer(buffers.lengths.data(), "lengths");
+  sim::label_device_buffer(buffers.o.data(), "o");
+  sim::label_device_buffer(buffers.lse.data(), "lse");
+  sim::label_device_buffer(buffers.o_partial.data(), "o_partial");
+  sim::label_device_buffer(buffers.lse_partial.data(), "lse_partial");
+  return profile_ladder(ladder, buffers.args, shape.rows(), "row",
+                        to_string(shape) + ", " + std::to_string(splits) + " splits" +
+                            (full ? "" : ", ragged lengths") + (causal ? ", causal" : "") +
+                            (page_keys > 0 ? ", pages of " + std::to_string(page_keys) : ""),
+                        options.bench.csv_path);
 }
 
 }  // namespace
@@ -282,77 +313,65 @@ int main(int argc, char** argv) {
               "with --bench or --profile: the element type (default fp32)");
   ProgramOptions options;
   if (const int code = parse_program(cli, argc, argv, &options); code >= 0) return code;
-  const auto make_ladder = [](auto b) { return kernel_ladder<decltype(b)::value>(); };
-  if (options.list) return list_ladder(cli, options, "09_flash_decoding", "decode", make_ladder);
   const bool gpu = options.backend == Backend::cuda;
   const DecodeShape shape{batch > 0 ? batch : (gpu ? 1 : 3), hq > 0 ? hq : (gpu ? 32 : 8),
                           hkv > 0 ? hkv : (gpu ? 32 : 2),    lq > 0 ? lq : (gpu ? 1 : 3),
                           lk > 0 ? lk : (gpu ? 32768 : 700), d > 0 ? d : (gpu ? 128 : 64)};
-  if (shape.hq % shape.hkv != 0)
-    return cli.error("--hq = " + std::to_string(shape.hq) +
-                     " is not a multiple of --hkv = " + std::to_string(shape.hkv));
-  if (shape.q_elems() > kMaxBenchElements || shape.kv_elems() > kMaxBenchElements)
-    return cli.error("--batch x --hq x --lq x --d or --batch x --hkv x --lk x --d exceeds 2^31");
-  if (!options.bench.enabled && !options.profile && (causal || dtype != "fp32"))
-    return cli.error(
-        "--causal and --dtype only apply with --bench or --profile (the report runs both)");
-  if (page_keys % kPageKeyMultiple != 0)
-    return cli.error("--page-keys = " + std::to_string(page_keys) + " is not a multiple of " +
-                     std::to_string(kPageKeyMultiple) + " (a K/V tile would straddle two pages)");
-  const Ladder<DecodeArgs> ladder = select_kernel_backend(options.backend, make_ladder);
   const Dtype type = dtypes_of_option(dtype).front();
-  // eq. (7) on the device that runs the kernels (the simulator models an H100)
-  const int n_splits =
-      splits > 0 ? splits : select_kernel_backend(gpu ? Backend::cuda : Backend::sim, [&](auto b) {
-        return default_splits<decltype(b)::value>(shape, type);
-      });
-  if (options.bench.enabled)
-    return run_guarded(cli, [&] {
-      return run_bench(ladder, options.bench, shape, n_splits, page_keys, causal, type,
-                       options.seed);
-    });
   const std::vector<int> lengths =
       full ? std::vector<int>{} : ragged_lengths(shape.batch, shape.lk, options.seed);
-  if (options.profile)
-    return run_guarded(cli, [&] {
-      const AttentionInputs in = make_attention_inputs(
-          ScoreKind::randn, {shape.batch, shape.hq * shape.lq, shape.hkv * shape.lk, shape.d},
-          default_scale(shape.d), options.seed);
-      KernelBuffers kb(Backend::sim, in, lengths, shape, n_splits, causal, type, page_keys,
-                       options.seed);
-      const DecodeBuffers& buffers = kb.buffers;
-      // Names for the profile's per-buffer bytes and the access trace.
-      if (kb.table) sim::label_device_buffer(kb.table->data(), "block_table");
-      sim::label_device_buffer(buffers.q.data(), "q");
-      sim::label_device_buffer(buffers.k.data(), "k");
-      sim::label_device_buffer(buffers.v.data(), "v");
-      sim::label_device_buffer(buffers.lengths.data(), "lengths");
-      sim::label_device_buffer(buffers.o.data(), "o");
-      sim::label_device_buffer(buffers.lse.data(), "lse");
-      sim::label_device_buffer(buffers.o_partial.data(), "o_partial");
-      sim::label_device_buffer(buffers.lse_partial.data(), "lse_partial");
-      return profile_ladder(ladder, buffers.args, shape.rows(), "row",
-                            to_string(shape) + ", " + std::to_string(n_splits) + " splits" +
-                                (full ? "" : ", ragged lengths") + (causal ? ", causal" : "") +
-                                (page_keys > 0 ? ", pages of " + std::to_string(page_keys) : ""),
-                            options.bench.csv_path);
-    });
-  if (std::size_t(shape.batch) * shape.hq * shape.lq * shape.lk > (std::size_t{1} << 28))
-    return cli.error(
-        "--batch x --hq x --lq x --lk exceeds this program's limit of 2^28 (the fp64 "
-        "reference)");
-  return run_chapter(
-      cli, options, print_intro, print_trace,
-      [&] {
-        const AttentionInputs randn = make_attention_inputs(
-            ScoreKind::randn, {shape.batch, shape.hq * shape.lq, shape.hkv * shape.lk, shape.d},
-            default_scale(shape.d), options.seed);
-        for (Dtype t : dtypes_of_option(options.backend == Backend::cpu ? "fp32" : "all"))
-          for (bool c : {false, true})
-            report_table(options.backend, ladder, ch06::round_inputs(randn, t), shape, lengths,
-                         n_splits, page_keys, c, t, options.seed);
-        print_sim_time_note(std::cout, options.backend);
-      },
+  // eq. (7) on the device that runs the kernels (the simulator models an H100)
+  const auto split_count = [&] {
+    return splits > 0 ? splits
+                      : select_kernel_backend(gpu ? Backend::cuda : Backend::sim, [&](auto b) {
+                          return default_splits<decltype(b)::value>(shape, type);
+                        });
+  };
+  ChapterSteps<DecodeArgs> steps;
+  steps.op = "decode";
+  steps.check = [&] {
+    if (shape.hq % shape.hkv != 0)
+      return cli.error("--hq = " + std::to_string(shape.hq) +
+                       " is not a multiple of --hkv = " + std::to_string(shape.hkv));
+    if (shape.q_elems() > kMaxBenchElements || shape.kv_elems() > kMaxBenchElements)
+      return cli.error("--batch x --hq x --lq x --d or --batch x --hkv x --lk x --d exceeds 2^31");
+    if (!options.bench.enabled && !options.profile && (causal || dtype != "fp32"))
+      return cli.error(
+          "--causal and --dtype only apply with --bench or --profile (the report runs both)");
+    if (page_keys % kPageKeyMultiple != 0)
+      return cli.error("--page-keys = " + std::to_string(page_keys) + " is not a multiple of " +
+                       std::to_string(kPageKeyMultiple) + " (a K/V tile would straddle two pages)");
+    if (!options.bench.enabled && !options.profile &&
+        std::size_t(shape.batch) * shape.hq * shape.lq * shape.lk > (std::size_t{1} << 28))
+      return cli.error(
+          "--batch x --hq x --lq x --lk exceeds this program's limit of 2^28 (the fp64 "
+          "reference)");
+    return -1;
+  };
+  steps.bench = [&](const Ladder<DecodeArgs>& ladder) {
+    return run_bench(ladder, options.bench, shape, split_count(), page_keys, causal, type,
+                     options.seed);
+  };
+  steps.profile = [&](const Ladder<DecodeArgs>& ladder) {
+    return run_profile(ladder, shape, lengths, split_count(), page_keys, causal, full, type,
+                       options);
+  };
+  steps.intro = print_intro;
+  steps.trace = print_trace;
+  steps.report = [&](const Ladder<DecodeArgs>& ladder) {
+    const AttentionInputs randn = make_attention_inputs(
+        ScoreKind::randn, {shape.batch, shape.hq * shape.lq, shape.hkv * shape.lk, shape.d},
+        default_scale(shape.d), options.seed);
+    const int n_splits = split_count();
+    for (Dtype t : dtypes_of_option(options.backend == Backend::cpu ? "fp32" : "all"))
+      for (bool c : {false, true})
+        report_table(options.backend, ladder, ch06::round_inputs(randn, t), shape, lengths,
+                     n_splits, page_keys, c, t, options.seed);
+    print_sim_time_note(std::cout, options.backend);
+  };
+  steps.next =
       "Next: chapter 10, the FlashAttention-2 backward pass (chapters/10_fa2_backward, docs page\n"
-      "\"Chapter 10\"): the logsumexp this chapter merged lets it recompute P tile by tile.\n");
+      "\"Chapter 10\"): the logsumexp this chapter merged lets it recompute P tile by tile.\n";
+  return run_chapter_program(cli, options, steps,
+                             [](auto b) { return kernel_ladder<decltype(b)::value>(); });
 }

@@ -1,8 +1,8 @@
-// Chapter 09's tensor-core rung: the split kernel with a block's query rows on mma.sync.
+// Chapter 09, rung 4: mma KV. The split kernel with a block's query rows on mma.sync.
 //
 // Computes: the partials (O_s, logsumexp_s) of eq. (1) for every split s of every query row, as
-//           stream_kernel.cuh does, for fp16 and bf16 elements and d = 64 or 128, with float
-//           accumulation; the combine kernel (decode_kernels.cuh) merges them, eq. (4).
+//           rung 3 does, for fp16 and bf16 elements and d = 64 or 128, with float
+//           accumulation; the combine kernel (combine_kernel.cuh) merges them, eq. (4).
 // Changed since stream_kv: with several query rows per KV head (lq > 1, or a group of query
 //           heads sharing a KV head, eq. 5) stream_kv does every row's dot products and P V
 //           on CUDA cores, lane by lane. Here the block's 16 group rows (zeros past the last)
@@ -33,6 +33,7 @@
 #include "chapters/04_fused_qk_softmax/attention_tiles.cuh"
 #include "chapters/08_fa2_at_speed/fast_tiles.cuh"
 #include "chapters/08_fa2_at_speed/warp_tile.cuh"
+#include "chapters/09_flash_decoding/decode_ladder.hpp"
 #include "chapters/09_flash_decoding/flash_decoding.hpp"
 #include "chapters/09_flash_decoding/state_merge.cuh"
 #include "common/ptx.cuh"
@@ -182,16 +183,21 @@ void launch_mma(const DecodeArgs& a) {
                   s, a.splits, row_tiles, a.scale, a.causal);
 }
 
-}  // namespace
-
-// ==========================================================================================
-// Launcher
-// ==========================================================================================
-
-template <>
-void Kernels<kThisBackend>::mma_partials(const DecodeArgs& a) {
+// The tensor-core kernel's partials over a.splits ranges, then their combine.
+void launch_mma_kv(const DecodeArgs& a) {
   with_tile_shape("mma_kv", a.dtype, a.shape.d, {a.q, a.k, a.v}, "q, k and v",
                   [&](auto t, auto d) { launch_mma<decltype(t), decltype(d)::value>(a); });
+  Kernels<kThisBackend>::combine(a);
 }
+
+}  // namespace
+
+WB_RUNG(DecodeArgs, mma_kv,
+        "a block's 16 group rows on tensor cores: mma.sync m16n8k16 over K/V tiles that "
+        "cp.async double-buffers (chapter 08's pieces), the 4 warps splitting each tile's "
+        "keys and merging by the monoid",
+        attention_limits({Dtype::fp16, Dtype::bf16}, 0, {64, 128}, ch04::kMaxBatchHeads,
+                         /*causal=*/true, kSplitOutputs),
+        &launch_mma_kv, &mma_kv_traffic, block_merge_facts(/*rounds_p=*/true))
 
 }  // namespace wb::ch09

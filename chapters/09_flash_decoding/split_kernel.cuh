@@ -1,31 +1,25 @@
-// Chapter 09 kernels: Flash-Decoding, split-KV attention and the combine.
+// Chapter 09: the split kernel of rungs 1 and 2 (rungs/1_one_split.cuh, rungs/2_split_kv.cuh):
+// chapter 06's tiled loop for decoding, one block per (KV head, 16 group rows, key range).
 //
-// Computes: O = softmax(scale Q K^T + causal mask) V and logsumexp per query row, for
-//           Q: (batch, hq, lq, d) against a KV cache K, V: (batch, hkv, lk, d), or paged
-//           (eq. 9 of flash_decoding.md: a block table into a pool of pages), of which
-//           sequence b uses its first lengths[b] keys; query head h reads KV head h / (hq / hkv)
-//           (eq. 5 of flash_decoding.md); elements fp32, fp16 or bf16, float arithmetic. A row
-//           that sees no key gives O = 0 and logsumexp = -inf.
-// Changed since chapter 06: the keys, not only the queries, are cut across blocks. one_split
-//           is chapter 06's loop with the query rows of a KV head's group sharing each K/V tile;
-//           split_kv gives every (KV head, row tile) `splits` blocks, each over a range of keys,
-//           writing a partial (O_s, logsumexp_s) in float (eq. 1), and a second kernel merges
-//           each row's partials (eq. 4): chapter 03's monoid, carried to (logsumexp, O).
-// Launch shape: split: grid (splits x ceil(g lq / 16), batch x hkv), block (32, 4). Warp y owns
-//           rows y, y + 4, y + 8, y + 12 of the block's 16 group rows (m, l and the unnormalized
+// Computes: for each query row of the block, over the keys [j0, j1) of its split (all of them
+//           for one_split), O = softmax(scale q K^T + causal mask) V and logsumexp, eq. (1) of
+//           flash_decoding.md; Q: (batch, hq, lq, d) against a KV cache K, V: (batch, hkv, lk,
+//           d), or paged (eq. 9: a block table into a pool of pages), of which sequence b uses
+//           its first lengths[b] keys; query head h reads KV head h / (hq / hkv) (eq. 5);
+//           elements fp32, fp16 or bf16, float arithmetic. A row that sees no key gives O = 0
+//           and logsumexp = -inf.
+// Launch shape: grid (splits x ceil(g lq / 16), batch x hkv), block (32, 4). Warp y owns rows
+//           y, y + 4, y + 8, y + 12 of the block's 16 group rows (m, l and the unnormalized
 //           output in registers); lane x scores key x of the K/V tile of 32, then owns output
 //           columns x, x + 32, ... Dynamic shared memory: chapter 06's tiles for 16 rows, at
-//           most 42.1 KiB (d = 128). combine: grid ceil(batch hq lq / 4), block (32, 4), a warp per
-//           row.
+//           most 42.1 KiB (d = 128).
 // Limits: lq, lk in [1, kMaxLength], any value; 1 <= d <= 128; hq a multiple of hkv;
 //           batch x hkv <= 65535 (grid.y); batch x hq x lq and splits x hq / hkv x lq at most
-//           2^31 - 1 (int rows, grid.x); lengths in [0, lk]: the rungs' limits (kernel_ladder),
-//           checked before every launch (the kernel clamps a length into [0, lk] all the same).
-// Memory traffic: split_traffic and combine_traffic (flash_decoding.cpp): Q once per block,
-//           K and V once per key a block loads, a split's O row written (and read by the
-//           combine) only where that split saw a key, two reads of each split's logsumexp; a
-//           paged cache adds every thread's read of the table once per K/V tile.
-// Test: ctest --test-dir build -R 09_flash_decoding --output-on-failure
+//           2^31 - 1 (int rows, grid.x); lengths in [0, lk]: the rungs' limits, checked before
+//           every launch (the kernel clamps a length into [0, lk] all the same).
+// Memory traffic: split_traffic (flash_decoding.cpp): Q once per block, K and V once per key a
+//           block loads, a split's O row written only where that split saw a key; a paged cache
+//           adds every thread's read of the table once per K/V tile.
 #pragma once
 
 #include "common/kernel.cuh"
@@ -33,7 +27,9 @@
 #include <type_traits>
 
 #include "chapters/04_fused_qk_softmax/attention_tiles.cuh"
+#include "chapters/09_flash_decoding/decode_ladder.hpp"
 #include "chapters/09_flash_decoding/flash_decoding.hpp"
+#include "common/tile_load.cuh"
 #include "common/vector_types.cuh"
 
 namespace wb::ch09 {
@@ -139,75 +135,6 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
-constexpr int kCombineWarps = 4;  // rows per block of the combine kernel, a warp each
-constexpr int kCombineBatch = 8;  // splits whose O rows a warp loads before adding them
-static_assert(kWarpSize % kCombineBatch == 0, "batches tile the warp's 32 splits");
-
-// o_partial: (rows, splits, d), lse_partial: (rows, splits); o: (rows, d) of T, lse: (rows).
-// Warp y of block x merges row 4 x + y: lane x reads the logsumexps of splits x, x + 32, ...
-// and the row's logsumexp is chapter 03's merge of their (m, d) over the warp; then every
-// split that saw a key adds its O row with its weight, eq. (4).
-template <typename T>
-__global__ void __launch_bounds__(kCombineWarps* kWarpSize)
-    combine_kernel(const float* __restrict__ o_partial, const float* __restrict__ lse_partial,
-                   T* __restrict__ o, float* __restrict__ lse, int rows, int splits, int d) {
-  const int row = blockIdx.x * kCombineWarps + threadIdx.y;
-  if (row >= rows) return;  // the whole warp: no barrier follows
-  const int lane = threadIdx.x;
-  const float* lse_s = lse_partial + std::size_t(row) * splits;
-  const float* o_s = o_partial + std::size_t(row) * splits * d;
-
-  // [combine]
-  // The row's logsumexp: each lane's splits as chapter 02's online (m, d), merged over the
-  // warp by chapter 03's monoid: lse = m + log d, -inf when no split saw a key.
-  float lse_row = -INFINITY;
-  // [exercise]
-  ch03::MD md = ch03::md_identity();
-  for (int s = lane; s < splits; s += kWarpSize) md = ch03::md_merge(md, {lse_s[s], 1.f});
-  md = ch04::warp_merge(md);
-  lse_row = ch06::logsumexp(md.m, md.d);
-  // [exercise]
-  float acc[kColumnsPerLane] = {};
-  for (int s0 = 0; s0 < splits; s0 += kWarpSize) {
-    const int mine = s0 + lane;
-    const float lse_mine = mine < splits ? lse_s[mine] : -INFINITY;
-    float w_mine = 0.f;  // the weight of split `mine` in the row
-    // [exercise]
-    w_mine = combine_weight(lse_mine, lse_row);  // e^{lse_s - lse}, eq. (4)
-    // [exercise]
-    // The splits in batches of kCombineBatch, each batch's O rows loaded before any is added:
-    // that many loads in flight at once, not one after another (a split that saw no key, the
-    // identity, has weight 0 and its unwritten O row is not read).
-    for (int jj0 = 0; jj0 < kWarpSize && s0 + jj0 < splits; jj0 += kCombineBatch) {
-      float w[kCombineBatch], x[kCombineBatch][kColumnsPerLane];
-#pragma unroll
-      for (int u = 0; u < kCombineBatch; ++u) {
-        const int jj = jj0 + u;  // past the last split: lse_mine = -inf there
-        const bool seen = __shfl_sync(kAllLanes, lse_mine, jj) != -INFINITY;
-        const float w_jj = __shfl_sync(kAllLanes, w_mine, jj);
-        w[u] = seen ? w_jj : 0.f;
-        const float* o_row = o_s + std::size_t(s0 + jj) * d;
-#pragma unroll
-        for (int cc = 0; cc < kColumnsPerLane; ++cc) {
-          const int c = lane + cc * kWarpSize;
-          x[u][cc] = seen && c < d ? o_row[c] : 0.f;
-        }
-      }
-#pragma unroll
-      for (int u = 0; u < kCombineBatch; ++u)
-#pragma unroll
-        for (int cc = 0; cc < kColumnsPerLane; ++cc) acc[cc] = fmaf(w[u], x[u][cc], acc[cc]);
-    }
-  }
-  // [combine]
-#pragma unroll
-  for (int cc = 0; cc < kColumnsPerLane; ++cc) {
-    const int c = lane + cc * kWarpSize;
-    if (c < d) o[std::size_t(row) * d + c] = from_float<T>(acc[cc]);
-  }
-  if (lane == 0) lse[row] = lse_row;
-}
-
 template <typename T, bool kPartial>
 void launch_split(const DecodeArgs& a, int splits) {
   const DecodeShape& s = a.shape;
@@ -221,30 +148,4 @@ void launch_split(const DecodeArgs& a, int splits) {
 }
 
 }  // namespace
-
-// ==========================================================================================
-// Launchers
-// ==========================================================================================
-
-template <>
-void Kernels<kThisBackend>::one_split(const DecodeArgs& a) {
-  with_element_type(a.dtype, [&](auto tag) { launch_split<decltype(tag), false>(a, 1); });
-}
-
-template <>
-void Kernels<kThisBackend>::split_partials(const DecodeArgs& a) {
-  with_element_type(a.dtype, [&](auto tag) { launch_split<decltype(tag), true>(a, a.splits); });
-}
-
-template <>
-void Kernels<kThisBackend>::combine(const DecodeArgs& a) {
-  const int rows = static_cast<int>(a.shape.rows());
-  with_element_type(a.dtype, [&](auto tag) {
-    using T = decltype(tag);
-    launch<combine_kernel<T>>(dim3(ceil_div(rows, kCombineWarps)), dim3(kWarpSize, kCombineWarps),
-                              0, a.o_partial, a.lse_partial, static_cast<T*>(a.o), a.lse, rows,
-                              a.splits, a.shape.d);
-  });
-}
-
 }  // namespace wb::ch09

@@ -1,10 +1,11 @@
-// Chapter 09's last rung: the split kernel with its keys streamed straight into registers.
+// Chapter 09, rung 3: stream KV. The split kernel with its keys streamed straight into
+// registers.
 //
 // Computes: the partials (O_s, logsumexp_s) of eq. (1) for every split s of every query row,
 //           for Q: (batch, hq, lq, d) against the KV cache K, V: (batch, hkv, lk, d) of which
 //           sequence b uses its first lengths[b] keys, query head h reading KV head h / g
 //           (eq. 5), causal or not (eq. 6); elements fp32, fp16 or bf16, float arithmetic. The
-//           combine kernel (decode_kernels.cuh) merges them into O and logsumexp, eq. (4).
+//           combine kernel (combine_kernel.cuh) merges them into O and logsumexp, eq. (4).
 // Changed since split_kv: decoding reads every byte of the cache once and does a few flops
 //           per byte, so its time is the time to read the cache, and what counts is keeping
 //           enough bytes in flight. Here no K/V tile passes through shared memory and no
@@ -35,6 +36,7 @@
 #include "common/kernel.cuh"
 
 #include "chapters/04_fused_qk_softmax/attention_tiles.cuh"
+#include "chapters/09_flash_decoding/decode_ladder.hpp"
 #include "chapters/09_flash_decoding/flash_decoding.hpp"
 #include "chapters/09_flash_decoding/state_merge.cuh"
 #include "common/tile_shape.cuh"
@@ -211,14 +213,8 @@ void with_stream_rows(int group_rows, F&& f) {
   }
 }
 
-}  // namespace
-
-// ==========================================================================================
-// Launchers
-// ==========================================================================================
-
-template <>
-void Kernels<kThisBackend>::stream_partials(const DecodeArgs& a) {
+// The streaming kernel's partials over a.splits ranges, then their combine.
+void launch_stream_kv(const DecodeArgs& a) {
   const DecodeShape& s = a.shape;
   require_16_byte_rows("stream_kv", {a.q, a.k, a.v}, "q, k and v");  // whole 16-byte vectors
   with_element_type(a.dtype, [&](auto tag) {
@@ -233,8 +229,19 @@ void Kernels<kThisBackend>::stream_partials(const DecodeArgs& a) {
           a.splits, row_tiles, a.scale, a.causal);
     });
   });
+  Kernels<kThisBackend>::combine(a);
 }
 
+}  // namespace
+
+WB_RUNG(DecodeArgs, stream_kv,
+        "each warp streams its own keys from global memory into registers, 16-byte loads "
+        "several keys deep, no shared tiles or barriers in the loop; lanes and warps merge "
+        "by the same monoid",
+        stream_limits(kSplitOutputs), &launch_stream_kv, &stream_kv_traffic,
+        block_merge_facts(/*rounds_p=*/false))
+
+// The wave eq. (7) fills: this kernel's residency on the backend's device.
 template <>
 Wave Kernels<kThisBackend>::stream_wave(const DecodeShape& shape, Dtype dtype) {
   Wave wave{0, 0};
