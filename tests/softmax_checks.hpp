@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <functional>
 #include <limits>
 #include <optional>
@@ -262,6 +263,26 @@ inline void check_softmax_ladder(Backend backend, const Ladder<RowArgs>& ladder,
       backend, ladder, cpu_step,
       [floor](const Rung<RowArgs>&, const RowArgs& args) { return floor(args.cols); }, cpu_bound,
       seed);
+}
+
+/// Softmax is shift invariant, and on x on a grid of 1/64 with |x| < 8 shifted by c = +-1000 or
+/// 0.5 floating point keeps it: x + c needs 16 bits, so x + c and every difference of two
+/// shifted values (x_i - m, m_{i-1} - m_i) is exact, and a step that only ever subtracts values
+/// of the row sees identical operands. `step(x, rows, cols)` must give identical outputs, bit
+/// for bit. Returns the unshifted grid input (13 x 333), for a test's further checks.
+inline std::vector<float> check_exact_shift_invariance(
+    const std::function<std::vector<float>(const std::vector<float>&, int, int)>& step,
+    std::uint64_t seed) {
+  const int rows = 13, cols = 333;
+  std::vector<float> x = make_input(InputKind::randn, rows, cols, seed);
+  for (float& v : x) v = std::round(std::fmax(std::fmin(v, 7.f), -7.f) * 64.f) / 64.f;
+  for (float c : {1000.f, -1000.f, 0.5f}) {
+    CAPTURE(c);
+    std::vector<float> shifted = x;
+    for (float& v : shifted) v += c;
+    CHECK(step(x, rows, cols) == step(shifted, rows, cols));
+  }
+  return x;
 }
 
 }  // namespace wb::test

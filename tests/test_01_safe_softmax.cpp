@@ -75,20 +75,10 @@ TEST_SUITE("cpu") {
   }
 
   TEST_CASE("safe softmax is exactly shift invariant when the shift is exact") {
-    // x on a grid of 1/64 with |x| < 8 and a shift of 1000: x + c needs 16 bits, so both
-    // x + c and (x_i + c) - (m + c) = x_i - m are exact in float, and every later operation
-    // sees identical operands. Any difference is a bug, hence exact equality.
+    // Any difference is a bug, hence exact equality (test::check_exact_shift_invariance).
     const int rows = 13, cols = 333;
-    std::vector<float> x = make_input(InputKind::randn, rows, cols, kSeed);
-    for (float& v : x) v = std::round(std::fmax(std::fmin(v, 7.f), -7.f) * 64.f) / 64.f;
-    for (float c : {1000.f, -1000.f, 0.5f}) {
-      CAPTURE(c);
-      std::vector<float> shifted = x;
-      for (float& v : shifted) v += c;
-      const std::vector<float> y = softmax_safe(x, rows, cols);
-      const std::vector<float> y_shifted = softmax_safe(shifted, rows, cols);
-      CHECK(y == y_shifted);
-    }
+    const std::vector<float> x = test::check_exact_shift_invariance(
+        [](const std::vector<float>& v, int r, int c) { return softmax_safe(v, r, c); }, kSeed);
     // The naive form is not shift invariant in floating point: it overflows.
     std::vector<float> shifted = x;
     for (float& v : shifted) v += 1000.f;
