@@ -19,6 +19,7 @@
 #pragma once
 
 #include "common/kernel.cuh"
+#include "common/row_facts.hpp"
 
 #include "chapters/01_safe_softmax/softmax.hpp"
 #include "chapters/02_online_softmax/online_update.hpp"
@@ -67,16 +68,9 @@ RowPlan block_per_row_online_plan(int /*cols*/, Dtype /*t*/, bool /*vectors*/) {
 
 }  // namespace
 
-template <>
-Rung<RowArgs> Rungs<kThisBackend>::block_per_row_online() {
-  RungFacts facts;
-  facts.row_plan = &block_per_row_online_plan;
-  return {"block_per_row_online",
-          "chapter 02's recurrence split over 256 threads per row, their (m, d) pairs merged",
-          row_limits(kAnyCols),
-          &launch_block_per_row_online,
-          &two_passes,
-          facts};
-}
+WB_RUNG(RowArgs, block_per_row_online,
+        "chapter 02's recurrence split over 256 threads per row, their (m, d) pairs merged",
+        row_limits(kAnyCols), &launch_block_per_row_online, &two_passes,
+        row_facts(&block_per_row_online_plan))
 
 }  // namespace wb::ch03

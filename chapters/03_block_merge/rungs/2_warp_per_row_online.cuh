@@ -16,6 +16,7 @@
 #pragma once
 
 #include "common/kernel.cuh"
+#include "common/row_facts.hpp"
 
 #include "chapters/01_safe_softmax/softmax.hpp"
 #include "chapters/02_online_softmax/online_update.hpp"
@@ -25,8 +26,8 @@
 namespace wb::ch03 {
 namespace {  // kernels have internal linkage: one copy per backend's translation unit
 
-constexpr int kRowsPerBlock = 4;
-constexpr int kWarpPerRowBlock = kRowsPerBlock * kWarpSize;
+constexpr int kRowsPerBlock = 4;  // a warp per row
+constexpr int kBlock = kRowsPerBlock * kWarpSize;
 
 // [md_warp_merge]
 // Butterfly all-merge over the 32 lanes: after step k every lane holds the merge of 2^(k+1)
@@ -47,7 +48,7 @@ __device__ MD warp_all_merge(MD md) {
 // [warp_per_row_online]
 // x, y: (rows, cols), row-major. Warp w of block b owns row b * kRowsPerBlock + w; lane l
 // folds x[row][l], x[row][l + 32], ...
-__global__ void __launch_bounds__(kWarpPerRowBlock)
+__global__ void __launch_bounds__(kBlock)
     warp_per_row_online_kernel(const float* __restrict__ x, float* __restrict__ y, int rows,
                                int cols) {
   const int lane = threadIdx.x % kWarpSize;
@@ -67,8 +68,8 @@ __global__ void __launch_bounds__(kWarpPerRowBlock)
 // [warp_per_row_online]
 
 void launch_warp_per_row_online(const RowArgs& a) {
-  launch<warp_per_row_online_kernel>(dim3(ceil_div(a.rows, kRowsPerBlock)), dim3(kWarpPerRowBlock),
-                                     0, static_cast<const float*>(a.x), static_cast<float*>(a.y),
+  launch<warp_per_row_online_kernel>(dim3(ceil_div(a.rows, kRowsPerBlock)), dim3(kBlock), 0,
+                                     static_cast<const float*>(a.x), static_cast<float*>(a.y),
                                      a.rows, a.cols);
 }
 
@@ -79,16 +80,8 @@ RowPlan warp_per_row_online_plan(int /*cols*/, Dtype /*t*/, bool /*vectors*/) {
 
 }  // namespace
 
-template <>
-Rung<RowArgs> Rungs<kThisBackend>::warp_per_row_online() {
-  RungFacts facts;
-  facts.row_plan = &warp_per_row_online_plan;
-  return {"warp_per_row_online",
-          "one warp per row: the merge stays in registers, no barrier",
-          row_limits(kAnyCols),
-          &launch_warp_per_row_online,
-          &two_passes,
-          facts};
-}
+WB_RUNG(RowArgs, warp_per_row_online, "one warp per row: the merge stays in registers, no barrier",
+        row_limits(kAnyCols), &launch_warp_per_row_online, &two_passes,
+        row_facts(&warp_per_row_online_plan))
 
 }  // namespace wb::ch03

@@ -25,6 +25,7 @@
 #include <string>
 
 #include "common/kernel.cuh"
+#include "common/row_facts.hpp"
 #include "common/vector_types.cuh"
 
 #include "chapters/01_safe_softmax/softmax.hpp"
@@ -37,8 +38,8 @@
 namespace wb::ch03 {
 namespace {  // kernels have internal linkage: one copy per backend's translation unit
 
-constexpr int kWarpRegistersRows = 4;  // warps per block, a row each
-constexpr int kWarpRegistersBlock = kWarpRegistersRows * kWarpSize;
+constexpr int kRowsPerBlock = 4;  // a warp per row
+constexpr int kBlock = kRowsPerBlock * kWarpSize;
 
 // [warp_registers]
 // x, y: (rows, cols), row-major. Warp w of block b owns row 4 b + w. With kVec, lane l holds
@@ -46,14 +47,14 @@ constexpr int kWarpRegistersBlock = kWarpRegistersRows * kWarpSize;
 // columns l + 32 i, i < kColsPerLane: the warp's accesses are contiguous either way. Entries
 // past the row's end are held as -inf: no mass (eq. 3). cols <= 32 kColsPerLane.
 template <typename T, int kColsPerLane, bool kVec>
-__global__ void __launch_bounds__(kWarpRegistersBlock)
+__global__ void __launch_bounds__(kBlock)
     warp_registers_kernel(const T* __restrict__ x, T* __restrict__ y, int rows, int cols) {
   static_assert(kColsPerLane >= 1 && kColsPerLane <= kMaxColsPerLane<T>, "registers per lane");
   constexpr int kWidth = kVec ? Vec<T>::kWidth : 1;  // elements per access
   static_assert(kColsPerLane % kWidth == 0, "whole vectors per lane");
   const int lane = static_cast<int>(threadIdx.x) % kWarpSize;
   const int row =
-      static_cast<int>(blockIdx.x) * kWarpRegistersRows + static_cast<int>(threadIdx.x) / kWarpSize;
+      static_cast<int>(blockIdx.x) * kRowsPerBlock + static_cast<int>(threadIdx.x) / kWarpSize;
   // A warp past the last row still runs its shuffles, holding no entries.
   const bool live = row < rows;
   const T* xr = x + static_cast<size_t>(live ? row : 0) * cols;
@@ -101,9 +102,9 @@ __global__ void __launch_bounds__(kWarpRegistersBlock)
 
 template <typename T, int kColsPerLane, bool kVec>
 void launch_registers(const RowArgs& a) {
-  launch<warp_registers_kernel<T, kColsPerLane, kVec>>(
-      dim3(ceil_div(a.rows, kWarpRegistersRows)), dim3(kWarpRegistersBlock), 0,
-      static_cast<const T*>(a.x), static_cast<T*>(a.y), a.rows, a.cols);
+  launch<warp_registers_kernel<T, kColsPerLane, kVec>>(dim3(ceil_div(a.rows, kRowsPerBlock)),
+                                                       dim3(kBlock), 0, static_cast<const T*>(a.x),
+                                                       static_cast<T*>(a.y), a.rows, a.cols);
 }
 
 // The instantiation for `cols_per_lane` values per lane, the buckets 1, 2, 4, ..., 32 (64 for
@@ -135,16 +136,9 @@ void launch_warp_registers(const RowArgs& a) {
 
 }  // namespace
 
-template <>
-Rung<RowArgs> Rungs<kThisBackend>::warp_registers() {
-  RungFacts facts;
-  facts.row_plan = &warp_registers_plan;
-  return {"warp_registers",
-          "the row kept in registers: x read once; 16-byte vectors, 16-bit types",
-          row_limits(warp_row_max_cols(2), kFastDtypes, kWarpRowMaxBytes),
-          &launch_warp_registers,
-          &row_in_registers,
-          facts};
-}
+WB_RUNG(RowArgs, warp_registers,
+        "the row kept in registers: x read once; 16-byte vectors, 16-bit types",
+        row_limits(warp_row_max_cols(2), kFastDtypes, kWarpRowMaxBytes), &launch_warp_registers,
+        &row_in_registers, row_facts(&warp_registers_plan))
 
 }  // namespace wb::ch03

@@ -20,6 +20,7 @@
 #include <string>
 
 #include "common/kernel.cuh"
+#include "common/row_facts.hpp"
 #include "common/vector_types.cuh"
 
 #include "chapters/01_safe_softmax/softmax.hpp"
@@ -32,7 +33,7 @@
 namespace wb::ch03 {
 namespace {  // kernels have internal linkage: one copy per backend's translation unit
 
-constexpr int kLaneGroupsBlock = 4 * kWarpSize;
+constexpr int kBlock = 4 * kWarpSize;  // 4 warps, 128 / kGroup rows
 
 // [lane_groups]
 // x, y: (rows, cols), row-major. A group of kGroup lanes owns a row, the block's 128 / kGroup
@@ -40,14 +41,14 @@ constexpr int kLaneGroupsBlock = 4 * kWarpSize;
 // accesses are contiguous. A lane past the row's end holds -inf: no mass (eq. 3).
 // cols <= kGroup kWidth.
 template <typename T, int kGroup>
-__global__ void __launch_bounds__(kLaneGroupsBlock)
+__global__ void __launch_bounds__(kBlock)
     lane_groups_kernel(const T* __restrict__ x, T* __restrict__ y, int rows, int cols) {
   static_assert(kGroup >= 1 && kGroup < kWarpSize && (kGroup & (kGroup - 1)) == 0,
                 "a group is a power-of-2 slice of a warp");
   constexpr int kWidth = Vec<T>::kWidth;  // elements per access, one access per lane
   const int lane = static_cast<int>(threadIdx.x) % kGroup;
-  const int row = static_cast<int>(blockIdx.x) * (kLaneGroupsBlock / kGroup) +
-                  static_cast<int>(threadIdx.x) / kGroup;
+  const int row =
+      static_cast<int>(blockIdx.x) * (kBlock / kGroup) + static_cast<int>(threadIdx.x) / kGroup;
   // A group past the last row still takes part in its warp's shuffles, holding no entries.
   const bool live = row < rows;
   const T* xr = x + static_cast<size_t>(live ? row : 0) * cols;
@@ -78,9 +79,9 @@ __global__ void __launch_bounds__(kLaneGroupsBlock)
 
 template <typename T, int kGroup>
 void launch_group(const RowArgs& a) {
-  launch<lane_groups_kernel<T, kGroup>>(dim3(ceil_div(a.rows, kLaneGroupsBlock / kGroup)),
-                                        dim3(kLaneGroupsBlock), 0, static_cast<const T*>(a.x),
-                                        static_cast<T*>(a.y), a.rows, a.cols);
+  launch<lane_groups_kernel<T, kGroup>>(dim3(ceil_div(a.rows, kBlock / kGroup)), dim3(kBlock), 0,
+                                        static_cast<const T*>(a.x), static_cast<T*>(a.y), a.rows,
+                                        a.cols);
 }
 
 void launch_lane_groups(const RowArgs& a) {
@@ -110,17 +111,10 @@ void launch_lane_groups(const RowArgs& a) {
 
 }  // namespace
 
-template <>
-Rung<RowArgs> Rungs<kThisBackend>::lane_groups() {
-  RungFacts facts;
-  facts.row_plan = &lane_groups_plan;
-  return {"lane_groups",
-          "short rows share a warp: a group of 1 to 16 lanes per row, each lane a whole 16-byte "
-          "vector, so every lane works at 32 to 256 columns",
-          row_limits(warp_row_max_cols(2), kFastDtypes, kWarpRowMaxBytes),
-          &launch_lane_groups,
-          &row_in_registers,
-          facts};
-}
+WB_RUNG(RowArgs, lane_groups,
+        "short rows share a warp: a group of 1 to 16 lanes per row, each lane a whole 16-byte "
+        "vector, so every lane works at 32 to 256 columns",
+        row_limits(warp_row_max_cols(2), kFastDtypes, kWarpRowMaxBytes), &launch_lane_groups,
+        &row_in_registers, row_facts(&lane_groups_plan))
 
 }  // namespace wb::ch03

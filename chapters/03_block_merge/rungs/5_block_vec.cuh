@@ -19,6 +19,7 @@
 #pragma once
 
 #include "common/kernel.cuh"
+#include "common/row_facts.hpp"
 #include "common/vector_types.cuh"
 
 #include "chapters/01_safe_softmax/softmax.hpp"
@@ -77,7 +78,7 @@ __global__ void __launch_bounds__(kBlockVecThreads)
 // [block_vec]
 
 template <typename T, bool kVec>
-void launch_block_vec_of(const RowArgs& a) {
+void launch_as(const RowArgs& a) {
   launch<block_vec_kernel<T, kVec>>(dim3(a.rows), dim3(kBlockVecThreads), 0,
                                     static_cast<const T*>(a.x), static_cast<T*>(a.y), a.cols);
 }
@@ -86,23 +87,16 @@ void launch_block_vec(const RowArgs& a) {
   const RowPlan plan = block_vec_plan(a.cols, a.dtype, can_vectorize(a.x, a.y, a.cols, a.dtype));
   with_element_type(a.dtype, [&](auto tag) {
     using T = decltype(tag);
-    if (plan.vectorized()) return launch_block_vec_of<T, true>(a);
-    launch_block_vec_of<T, false>(a);
+    if (plan.vectorized()) return launch_as<T, true>(a);
+    launch_as<T, false>(a);
   });
 }
 
 }  // namespace
 
-template <>
-Rung<RowArgs> Rungs<kThisBackend>::block_vec() {
-  RungFacts facts;
-  facts.row_plan = &block_vec_plan;
-  return {"block_vec",
-          "a block per row for any length, each 16-byte vector one block of eq. (1)",
-          row_limits(kFastMaxCols, kFastDtypes),
-          &launch_block_vec,
-          &two_passes,
-          facts};
-}
+WB_RUNG(RowArgs, block_vec,
+        "a block per row for any length, each 16-byte vector one block of eq. (1)",
+        row_limits(kFastMaxCols, kFastDtypes), &launch_block_vec, &two_passes,
+        row_facts(&block_vec_plan))
 
 }  // namespace wb::ch03

@@ -18,6 +18,7 @@
 #include <cstddef>
 
 #include "common/kernel.cuh"
+#include "common/row_facts.hpp"
 #include "common/shared_memory.cuh"
 #include "common/vector_types.cuh"
 
@@ -86,7 +87,7 @@ __global__ void __launch_bounds__(kBlockVecThreads)
 
 // The row in dynamic shared memory, opted in above 48 KiB.
 template <typename T, bool kVec>
-void launch_block_cached_of(const RowArgs& a) {
+void launch_as(const RowArgs& a) {
   constexpr auto kKernel = block_cached_kernel<T, kVec>;
   const std::size_t bytes = cached_shared_bytes(a.cols, sizeof(T));
   if (bytes > kDefaultDynamicSharedBytes) allow_dynamic_shared_bytes<kKernel>(bytes);
@@ -98,8 +99,8 @@ void launch_block_cached(const RowArgs& a) {
   const RowPlan plan = block_cached_plan(a.cols, a.dtype, can_vectorize(a.x, a.y, a.cols, a.dtype));
   with_element_type(a.dtype, [&](auto tag) {
     using T = decltype(tag);
-    if (plan.vectorized()) return launch_block_cached_of<T, true>(a);
-    launch_block_cached_of<T, false>(a);
+    if (plan.vectorized()) return launch_as<T, true>(a);
+    launch_as<T, false>(a);
   });
 }
 
@@ -112,18 +113,11 @@ std::size_t Kernels<kThisBackend>::max_dynamic_shared_bytes() {
   return max_dynamic_shared_bytes_optin();
 }
 
-template <>
-Rung<RowArgs> Rungs<kThisBackend>::block_cached() {
-  RungFacts facts;
-  facts.row_plan = &block_cached_plan;
-  return {"block_cached",
-          "block_vec with the row cached in shared memory (opted in up to the device's limit): x "
-          "read once",
-          row_limits(kFastMaxCols, kFastDtypes,
-                     Kernels<kThisBackend>::max_dynamic_shared_bytes() - kCachedScratchBytes),
-          &launch_block_cached,
-          &row_in_shared,
-          facts};
-}
+WB_RUNG(RowArgs, block_cached,
+        "block_vec with the row cached in shared memory (opted in up to the device's limit): x "
+        "read once",
+        row_limits(kFastMaxCols, kFastDtypes,
+                   Kernels<kThisBackend>::max_dynamic_shared_bytes() - kCachedScratchBytes),
+        &launch_block_cached, &row_in_shared, row_facts(&block_cached_plan))
 
 }  // namespace wb::ch03

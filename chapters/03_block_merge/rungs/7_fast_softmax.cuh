@@ -15,6 +15,7 @@
 #pragma once
 
 #include "common/kernel.cuh"
+#include "common/row_facts.hpp"
 
 #include "chapters/03_block_merge/block_merge.hpp"
 #include "chapters/03_block_merge/fast_plans.hpp"
@@ -52,17 +53,10 @@ Traffic dispatched(const RowArgs& a) {
 
 }  // namespace
 
-template <>
-Rung<RowArgs> Rungs<kThisBackend>::fast_softmax() {
-  RungFacts facts;
-  facts.row_plan = &fast_softmax_plan;
-  return {"fast_softmax",
-          "the dispatcher: lane_groups up to 4 KiB rows, block_cached while two blocks' rows "
-          "fit in an SM's shared memory, block_vec beyond",
-          row_limits(kFastMaxCols, kFastDtypes),
-          &launch_fast_softmax,
-          &dispatched,
-          facts};
-}
+WB_RUNG(RowArgs, fast_softmax,
+        "the dispatcher: lane_groups up to 4 KiB rows, block_cached while two blocks' rows fit in "
+        "an SM's shared memory, block_vec beyond",
+        row_limits(kFastMaxCols, kFastDtypes), &launch_fast_softmax, &dispatched,
+        row_facts(&fast_softmax_plan))
 
 }  // namespace wb::ch03

@@ -26,6 +26,7 @@
 #include <string>
 
 #include "common/kernel.cuh"
+#include "common/row_facts.hpp"
 #include "common/vector_types.cuh"
 
 #include "chapters/07_welford_layernorm/layernorm.hpp"
@@ -207,16 +208,9 @@ void launch_warp_per_row(const LayerNormArgs& a) {
 
 }  // namespace
 
-template <>
-Rung<LayerNormArgs> Rungs<kThisBackend>::warp_per_row() {
-  RungFacts facts;
-  facts.row_plan = &warp_per_row_plan;
-  return {"warp_per_row",
-          "the row in registers, Chan's combine by warp shuffles: x read once",
-          row_limits(warp_row_max_cols(2), kLayerNormDtypes, kWarpRowMaxBytes),
-          &launch_warp_per_row,
-          &x_read_once,
-          facts};
-}
+WB_RUNG(LayerNormArgs, warp_per_row,
+        "the row in registers, Chan's combine by warp shuffles: x read once",
+        row_limits(warp_row_max_cols(2), kLayerNormDtypes, kWarpRowMaxBytes), &launch_warp_per_row,
+        &x_read_once, row_facts(&warp_per_row_plan))
 
 }  // namespace wb::ch07

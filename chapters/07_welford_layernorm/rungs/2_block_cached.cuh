@@ -22,6 +22,7 @@
 #include <cstddef>
 
 #include "common/kernel.cuh"
+#include "common/row_facts.hpp"
 #include "common/shared_memory.cuh"
 #include "common/vector_types.cuh"
 
@@ -62,7 +63,7 @@ __global__ void __launch_bounds__(kBlockThreads)
 
 // The row in dynamic shared memory, opted in above 48 KiB.
 template <typename T, bool kVec>
-void launch_block_cached_of(const LayerNormArgs& a) {
+void launch_as(const LayerNormArgs& a) {
   constexpr auto kKernel = block_cached_kernel<T, kVec>;
   const std::size_t bytes = cached_shared_bytes(a.cols, sizeof(T));
   if (bytes > kDefaultDynamicSharedBytes) allow_dynamic_shared_bytes<kKernel>(bytes);
@@ -76,8 +77,8 @@ void launch_block_cached(const LayerNormArgs& a) {
   const RowPlan plan = block_cached_plan(a.cols, a.dtype, can_vectorize(a));
   with_element_type(a.dtype, [&](auto tag) {
     using T = decltype(tag);
-    if (plan.vectorized()) return launch_block_cached_of<T, true>(a);
-    launch_block_cached_of<T, false>(a);
+    if (plan.vectorized()) return launch_as<T, true>(a);
+    launch_as<T, false>(a);
   });
 }
 
@@ -90,16 +91,9 @@ std::size_t Kernels<kThisBackend>::max_dynamic_shared_bytes() {
   return max_dynamic_shared_bytes_optin();
 }
 
-template <>
-Rung<LayerNormArgs> Rungs<kThisBackend>::block_cached() {
-  RungFacts facts;
-  facts.row_plan = &block_cached_plan;
-  return {"block_cached",
-          "256 threads per row, the row cached in shared memory: x read once",
-          cached_limits(Kernels<kThisBackend>::max_dynamic_shared_bytes()),
-          &launch_block_cached,
-          &x_read_once,
-          facts};
-}
+WB_RUNG(LayerNormArgs, block_cached,
+        "256 threads per row, the row cached in shared memory: x read once",
+        cached_limits(Kernels<kThisBackend>::max_dynamic_shared_bytes()), &launch_block_cached,
+        &x_read_once, row_facts(&block_cached_plan))
 
 }  // namespace wb::ch07

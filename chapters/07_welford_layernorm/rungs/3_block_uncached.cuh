@@ -14,6 +14,7 @@
 #pragma once
 
 #include "common/kernel.cuh"
+#include "common/row_facts.hpp"
 #include "common/vector_types.cuh"
 
 #include "chapters/07_welford_layernorm/layernorm.hpp"
@@ -48,7 +49,7 @@ __global__ void __launch_bounds__(kBlockThreads)
 // [block_uncached]
 
 template <typename T, bool kVec>
-void launch_block_uncached_of(const LayerNormArgs& a) {
+void launch_as(const LayerNormArgs& a) {
   launch<block_uncached_kernel<T, kVec>>(dim3(a.rows), dim3(kBlockThreads), 0,
                                          static_cast<const T*>(a.x), static_cast<const T*>(a.gamma),
                                          static_cast<const T*>(a.beta), static_cast<T*>(a.y),
@@ -60,23 +61,16 @@ void launch_block_uncached(const LayerNormArgs& a) {
   const RowPlan plan = block_uncached_plan(a.cols, a.dtype, can_vectorize(a));
   with_element_type(a.dtype, [&](auto tag) {
     using T = decltype(tag);
-    if (plan.vectorized()) return launch_block_uncached_of<T, true>(a);
-    launch_block_uncached_of<T, false>(a);
+    if (plan.vectorized()) return launch_as<T, true>(a);
+    launch_as<T, false>(a);
   });
 }
 
 }  // namespace
 
-template <>
-Rung<LayerNormArgs> Rungs<kThisBackend>::block_uncached() {
-  RungFacts facts;
-  facts.row_plan = &block_uncached_plan;
-  return {"block_uncached",
-          "no row cache: x read twice, for rows shared memory cannot hold",
-          row_limits(kMaxCols, kLayerNormDtypes),
-          &launch_block_uncached,
-          &x_read_twice,
-          facts};
-}
+WB_RUNG(LayerNormArgs, block_uncached,
+        "no row cache: x read twice, for rows shared memory cannot hold",
+        row_limits(kMaxCols, kLayerNormDtypes), &launch_block_uncached, &x_read_twice,
+        row_facts(&block_uncached_plan))
 
 }  // namespace wb::ch07

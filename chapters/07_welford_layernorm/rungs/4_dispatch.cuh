@@ -14,6 +14,7 @@
 #pragma once
 
 #include "common/kernel.cuh"
+#include "common/row_facts.hpp"
 
 #include "chapters/07_welford_layernorm/layernorm.hpp"
 #include "chapters/07_welford_layernorm/layernorm_ladder.hpp"
@@ -55,16 +56,9 @@ Traffic dispatched(const LayerNormArgs& a) {
 
 }  // namespace
 
-template <>
-Rung<LayerNormArgs> Rungs<kThisBackend>::dispatch() {
-  RungFacts facts;
-  facts.row_plan = &dispatch_plan;
-  return {"dispatch",
-          "picks the first of the three that holds the row (choose_strategy)",
-          row_limits(kMaxCols, kLayerNormDtypes),
-          &launch_dispatch,
-          &dispatched,
-          facts};
-}
+WB_RUNG(LayerNormArgs, dispatch,
+        "picks the first of the three that holds the row (choose_strategy)",
+        row_limits(kMaxCols, kLayerNormDtypes), &launch_dispatch, &dispatched,
+        row_facts(&dispatch_plan))
 
 }  // namespace wb::ch07
