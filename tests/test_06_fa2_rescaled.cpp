@@ -220,8 +220,8 @@ void every_rung_masks_the_diagonal_at_every_alignment() {
 template <Backend B>
 std::vector<int> fa2_tiles(AttentionShape shape, bool causal) {
   const AttentionInputs in = make_attention_inputs(ScoreKind::randn, shape, 1.f, kSeed);
-  const std::optional<test::RungOutput> out = test::run_attention_rung(
-      B, *find_rung(kernel_ladder<B>(), "fa2"), in, shape, 1.f, causal, Dtype::fp32);
+  const std::optional<test::RungOutput> out =
+      test::run_attention_rung(B, Rungs<B>::fa2(), in, shape, 1.f, causal, Dtype::fp32);
   REQUIRE(out);
   std::vector<int> tiles = out->tiles;
   tiles.resize(std::size_t(shape.bh) * ((shape.lq + kKernelRows - 1) / kKernelRows));  // its grid
@@ -263,16 +263,16 @@ void every_lane_rescales_with_the_same_statistics() {
 
 template <Backend B>
 void kernel_rejects_a_head_dimension_above_128() {
-  test::check_rung_refuses(B, *find_rung(kernel_ladder<B>(), "fa2"),
-                           {1, 2, 2, ch04::kMaxHeadDim + 1}, Dtype::fp32, "d = 129");
+  test::check_rung_refuses(B, Rungs<B>::fa2(), {1, 2, 2, ch04::kMaxHeadDim + 1}, Dtype::fp32,
+                           "d = 129");
 }
 
 template <Backend B>
 void tensor_core_kernel_rejects_other_head_dimensions() {
   for (int d : {16, 96, 256}) {
     CAPTURE(d);
-    test::check_rung_refuses(B, *find_rung(kernel_ladder<B>(), "fa2_tensor_core"), {1, 2, 2, d},
-                             Dtype::fp16, "64 or 128");
+    test::check_rung_refuses(B, Rungs<B>::fa2_tensor_core(), {1, 2, 2, d}, Dtype::fp16,
+                             "64 or 128");
   }
 }
 

@@ -14,7 +14,6 @@
 #include <vector>
 
 #include "chapters/08_fa2_at_speed/fa2_at_speed.hpp"
-#include "common/shared_memory.hpp"
 #include "common/sim/ptx_runtime.hpp"
 #include "tests/attention_checks.hpp"
 #include "tests/attention_ladder_checks.hpp"
@@ -115,20 +114,6 @@ TEST_SUITE("cpu") {
     SUBCASE("d = 128") {
       check_layouts<128>();
     }
-  }
-
-  TEST_CASE("the shared memory of every recipe fits the launch it asks for") {
-    // Padded single buffers stay within the 48 KiB a launch may use as is; the double buffers
-    // of d = 128 opt in (the launcher), within sm_80's 163 KiB.
-    CHECK(shared_bytes<MmaRecipe>(128) == 34816);
-    CHECK(shared_bytes<SwizzleRecipe>(128) == 32768);
-    CHECK(shared_bytes<CpAsyncRecipe>(64) == 32768);
-    CHECK(shared_bytes<ScheduledRecipe>(128) == 65536);
-    // Two row tiles per warp: the Q tile of 128 rows has its own place (eq. 7); the H100's
-    // 227 KiB hold two such blocks at d = 128.
-    CHECK(shared_bytes<RegisterBlockedRecipe>(64) == 32768 + 16384);
-    CHECK(shared_bytes<RegisterBlockedRecipe>(128) == 65536 + 32768);
-    CHECK(shared_bytes<LdmatrixRecipe>(128) <= int(kDefaultDynamicSharedBytes));
   }
 }
 
@@ -253,9 +238,9 @@ void the_scheduled_rungs_reject_a_scale_that_is_not_positive() {
   // min.
   const AttentionShape shape{1, 3, 5, 64};
   const AttentionInputs in = make_attention_inputs(ScoreKind::randn, shape, 1.f, kSeed);
-  const Ladder<AttentionArgs> ladder = kernel_ladder<B>();
-  for (const std::string name : {ScheduledRecipe::kName, RegisterBlockedRecipe::kName}) {
-    const Rung<AttentionArgs>& rung = *find_rung(ladder, name);
+  for (const Rung<AttentionArgs>& rung :
+       {Rungs<B>::fa2_scheduled(), Rungs<B>::fa2_register_blocked()}) {
+    const std::string name = rung.name;
     for (float scale : {0.f, -0.125f}) {
       CAPTURE(scale);
       CAPTURE(name);

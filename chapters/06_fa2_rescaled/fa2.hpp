@@ -150,7 +150,7 @@ inline Fa2Result attention_fa2(const AttentionInputs& in, AttentionShape shape, 
 }
 
 // ------------------------------------------------------------------------------------------
-// The 16-bit roundings of the tensor-core rung (fa2_tensor_core_kernels.cuh): fp16 and bf16
+// The 16-bit roundings of the tensor-core rung (rungs/2_fa2_tensor_core.cuh): fp16 and bf16
 // ------------------------------------------------------------------------------------------
 
 /// The unit roundoff of rounding a float to `type`, 2^-p for p significant bits: 2^-11 for
@@ -200,7 +200,7 @@ inline std::vector<double> tensor_core_weight(const std::vector<double>& o_weigh
 }
 
 /// The tensor-core kernel's tiles: Br = 64 query rows (4 warps of 16 rows) and Bc keys,
-/// 64 for d = 64 and 32 for d = 128 (the derivation is in fa2_tensor_core_kernels.cuh and on
+/// 64 for d = 64 and 32 for d = 128 (the derivation is in rungs/2_fa2_tensor_core.cuh and on
 /// the chapter page, section "FA2 on tensor cores").
 inline constexpr int kTensorCoreRows = 64;
 __host__ __device__ constexpr int tensor_core_keys(int d) {
@@ -208,21 +208,17 @@ __host__ __device__ constexpr int tensor_core_keys(int d) {
 }
 
 // ------------------------------------------------------------------------------------------
-// Kernel ladder (launchers defined in fa2_kernels.cuh and fa2_tensor_core_kernels.cuh)
+// The kernel ladder: one rung per file of rungs/ (its kernel, launcher and record)
 // ------------------------------------------------------------------------------------------
-
-/// The launchers of the ladder's rungs, one block per (Q tile, head). Of `a`: q (bh, lq, d);
-/// k, v (bh, lk, d); o (bh, lq, d) in `a.dtype`; lse (bh, lq) float; tiles_visited nullptr,
-/// or (bh, ceil(lq / Br)) ints receiving the K/V tiles each block loaded (the causal skip
-/// made observable); device pointers of backend B.
-template <Backend B>
-struct Kernels {
-  /// fp32, Br = kKernelRows, Bc = kKernelKeys.
-  static void fa2(const AttentionArgs& a);
-  /// fp16 or bf16 (16-byte aligned q, k, v), Br = kTensorCoreRows, Bc = tensor_core_keys(d);
-  /// O rounded once to the input type, from the float accumulator, as FlashAttention does.
-  static void fa2_tensor_core(const AttentionArgs& a);
-};
+//
+// Every rung launches one block per (Q tile, head). Of its AttentionArgs: q (bh, lq, d); k, v
+// (bh, lk, d); o (bh, lq, d) in `a.dtype`; lse (bh, lq) float; tiles_visited nullptr, or
+// (bh, ceil(lq / Br)) ints receiving the K/V tiles each block loaded (the causal skip made
+// observable); device pointers of the ladder's backend.
+//   rungs/1_fa2.cuh              fp32, Br = kKernelRows, Bc = kKernelKeys
+//   rungs/2_fa2_tensor_core.cuh  fp16 or bf16 (16-byte aligned q, k, v), Br = kTensorCoreRows,
+//                                Bc = tensor_core_keys(d); O rounded once to the input type,
+//                                from the float accumulator, as FlashAttention does
 
 /// The traffic of FA2 with one block per (Q tile of br rows, head) and K/V tiles of bc keys:
 /// the tile's Q rows read once; the K/V tiles it visits (kv_tiles_to_visit, eq. 7: all
@@ -247,41 +243,9 @@ inline Traffic fa2_tiles_traffic(const AttentionArgs& a, int br, int bc) {
           "); its rows of O and logsumexp written once");
 }
 
-/// The rungs' tiles on head dimension d: fa2's kKernelRows x kKernelKeys whatever d, the
-/// tensor-core rung's kTensorCoreRows x tensor_core_keys(d).
-inline TileShape fa2_tiles(int) {
-  return {kKernelRows, kKernelKeys};
-}
-inline TileShape tensor_core_tiles(int d) {
-  return {kTensorCoreRows, tensor_core_keys(d)};
-}
-
-/// fa2: Br = kKernelRows, Bc = kKernelKeys, fp32.
-inline Traffic fa2_traffic(const AttentionArgs& a) {
-  return fa2_tiles_traffic(a, kKernelRows, kKernelKeys);
-}
-
-/// fa2_tensor_core: Br = kTensorCoreRows, Bc = tensor_core_keys(d), 16-bit Q, K, V and O.
-inline Traffic fa2_tensor_core_traffic(const AttentionArgs& a) {
-  return fa2_tiles_traffic(a, kTensorCoreRows, tensor_core_keys(a.shape.d));
-}
-
-/// The ladder in order, each rung one idea better than the one before.
-template <Backend B>
-Ladder<AttentionArgs> kernel_ladder() {
-  return {{"fa2",
-           "O unnormalized in registers, divided once at the end; Q tiles outer, a block each; "
-           "logsumexp out; causal: the tiles above the diagonal skipped",
-           attention_limits({Dtype::fp32}, ch04::kMaxHeadDim, {}, ch04::kMaxBatchHeads,
-                            /*causal=*/true, kWritesO | kWritesLse),
-           &Kernels<B>::fa2, &fa2_traffic, {&fa2_tiles}},
-          {"fa2_tensor_core",
-           "both products on tensor cores (wmma 16x16x16): fp16 or bf16 inputs, float "
-           "accumulation, 16 query rows per warp",
-           attention_limits({Dtype::fp16, Dtype::bf16}, 0, {64, 128}, ch04::kMaxBatchHeads,
-                            /*causal=*/true, kWritesO | kWritesLse),
-           &Kernels<B>::fa2_tensor_core, &fa2_tensor_core_traffic,
-           {&tensor_core_tiles, /*rounds_p=*/true}}};
-}
-
 }  // namespace wb::ch06
+
+// The ladder, rungs/1_fa2.cuh and rungs/2_fa2_tensor_core.cuh in order: the build lists the
+// files as Rungs<B> and kernel_ladder<B>() (a generated header); each file defines its
+// Rungs<B>::name() with its kernel and launcher.
+#include "chapters/06_fa2_rescaled/ladder.hpp"

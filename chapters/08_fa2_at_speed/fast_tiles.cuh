@@ -1,7 +1,8 @@
-// Chapter 08's building blocks, one per idea of the ladder: where an element of a shared tile
-// lives (padded rows or the XOR swizzle, eq. 3), how a tile gets there (through registers, or by
-// cp.async, eq. 4), and how a warp reads its mma.m16n8k16 fragments out of it (32-bit loads, or
-// ldmatrix, eq. 2). fa2_fast_kernels.cuh assembles them by the rung's recipe (fa2_at_speed.hpp).
+// Chapter 08's building blocks, one per idea of the ladder: how a tile gets into shared memory
+// (through registers, or by cp.async, eq. 4), in a layout of tile_layout.hpp (padded rows or
+// the XOR swizzle, eq. 3), and how a warp reads its mma.m16n8k16 fragments out of it
+// (PairFragments: 32-bit loads; LdmatrixFragments: ldmatrix, eq. 2). Each rung
+// (rungs/N_name.cuh) names the ones it takes; chapters 09 and 10 call them too.
 // Test: ctest --test-dir build -R 08_fa2_at_speed --output-on-failure
 #pragma once
 
@@ -10,7 +11,9 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "chapters/08_fa2_at_speed/fa2_at_speed.hpp"
+#include <type_traits>
+
+#include "chapters/08_fa2_at_speed/tile_layout.hpp"
 #include "common/ptx.cuh"
 
 namespace wb::ch08 {
@@ -38,12 +41,13 @@ struct TileChunks {
   __device__ static int col() { return thread() % kPerRow * kChunkElements; }
 };
 
-/// Through registers: each thread reads 16-byte chunks and stores them; the caller's
-/// __syncthreads makes the tile visible. Rows at or past `limit` are zeros, so that masked keys
-/// multiply as 0, never as NaN. kThreads: the block's threads.
-template <int D, bool Swizzle, int kThreads, int kRows, typename T>
+/// Through registers: each thread reads 16-byte chunks and stores them at their place in a
+/// tile of Layout (its kColumns elements per row in global memory); the caller's __syncthreads
+/// makes the tile visible. Rows at or past `limit` are zeros, so that masked keys multiply as
+/// 0, never as NaN. kThreads: the block's threads.
+template <typename Layout, int kThreads, int kRows, typename T>
 __device__ void load_tile(const T* __restrict__ src, int first, int limit, T* tile) {
-  using Layout = TileLayout<D, Swizzle>;
+  constexpr int D = Layout::kColumns;
   using Chunks = TileChunks<D, kThreads, kRows>;
   const int r0 = Chunks::first_row(), col = Chunks::col();
 #pragma unroll
@@ -59,10 +63,10 @@ __device__ void load_tile(const T* __restrict__ src, int first, int limit, T* ti
 /// By cp.async, eq. (4): the same chunks, copied without passing through registers; they land
 /// at the caller's cp_async_wait (then __syncthreads makes them visible to the block). They
 /// land in the tile's rows from `tile_row` on (a tile filled in pieces: chapter 09's pages).
-template <int D, bool Swizzle, int kThreads, int kRows, typename T>
+template <typename Layout, int kThreads, int kRows, typename T>
 __device__ void load_tile_async(const T* __restrict__ src, int first, int limit, T* tile,
                                 int tile_row = 0) {
-  using Layout = TileLayout<D, Swizzle>;
+  constexpr int D = Layout::kColumns;
   using Chunks = TileChunks<D, kThreads, kRows>;
   const int r0 = Chunks::first_row(), col = Chunks::col();
 #pragma unroll
@@ -73,6 +77,18 @@ __device__ void load_tile_async(const T* __restrict__ src, int first, int limit,
     const T* from = inside ? src + std::size_t(first + r) * D + col : src;
     ptx::cp_async_16(tile + Layout::offset(tile_row + r, col), from, inside);
   }
+}
+
+/// The same loads named by the tile's D and Swizzle (TileLayout<D, Swizzle>), as chapters 09
+/// and 10 call them.
+template <int D, bool Swizzle, int kThreads, int kRows, typename T>
+__device__ void load_tile(const T* __restrict__ src, int first, int limit, T* tile) {
+  load_tile<TileLayout<D, Swizzle>, kThreads, kRows>(src, first, limit, tile);
+}
+template <int D, bool Swizzle, int kThreads, int kRows, typename T>
+__device__ void load_tile_async(const T* __restrict__ src, int first, int limit, T* tile,
+                                int tile_row = 0) {
+  load_tile_async<TileLayout<D, Swizzle>, kThreads, kRows>(src, first, limit, tile, tile_row);
 }
 
 // ------------------------------------------------------------------------------------------
@@ -87,72 +103,45 @@ __device__ __forceinline__ int ldmatrix_a_offset(int row0, int col0, int lane) {
   return Layout::fragment_offset(row0, col0, lane % 8 + 8 * (lane / 8 % 2), 8 * (lane / 16));
 }
 
-/// A fragment (16 x 16) of rows [row0, row0 + 16), columns [col0, col0 + 16) of a row-major tile:
-/// Q's, for S = Q K^T.
-template <int D, bool Swizzle, bool Ldmatrix, typename T>
-__device__ __forceinline__ void load_a(std::uint32_t (&a)[4], const T* tile, int row0, int col0,
-                                       int lane) {
-  using Layout = TileLayout<D, Swizzle>;
-  if constexpr (Ldmatrix) {
-    ptx::ldmatrix_x4(a, tile + ldmatrix_a_offset<Layout>(row0, col0, lane));
-  } else {
+/// A warp's fragments read from a tile in Layout by 32-bit loads (fa2_mma): four per A
+/// fragment, two per B fragment of K, and two 16-bit loads per register of V's B fragment.
+template <typename Layout>
+struct PairFragments {
+  using Tile = Layout;
+
+  /// A fragment (16 x 16) of rows [row0, row0 + 16), columns [col0, col0 + 16) of a row-major
+  /// tile: Q's, for S = Q K^T.
+  template <typename T>
+  __device__ __forceinline__ static void load_a(std::uint32_t (&a)[4], const T* tile, int row0,
+                                                int col0, int lane) {
     const int g = lane / 4, t = lane % 4;
     a[0] = ptx::load_pair(tile + Layout::offset(row0 + g, col0 + 2 * t));
     a[1] = ptx::load_pair(tile + Layout::offset(row0 + g + 8, col0 + 2 * t));
     a[2] = ptx::load_pair(tile + Layout::offset(row0 + g, col0 + 2 * t + 8));
     a[3] = ptx::load_pair(tile + Layout::offset(row0 + g + 8, col0 + 2 * t + 8));
   }
-}
 
-/// A fragment (16 x 16) of rows [row0, row0 + 16), columns [col0, col0 + 16) of a matrix whose
-/// transpose the tile holds row-major, A(m, k) = tile(col0 + k, row0 + m), by ldmatrix .trans:
-/// matrix j is a[j], stored as (k 0-7, m 0-7), (k 0-7, m 8-15), (k 8-15, m 0-7), (k 8-15, m 8-15),
-/// and transposing it gives lane (g, t) A(g, 2t..2t+1). Chapter 10's dS, from its dS^T tile.
-template <typename Layout, typename T>
-__device__ __forceinline__ void load_a_transposed(std::uint32_t (&a)[4], const T* tile, int row0,
-                                                  int col0, int lane) {
-  ptx::ldmatrix_x4_trans(a, tile + Layout::fragment_offset(col0, row0, lane % 8 + 8 * (lane / 16),
-                                                           8 * (lane / 8 % 2)));
-}
-
-/// B fragments (16 x 8) of K^T for S = Q K^T, two key groups at once: keys [key0, key0 + 8) and
-/// [key0 + 8, key0 + 16) over head columns [col0, col0 + 16). K is stored row-major (keys, D),
-/// which is K^T column-major: B's column n is K's row n, its k pairs adjacent in memory.
-template <int D, bool Swizzle, bool Ldmatrix, typename T>
-__device__ __forceinline__ void load_b_of_k(std::uint32_t (&b0)[2], std::uint32_t (&b1)[2],
-                                            const T* tile, int key0, int col0, int lane) {
-  using Layout = TileLayout<D, Swizzle>;
-  if constexpr (Ldmatrix) {
-    // Matrices (keys 0-7, cols 0-7), (0-7, 8-15), (8-15, 0-7), (8-15, 8-15) = b0, b1.
-    std::uint32_t r[4];
-    ptx::ldmatrix_x4(r, tile + Layout::fragment_offset(key0, col0, lane % 8 + 8 * (lane / 16),
-                                                       8 * (lane / 8 % 2)));
-    b0[0] = r[0], b0[1] = r[1], b1[0] = r[2], b1[1] = r[3];
-  } else {
+  /// B fragments (16 x 8) of K^T for S = Q K^T, two key groups at once: keys [key0, key0 + 8)
+  /// and [key0 + 8, key0 + 16) over head columns [col0, col0 + 16). K is stored row-major
+  /// (keys, D), which is K^T column-major: B's column n is K's row n, its k pairs adjacent in
+  /// memory.
+  template <typename T>
+  __device__ __forceinline__ static void load_b_of_k(std::uint32_t (&b0)[2], std::uint32_t (&b1)[2],
+                                                const T* tile, int key0, int col0, int lane) {
     const int g = lane / 4, t = lane % 4;
     b0[0] = ptx::load_pair(tile + Layout::offset(key0 + g, col0 + 2 * t));
     b0[1] = ptx::load_pair(tile + Layout::offset(key0 + g, col0 + 2 * t + 8));
     b1[0] = ptx::load_pair(tile + Layout::offset(key0 + 8 + g, col0 + 2 * t));
     b1[1] = ptx::load_pair(tile + Layout::offset(key0 + 8 + g, col0 + 2 * t + 8));
   }
-}
 
-/// B fragments (16 x 8) of V for O += P~ V, two column groups at once: keys [key0, key0 + 16)
-/// over head columns [col0, col0 + 8) and [col0 + 8, col0 + 16). V is row-major (keys, D): B's
-/// k pairs are two elements of one column in adjacent rows, a row stride apart in memory,
-/// which ldmatrix .trans gathers.
-template <int D, bool Swizzle, bool Ldmatrix, typename T>
-__device__ __forceinline__ void load_b_of_v(std::uint32_t (&b0)[2], std::uint32_t (&b1)[2],
-                                            const T* tile, int key0, int col0, int lane) {
-  using Layout = TileLayout<D, Swizzle>;
-  if constexpr (Ldmatrix) {
-    // Matrices (keys 0-7, cols 0-7), (8-15, 0-7), (0-7, 8-15), (8-15, 8-15), each transposed.
-    std::uint32_t r[4];
-    ptx::ldmatrix_x4_trans(
-        r,
-        tile + Layout::fragment_offset(key0, col0, lane % 8 + 8 * (lane / 8 % 2), 8 * (lane / 16)));
-    b0[0] = r[0], b0[1] = r[1], b1[0] = r[2], b1[1] = r[3];
-  } else {
+  /// B fragments (16 x 8) of V for O += P~ V, two column groups at once: keys
+  /// [key0, key0 + 16) over head columns [col0, col0 + 8) and [col0 + 8, col0 + 16). V is
+  /// row-major (keys, D): B's k pairs are two elements of one column in adjacent rows, a row
+  /// stride apart in memory.
+  template <typename T>
+  __device__ __forceinline__ static void load_b_of_v(std::uint32_t (&b0)[2], std::uint32_t (&b1)[2],
+                                                const T* tile, int key0, int col0, int lane) {
     const int g = lane / 4, t = lane % 4;
     for (int group = 0; group < 2; ++group) {
       std::uint32_t(&b)[2] = group == 0 ? b0 : b1;
@@ -164,6 +153,75 @@ __device__ __forceinline__ void load_b_of_v(std::uint32_t (&b0)[2], std::uint32_
       }
     }
   }
+};
+
+/// The same fragments read by ldmatrix .x4, eq. (2) (fa2_ldmatrix on): one instruction per A
+/// fragment or pair of B fragments, .trans gathering V's column pairs.
+template <typename Layout>
+struct LdmatrixFragments {
+  using Tile = Layout;
+
+  template <typename T>
+  __device__ __forceinline__ static void load_a(std::uint32_t (&a)[4], const T* tile, int row0,
+                                                int col0, int lane) {
+    ptx::ldmatrix_x4(a, tile + ldmatrix_a_offset<Layout>(row0, col0, lane));
+  }
+
+  template <typename T>
+  __device__ __forceinline__ static void load_b_of_k(std::uint32_t (&b0)[2], std::uint32_t (&b1)[2],
+                                                const T* tile, int key0, int col0, int lane) {
+    // Matrices (keys 0-7, cols 0-7), (0-7, 8-15), (8-15, 0-7), (8-15, 8-15) = b0, b1.
+    std::uint32_t r[4];
+    ptx::ldmatrix_x4(r, tile + Layout::fragment_offset(key0, col0, lane % 8 + 8 * (lane / 16),
+                                                       8 * (lane / 8 % 2)));
+    b0[0] = r[0], b0[1] = r[1], b1[0] = r[2], b1[1] = r[3];
+  }
+
+  template <typename T>
+  __device__ __forceinline__ static void load_b_of_v(std::uint32_t (&b0)[2], std::uint32_t (&b1)[2],
+                                                const T* tile, int key0, int col0, int lane) {
+    // Matrices (keys 0-7, cols 0-7), (8-15, 0-7), (0-7, 8-15), (8-15, 8-15), each transposed.
+    std::uint32_t r[4];
+    ptx::ldmatrix_x4_trans(
+        r,
+        tile + Layout::fragment_offset(key0, col0, lane % 8 + 8 * (lane / 8 % 2), 8 * (lane / 16)));
+    b0[0] = r[0], b0[1] = r[1], b1[0] = r[2], b1[1] = r[3];
+  }
+};
+
+/// The fragments of a tile of D columns, swizzled or padded, by ldmatrix or by 32-bit loads:
+/// the functions below, as chapters 09 and 10 call them.
+template <int D, bool Swizzle, bool Ldmatrix>
+using FragmentsOf = std::conditional_t<Ldmatrix, LdmatrixFragments<TileLayout<D, Swizzle>>,
+                                       PairFragments<TileLayout<D, Swizzle>>>;
+
+template <int D, bool Swizzle, bool Ldmatrix, typename T>
+__device__ __forceinline__ void load_a(std::uint32_t (&a)[4], const T* tile, int row0, int col0,
+                                       int lane) {
+  FragmentsOf<D, Swizzle, Ldmatrix>::load_a(a, tile, row0, col0, lane);
+}
+
+template <int D, bool Swizzle, bool Ldmatrix, typename T>
+__device__ __forceinline__ void load_b_of_k(std::uint32_t (&b0)[2], std::uint32_t (&b1)[2],
+                                            const T* tile, int key0, int col0, int lane) {
+  FragmentsOf<D, Swizzle, Ldmatrix>::load_b_of_k(b0, b1, tile, key0, col0, lane);
+}
+
+template <int D, bool Swizzle, bool Ldmatrix, typename T>
+__device__ __forceinline__ void load_b_of_v(std::uint32_t (&b0)[2], std::uint32_t (&b1)[2],
+                                            const T* tile, int key0, int col0, int lane) {
+  FragmentsOf<D, Swizzle, Ldmatrix>::load_b_of_v(b0, b1, tile, key0, col0, lane);
+}
+
+/// A fragment (16 x 16) of rows [row0, row0 + 16), columns [col0, col0 + 16) of a matrix whose
+/// transpose the tile holds row-major, A(m, k) = tile(col0 + k, row0 + m), by ldmatrix .trans:
+/// matrix j is a[j], stored as (k 0-7, m 0-7), (k 0-7, m 8-15), (k 8-15, m 0-7), (k 8-15, m 8-15),
+/// and transposing it gives lane (g, t) A(g, 2t..2t+1). Chapter 10's dS, from its dS^T tile.
+template <typename Layout, typename T>
+__device__ __forceinline__ void load_a_transposed(std::uint32_t (&a)[4], const T* tile, int row0,
+                                                  int col0, int lane) {
+  ptx::ldmatrix_x4_trans(a, tile + Layout::fragment_offset(col0, row0, lane % 8 + 8 * (lane / 16),
+                                                           8 * (lane / 8 % 2)));
 }
 
 }  // namespace wb::ch08

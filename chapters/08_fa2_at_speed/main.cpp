@@ -111,7 +111,7 @@ void print_trace() {
 void report_table(Backend backend, const Ladder<AttentionArgs>& ladder, const AttentionInputs& in,
                   AttentionShape shape, bool causal, Dtype dtype, std::uint64_t seed) {
   const float scale = default_scale(shape.d);
-  const TileShape tiles = fast_tiles<MmaRecipe>(shape.d);
+  const TileShape tiles = Rungs<Backend::sim>::fa2_mma().facts.tiles(shape.d);  // 64 x 64
   const std::vector<AttentionStep> steps = {
       {"cpu ch06 FA2, 64 x 64 tiles (previous)", [&](const AttentionInputs& x) {
          ch06::Fa2Result fa2 = ch06::attention_fa2(x, shape, {scale, causal, tiles.br, tiles.bc});

@@ -1,10 +1,12 @@
 // Chapter 08's warp-level attention step, in pieces: S~ = Q K^T for some keys of a shared K
 // tile into mma.m16n8k16 accumulators, the online softmax on those registers (chapter 06's
-// eq. 3, the row statistics by two shuffles), and O += P~ V from a shared V tile; the products
-// for one tile of 16 query rows or several (fa2_register_blocked: two, eq. 7). The rungs'
-// attend_tile (fa2_fast_kernels.cuh) puts them together with the re-pack of eq. (1); chapter
-// 09's tensor-core decode kernel does the same with 16 keys per warp. Device code only
-// (this file compiles to nothing by itself).
+// eq. 3, the row statistics by two shuffles; its exponentials scaled or, eq. 5, folded into
+// exp2), O += P~ V from a shared V tile, and the epilogue that writes O and the logsumexp;
+// the products for one tile of 16 query rows or several (fa2_register_blocked: two, eq. 7),
+// their fragments read as the rung says (fast_tiles.cuh). Each rung's attend_tile
+// (rungs/N_name.cuh) puts them together with the re-pack of eq. (1); chapter 09's tensor-core
+// decode kernel does the same with 16 keys per warp. Device code only (this file compiles to
+// nothing by itself).
 // Test: ctest --test-dir build -R "08_fa2_at_speed|09_flash_decoding" --output-on-failure
 #pragma once
 
@@ -14,8 +16,9 @@
 
 #include "chapters/01_safe_softmax/softmax.hpp"
 #include "chapters/05_fa1_subsum/fa1.hpp"
-#include "chapters/08_fa2_at_speed/fa2_at_speed.hpp"
+#include "chapters/06_fa2_rescaled/fa2.hpp"
 #include "chapters/08_fa2_at_speed/fast_tiles.cuh"
+#include "chapters/08_fa2_at_speed/tile_layout.hpp"
 #include "common/ptx.cuh"
 
 namespace wb::ch08 {
@@ -28,7 +31,7 @@ constexpr float kLog2e = 1.4426950408889634f;  // 1 / ln 2: e^x = 2^(x log2(e))
 template <int D>
 struct WarpState {
   float acc[D / 8][4];  // SS, the unnormalized output (chapter 06's eq. 1): column group n
-  float m[2];           // running max of rows g, g + 8 (unscaled scores in fa2_scheduled)
+  float m[2];           // running max of rows g, g + 8 (of unscaled scores with FoldedExp2)
   float l[2];           // this lane's share of the running denominators (its columns only)
 
   /// Nothing seen yet: SS = 0, m = -inf, l = 0.
@@ -38,12 +41,6 @@ struct WarpState {
     for (int h = 0; h < 2; ++h) m[h] = -INFINITY, l[h] = 0.f;
   }
 };
-
-/// e^{m_old - m_new} in fa2_scheduled's units: 2^{(m_old - m_new) scale log2(e)}, 0 when
-/// m_old = -inf (nothing summed yet), as ch05::rescale.
-__device__ __forceinline__ float rescale_exp2(float m_old, float m_new, float scale_log2) {
-  return m_old == -INFINITY ? 0.f : ptx::exp2_approx((m_old - m_new) * scale_log2);
-}
 
 /// The max over the 4 lanes of a row's group (lanes 4g .. 4g + 3).
 __device__ __forceinline__ float group_max(float x) {
@@ -55,15 +52,20 @@ __device__ __forceinline__ float group_sum(float x) {
   return x + __shfl_xor_sync(kAllLanes, x, 2);
 }
 
+// ------------------------------------------------------------------------------------------
+// S~ = Q K^T and O += P~ V, fragments read by Fragments (fast_tiles.cuh)
+// ------------------------------------------------------------------------------------------
+
 /// S~ += Q K^T for keys [key0, key0 + 8 kGroups) of a (.., D) K tile in shared memory, for
 /// kRowTiles tiles of 16 query rows: s[mt][n] is the 16 x 8 block of keys key0 + 8n .. + 8 for
 /// row tile mt, and q_fragment(mt, ks, a) puts that tile's A fragment of head columns
 /// [16 ks, 16 ks + 16) in `a`. Each B fragment of K is read from shared memory once and serves
 /// every row tile (eq. 7).
-template <typename T, int D, bool kSw, bool kLd, int kRowTiles, int kGroups, typename QFragment>
+template <typename T, typename Fragments, int kRowTiles, int kGroups, typename QFragment>
 __device__ __forceinline__ void row_tiles_scores(QFragment q_fragment, const T* k_tile, int key0,
                                                  float (*s)[kGroups][4]) {
   static_assert(kGroups % 2 == 0, "key groups come in pairs (one ldmatrix .x4)");
+  constexpr int D = Fragments::Tile::kColumns;
   const int lane = threadIdx.x;
 #pragma unroll
   for (int ks = 0; ks < D / 16; ++ks) {
@@ -73,7 +75,7 @@ __device__ __forceinline__ void row_tiles_scores(QFragment q_fragment, const T* 
 #pragma unroll
     for (int n = 0; n < kGroups; n += 2) {
       std::uint32_t b0[2], b1[2];
-      load_b_of_k<D, kSw, kLd>(b0, b1, k_tile, key0 + 8 * n, 16 * ks, lane);
+      Fragments::load_b_of_k(b0, b1, k_tile, key0 + 8 * n, 16 * ks, lane);
 #pragma unroll
       for (int mt = 0; mt < kRowTiles; ++mt) {
         ptx::mma_m16n8k16<T>(s[mt][n], qa[mt], b0, s[mt][n]);
@@ -84,52 +86,118 @@ __device__ __forceinline__ void row_tiles_scores(QFragment q_fragment, const T* 
 }
 
 /// row_tiles_scores for one row tile whose A fragments qa the warp holds in registers.
-template <typename T, int D, bool kSw, bool kLd, int kGroups>
-__device__ __forceinline__ void tile_scores(const std::uint32_t (&qa)[D / 16][4], const T* k_tile,
-                                            int key0, float (&s)[kGroups][4]) {
-  row_tiles_scores<T, D, kSw, kLd, 1>(
+template <typename T, typename Fragments, int kGroups>
+__device__ __forceinline__ void tile_scores(
+    const std::uint32_t (&qa)[Fragments::Tile::kColumns / 16][4], const T* k_tile, int key0,
+    float (&s)[kGroups][4]) {
+  row_tiles_scores<T, Fragments, 1>(
       [&](int, int ks, std::uint32_t(&a)[4]) {
         for (int e = 0; e < 4; ++e) a[e] = qa[ks][e];
       },
       k_tile, key0, &s);
 }
 
+/// SS += P~ V for keys [key0, key0 + 16) of a (.., D) V tile in shared memory, for kRowTiles
+/// tiles of 16 rows: pa[mt], row tile mt's P~ A fragment for those keys (eq. 1), st[mt] its
+/// state. Each B fragment of V is read from shared memory once and serves every row tile.
+template <typename T, typename Fragments, int kRowTiles, int D>
+__device__ __forceinline__ void row_tiles_pv(const std::uint32_t (*pa)[4], const T* v_tile,
+                                             int key0, WarpState<D>* st) {
+  const int lane = threadIdx.x;
+#pragma unroll
+  for (int n = 0; n < D / 8; n += 2) {
+    std::uint32_t b0[2], b1[2];
+    Fragments::load_b_of_v(b0, b1, v_tile, key0, 8 * n, lane);
+#pragma unroll
+    for (int mt = 0; mt < kRowTiles; ++mt) {
+      ptx::mma_m16n8k16<T>(st[mt].acc[n], pa[mt], b0, st[mt].acc[n]);
+      ptx::mma_m16n8k16<T>(st[mt].acc[n + 1], pa[mt], b1, st[mt].acc[n + 1]);
+    }
+  }
+}
+
+/// row_tiles_pv for one row tile.
+template <typename T, typename Fragments, int D>
+__device__ __forceinline__ void accumulate_pv(const std::uint32_t (&pa)[4], const T* v_tile,
+                                              int key0, WarpState<D>& st) {
+  row_tiles_pv<T, Fragments, 1>(&pa, v_tile, key0, &st);
+}
+
+/// tile_scores and accumulate_pv with the fragments named by the tile's D, Swizzle and
+/// Ldmatrix (fast_tiles.cuh's FragmentsOf), as chapter 09 calls them.
+template <typename T, int D, bool kSw, bool kLd, int kGroups>
+__device__ __forceinline__ void tile_scores(const std::uint32_t (&qa)[D / 16][4], const T* k_tile,
+                                            int key0, float (&s)[kGroups][4]) {
+  tile_scores<T, FragmentsOf<D, kSw, kLd>>(qa, k_tile, key0, s);
+}
+template <typename T, int D, bool kSw, bool kLd>
+__device__ __forceinline__ void accumulate_pv(const std::uint32_t (&pa)[4], const T* v_tile,
+                                              int key0, WarpState<D>& st) {
+  accumulate_pv<T, FragmentsOf<D, kSw, kLd>>(pa, v_tile, key0, st);
+}
+
+// ------------------------------------------------------------------------------------------
+// The online softmax on the registers of S~, chapter 06's eq. (3)
+// ------------------------------------------------------------------------------------------
+
+/// Chapter 06's exponentials, as the rungs up to fa2_cp_async take them: each score scaled,
+/// then e^{x - m} by expf; the running max m is of scaled scores.
+struct ScaledExp {
+  float scale;
+  __device__ float score(float s) const { return scale * s; }
+  __device__ float rescale(float m_old, float m_new) const { return ch05::rescale(m_old, m_new); }
+  __device__ float shift(float m_new) const { return ch01::exp_shift(m_new); }
+  __device__ float p(float s, float shift) const { return expf(s - shift); }
+};
+
+// [folded_exp2]
+/// Eq. (5), fa2_scheduled on: the scores stay unscaled and the scale, folded into 2^x with
+/// log2(e), makes each P~ one fmaf and one ex2.approx. The running max m is of unscaled scores,
+/// the max of the scaled ones only when scale > 0 (the rungs refuse any other).
+struct FoldedExp2 {
+  float scale_log2;  // scale log2(e): e^{scale x} = 2^{x scale log2(e)}
+  __device__ float score(float s) const { return s; }
+  /// e^{scale (m_old - m_new)}, 0 when m_old = -inf (nothing summed yet), as ch05::rescale.
+  __device__ float rescale(float m_old, float m_new) const {
+    return m_old == -INFINITY ? 0.f : ptx::exp2_approx((m_old - m_new) * scale_log2);
+  }
+  __device__ float shift(float m_new) const { return ch01::exp_shift(m_new) * scale_log2; }
+  __device__ float p(float s, float shift) const {
+    return ptx::exp2_approx(fmaf(s, scale_log2, -shift));
+  }
+};
+// [folded_exp2]
+
 // [register_softmax]
-/// Chapter 06's eq. (3) on a warp's S~ registers: scaled (not in fa2_scheduled, which keeps the
-/// scores unscaled, eq. 5), masked where `masked` and is_masked(r, c) say so (row r < 16 of the
-/// warp, key c < 8 kGroups of the block), the rows' new max by two shuffles, SS and l rescaled,
-/// and s overwritten by P~ = e^{s - m_new}. s[n][e] is row g + 8 (e / 2), key 8n + 2t + e % 2.
-template <bool kScheduled, int kGroups, int D, typename IsMasked>
+/// Chapter 06's eq. (3) on a warp's S~ registers, with the exponentials of Exp (ScaledExp or,
+/// eq. 5, FoldedExp2): scored, masked where `masked` and is_masked(r, c) say so (row r < 16 of
+/// the warp, key c < 8 kGroups of the block), the rows' new max by two shuffles, SS and l
+/// rescaled, and s overwritten by P~ = e^{s - m_new}. s[n][e] is row g + 8 (e / 2), key
+/// 8n + 2t + e % 2.
+template <typename Exp, int kGroups, int D, typename IsMasked>
 __device__ __forceinline__ void softmax_on_scores(float (&s)[kGroups][4], WarpState<D>& st,
-                                                  float scale, bool masked, IsMasked is_masked) {
+                                                  Exp exp, bool masked, IsMasked is_masked) {
   const int lane = threadIdx.x, g = lane / 4, t = lane % 4;
   float m_tile[2] = {-INFINITY, -INFINITY};
   for (int n = 0; n < kGroups; ++n) {
     for (int e = 0; e < 4; ++e) {
-      float x = kScheduled ? s[n][e] : scale * s[n][e];
+      float x = exp.score(s[n][e]);
       if (masked && is_masked(g + 8 * (e / 2), 8 * n + 2 * t + e % 2)) x = -INFINITY;
       s[n][e] = x;
       m_tile[e / 2] = fmaxf(m_tile[e / 2], x);
     }
   }
-  const float scale_log2 = scale * kLog2e;
   float alpha[2], shift[2];
   for (int h = 0; h < 2; ++h) {
     const float m_new = fmaxf(st.m[h], group_max(m_tile[h]));  // chapter 06's eq. (3)
-    if constexpr (kScheduled) {
-      alpha[h] = rescale_exp2(st.m[h], m_new, scale_log2);
-      shift[h] = ch01::exp_shift(m_new) * scale_log2;  // eq. (5)
-    } else {
-      alpha[h] = ch05::rescale(st.m[h], m_new);
-      shift[h] = ch01::exp_shift(m_new);
-    }
+    alpha[h] = exp.rescale(st.m[h], m_new);
+    shift[h] = exp.shift(m_new);
     st.m[h] = m_new;
   }
   float rowsum[2] = {0.f, 0.f};  // of the float P~, before it is rounded for the product
   for (int n = 0; n < kGroups; ++n) {
     for (int e = 0; e < 4; ++e) {
-      const float p = kScheduled ? ptx::exp2_approx(fmaf(s[n][e], scale_log2, -shift[e / 2]))
-                                 : expf(s[n][e] - shift[e / 2]);
+      const float p = exp.p(s[n][e], shift[e / 2]);
       s[n][e] = p;  // P~, in S~'s registers
       rowsum[e / 2] += p;
     }
@@ -140,30 +208,39 @@ __device__ __forceinline__ void softmax_on_scores(float (&s)[kGroups][4], WarpSt
 }
 // [register_softmax]
 
-/// SS += P~ V for keys [key0, key0 + 16) of a (.., D) V tile in shared memory, for kRowTiles
-/// tiles of 16 rows: pa[mt], row tile mt's P~ A fragment for those keys (eq. 1), st[mt] its
-/// state. Each B fragment of V is read from shared memory once and serves every row tile.
-template <typename T, int D, bool kSw, bool kLd, int kRowTiles>
-__device__ __forceinline__ void row_tiles_pv(const std::uint32_t (*pa)[4], const T* v_tile,
-                                             int key0, WarpState<D>* st) {
-  const int lane = threadIdx.x;
-#pragma unroll
-  for (int n = 0; n < D / 8; n += 2) {
-    std::uint32_t b0[2], b1[2];
-    load_b_of_v<D, kSw, kLd>(b0, b1, v_tile, key0, 8 * n, lane);
-#pragma unroll
-    for (int mt = 0; mt < kRowTiles; ++mt) {
-      ptx::mma_m16n8k16<T>(st[mt].acc[n], pa[mt], b0, st[mt].acc[n]);
-      ptx::mma_m16n8k16<T>(st[mt].acc[n + 1], pa[mt], b1, st[mt].acc[n + 1]);
-    }
-  }
+/// softmax_on_scores with ScaledExp, or FoldedExp2 when kFoldedExp2, of the softmax scale
+/// `scale`, as chapter 09 calls it.
+template <bool kFoldedExp2, int kGroups, int D, typename IsMasked>
+__device__ __forceinline__ void softmax_on_scores(float (&s)[kGroups][4], WarpState<D>& st,
+                                                  float scale, bool masked, IsMasked is_masked) {
+  if constexpr (kFoldedExp2)
+    softmax_on_scores(s, st, FoldedExp2{scale * kLog2e}, masked, is_masked);
+  else
+    softmax_on_scores(s, st, ScaledExp{scale}, masked, is_masked);
 }
 
-/// row_tiles_pv for one row tile.
-template <typename T, int D, bool kSw, bool kLd>
-__device__ __forceinline__ void accumulate_pv(const std::uint32_t (&pa)[4], const T* v_tile,
-                                              int key0, WarpState<D>& st) {
-  row_tiles_pv<T, D, kSw, kLd, 1>(&pa, v_tile, key0, &st);
+// ------------------------------------------------------------------------------------------
+// The epilogue: chapter 06's eqs. (4), (5)
+// ------------------------------------------------------------------------------------------
+
+/// O = SS / l, rounded once to T, and the logsumexp m + log l for the warp's tile of 16 rows
+/// from r0 of head b, with state st (its m the max of scaled scores), in lane (g, t) of the
+/// warp. o: (bh, lq, D); lse: (bh, lq); the rows at or past lq are not written.
+template <typename T, int D>
+__device__ __forceinline__ void store_rows(const WarpState<D>& st, T* o, float* lse, int b,
+                                           int r0, int lq, int g, int t) {
+  for (int h = 0; h < 2; ++h) {
+    const float l = group_sum(st.l[h]);            // the 4 lanes' shares of the row
+    const float inv_l = ch01::inverse_or_zero(l);  // 0 for a fully masked row
+    const int i = r0 + g + 8 * h;
+    if (i >= lq) continue;
+    T* o_row = o + (std::size_t(b) * lq + i) * D;
+    for (int n = 0; n < D / 8; ++n) {
+      *reinterpret_cast<std::uint32_t*>(o_row + 8 * n + 2 * t) =
+          ptx::pack_pair<T>(st.acc[n][2 * h] * inv_l, st.acc[n][2 * h + 1] * inv_l);
+    }
+    if (t == 0) lse[std::size_t(b) * lq + i] = ch06::logsumexp(st.m[h], l);
+  }
 }
 
 }  // namespace

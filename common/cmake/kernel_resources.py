@@ -37,7 +37,7 @@ SLOW_DIVISION = ("the IEEE division's slow path (operands near the ends of the f
                  "a subroutine, and ptxas saves registers around its call; the common path "
                  "never takes it (with -prec-div=false the frame is gone)")
 ALLOWED = [
-    (r"ch08::fa2_fast_kernel<[^,]+, 128, .*RegisterBlockedRecipe>", r"sm_8\d", 16,
+    (r"ch08::fa2_register_blocked_kernel<[^,]+, 128>", r"sm_8\d", 16,
      "below sm_90 ptxas needs a few registers more than 255 for 32 rows x 128 columns of O "
      "per warp; chapter 08's page names the 8 bytes (section ch08_layout)"),
     (r"ch06::fa2_tensor_core_kernel<__half, 64>", r"sm_\d+", 32,
@@ -149,10 +149,6 @@ def check_frames(kernels, names):
     return bad
 
 
-def snake(recipe):
-    return re.sub(r"(?<!^)(?=[A-Z])", "_", recipe.removesuffix("Recipe")).lower()
-
-
 def comparable(kernels, text, page, nvcc_version, archs):
     """Whether the page's counts can be compared with this build's: "yes"; "no" when they are
     another compiler's or for an architecture not built (a note says so); "error" when the
@@ -182,10 +178,9 @@ def check_page(kernels, names, page, nvcc_version):
         return int(verdict == "error")
     measured = {}  # (rung, D) -> set of sm_90 registers
     for mangled, k in kernels.items():
-        m = re.search(r"fa2_fast_kernel<[^,]+, (\d+), [\w:]*::(\w+Recipe)>", names[mangled])
+        m = re.fullmatch(r"ch08::(fa2_\w+)_kernel<[^,]+, (\d+)>", names[mangled])
         if m and "sm_90" in k.registers:
-            measured.setdefault((f"fa2_{snake(m.group(2))}", int(m.group(1))), set()).add(
-                k.registers["sm_90"])
+            measured.setdefault((m.group(1), int(m.group(2))), set()).add(k.registers["sm_90"])
     # The register table's rows: rung | registers | blocks (warps) | registers | blocks (warps);
     # the measured ladder's rows (TFLOP/s) have no "(warps)" column and are not matched.
     row = re.compile(r"^\| `(fa2_\w+)` \| (\d+) \| \d+ \(\d+\) \| (\d+) \| \d+ \(\d+\) \|", re.M)

@@ -1,4 +1,4 @@
-// Chapter 06 kernel: FlashAttention-2, the rescaled accumulator.
+// Chapter 06, rung 1: fa2. FlashAttention-2, the rescaled accumulator, in fp32.
 //
 // Computes: O = softmax(scale Q K^T + causal mask) V and logsumexp = m + log l per row, for
 //           Q: (bh, lq, d), K, V: (bh, lk, d), eqs. (3)-(7) of fa2_rescaled.md. A fully
@@ -13,7 +13,7 @@
 //           Dynamic shared memory: (32 odd_stride(d) + 32 d + 16 d + 16 x 32) floats, at most
 //           43136 bytes (42.1 KiB).
 // Limits: lq, lk in [1, kMaxLength], any value; 1 <= d <= 128; bh <= 65535 (grid.y): the
-//           rung's limits (kernel_ladder in fa2.hpp), checked before every launch.
+//           rung's limits (its record, at the end of this file), checked before every launch.
 // Memory traffic per Q tile of 16 rows (fa2_tiles_traffic in fa2.hpp): its Q rows read once;
 //           K and V read once per K/V tile of 32 keys it visits (all ceil(lk / 32), or with
 //           the causal mask those up to the diagonal, eq. 7); its rows of O and logsumexp
@@ -75,7 +75,7 @@ __global__ void __launch_bounds__(kThreads)
     if (j >= lk || (causal && !ch04::causal_visible(i, j, lq, lk))) s = -INFINITY;  // eq. (6)
     // [accumulator_rescale]
     // [exercise]
-    const float m_new = fmaxf(m, warp_max(s));   // eq. (3)
+    const float m_new = fmaxf(m, warp_max(s));         // eq. (3)
     const float alpha = ch05::rescale(m, m_new);       // e^{m - m_new}, 0 on the first tile
     const float p = expf(s - ch01::exp_shift(m_new));  // P~ relative to the new max
     l = l * alpha + warp_sum(p);
@@ -111,19 +111,30 @@ __global__ void __launch_bounds__(kThreads)
     tiles_visited[std::size_t(b) * gridDim.x + blockIdx.x] = tiles;
 }
 
-}  // namespace
-
-// ==========================================================================================
-// Launcher
-// ==========================================================================================
-
-template <>
-void Kernels<kThisBackend>::fa2(const AttentionArgs& a) {
+void launch_fa2(const AttentionArgs& a) {
   launch<fa2_kernel>(
       dim3(ceil_div(a.shape.lq, kRowsPerTile), a.shape.bh), dim3(kWarpSize, kRowsPerTile),
       ch04::SharedTiles::bytes(kRowsPerTile, a.shape.d), static_cast<const float*>(a.q),
       static_cast<const float*>(a.k), static_cast<const float*>(a.v), static_cast<float*>(a.o),
       a.lse, a.shape, a.scale, a.causal, a.tiles_visited);
 }
+
+/// Its tiles, whatever d: kKernelRows x kKernelKeys.
+TileShape fa2_tiles(int) {
+  return {kKernelRows, kKernelKeys};
+}
+
+Traffic fa2_traffic(const AttentionArgs& a) {
+  return fa2_tiles_traffic(a, kKernelRows, kKernelKeys);
+}
+
+}  // namespace
+
+WB_RUNG(AttentionArgs, fa2,
+        "O unnormalized in registers, divided once at the end; Q tiles outer, a block each; "
+        "logsumexp out; causal: the tiles above the diagonal skipped",
+        attention_limits({Dtype::fp32}, ch04::kMaxHeadDim, {}, ch04::kMaxBatchHeads,
+                         /*causal=*/true, kWritesO | kWritesLse),
+        &launch_fa2, &fa2_traffic, {&fa2_tiles})
 
 }  // namespace wb::ch06

@@ -1,11 +1,11 @@
-// Chapter 06 kernel, the last rung: FlashAttention-2 on tensor cores (nvcuda::wmma).
+// Chapter 06, rung 2: fa2_tensor_core. FlashAttention-2 on tensor cores (nvcuda::wmma).
 //
 // Computes: O = softmax(scale Q K^T + causal mask) V and logsumexp = m + log l per row, for
 //           Q: (bh, lq, d), K, V: (bh, lk, d) in __half or __nv_bfloat16, with float
-//           accumulation: eqs. (3)-(7) of fa2_rescaled.md, like fa2_kernels.cuh. O is written
+//           accumulation: eqs. (3)-(7) of fa2_rescaled.md, like rung 1 (1_fa2.cuh). O is written
 //           in the input type, logsumexp in float. A fully masked row gives O = 0 and
 //           logsumexp = -inf.
-// Changed since fa2_kernels.cuh: the two products run on tensor cores, 16 x 16 x 16 at a
+// Changed since rung 1, fa2: the two products run on tensor cores, 16 x 16 x 16 at a
 //           time. S = Q K^T and O += P~ V are wmma::mma_sync on fragments; P~ is rounded to
 //           the input type for the second product (as FlashAttention does); the accumulator
 //           SS lives in accumulator fragments and is rescaled there by e^{m - m_new}. Each
@@ -19,9 +19,9 @@
 //           44.3 KiB for d = 64, 31.3 KiB for d = 128: within the 48 KiB any launch may use.
 //           Why these shapes: fa2_rescaled.md, section "FA2 on tensor cores".
 // Limits: lq, lk in [1, kMaxLength], any value; d = 64 or 128 (a template parameter);
-//           bh <= 65535 (grid.y): the rung's limits (kernel_ladder in fa2.hpp), checked before
-//           every launch. q, k, v 16-byte aligned (the launcher checks).
-// Memory traffic per Q tile of 64 rows, as fa2_kernels.cuh with 16-bit Q, K, V and O and
+//           bh <= 65535 (grid.y): the rung's limits (its record, at the end of this file),
+//           checked before every launch. q, k, v 16-byte aligned (the launcher checks).
+// Memory traffic per Q tile of 64 rows, as rung 1's with 16-bit Q, K, V and O and
 //           K/V tiles of Bc keys (fa2_tiles_traffic in fa2.hpp): its Q rows once, K and V once
 //           per K/V tile it visits (a warp that skips a tile's products still shares its load),
 //           O and logsumexp once, one int of tiles_visited when given.
@@ -259,14 +259,7 @@ void launch_tensor_core(const AttentionArgs& a) {
                                 " is not one it takes (64 or 128)");
 }
 
-}  // namespace
-
-// ==========================================================================================
-// Launcher
-// ==========================================================================================
-
-template <>
-void Kernels<kThisBackend>::fa2_tensor_core(const AttentionArgs& a) {
+void launch_fa2_tensor_core(const AttentionArgs& a) {
   constexpr std::uintptr_t kLoadBytes = 16;  // the tile loads read 16 bytes at a time
   for (const void* p : {a.q, a.k, a.v}) {
     if (reinterpret_cast<std::uintptr_t>(p) % kLoadBytes != 0)
@@ -277,5 +270,24 @@ void Kernels<kThisBackend>::fa2_tensor_core(const AttentionArgs& a) {
   else
     launch_tensor_core<__nv_bfloat16>(a);
 }
+
+/// Its tiles on head dimension d: kTensorCoreRows x tensor_core_keys(d).
+TileShape tensor_core_tiles(int d) {
+  return {kTensorCoreRows, tensor_core_keys(d)};
+}
+
+/// 16-bit Q, K, V and O.
+Traffic tensor_core_traffic(const AttentionArgs& a) {
+  return fa2_tiles_traffic(a, kTensorCoreRows, tensor_core_keys(a.shape.d));
+}
+
+}  // namespace
+
+WB_RUNG(AttentionArgs, fa2_tensor_core,
+        "both products on tensor cores (wmma 16x16x16): fp16 or bf16 inputs, float "
+        "accumulation, 16 query rows per warp",
+        attention_limits({Dtype::fp16, Dtype::bf16}, 0, {64, 128}, ch04::kMaxBatchHeads,
+                         /*causal=*/true, kWritesO | kWritesLse),
+        &launch_fa2_tensor_core, &tensor_core_traffic, {&tensor_core_tiles, /*rounds_p=*/true})
 
 }  // namespace wb::ch06
