@@ -47,6 +47,16 @@ struct ChapterSteps {
   std::string next;                                 ///< the chapter after, printed last
 };
 
+/// The attention chapters' refusal of --causal and --dtype outside --bench and --profile (the
+/// report runs both masks and every type): -1 when they were not given, else the exit code
+/// after one line.
+inline int check_mode_options(const Cli& cli, const ProgramOptions& options, bool causal,
+                              const std::string& dtype) {
+  if (options.bench.enabled || options.profile || (!causal && dtype == "fp32")) return -1;
+  return cli.error(
+      "--causal and --dtype only apply with --bench or --profile (the report runs both)");
+}
+
 /// The rest of the program once `options` are parsed: --list (the ladder of the program's
 /// backend), then the chapter's check, then --profile, --bench or intro, trace and report,
 /// under run_guarded (an exception is one line: exit code 2 for refused input, 1 for a

@@ -13,6 +13,7 @@
 #include "chapters/03_block_merge/block_merge.hpp"
 #include "chapters/03_block_merge/fast_plans.hpp"
 #include "chapters/03_block_merge/md_merge.hpp"
+#include "common/chapter_program.hpp"
 #include "common/cli.hpp"
 #include "common/dtype.hpp"
 #include "common/program.hpp"
@@ -154,27 +155,12 @@ int main(int argc, char** argv) {
               "Graphviz DOT to this file (the docs draw them with dot)");
   ProgramOptions options;
   if (const int code = parse_program(cli, argc, argv, &options); code >= 0) return code;
-  const auto make_ladder = [](auto b) { return kernel_ladder<decltype(b)::value>(); };
-  if (options.list) return list_ladder(cli, options, "03_block_merge", "softmax", make_ladder);
-  if (const int code = check_matrix_size(cli, options, rows, cols); code >= 0) return code;
-  const Ladder<RowArgs> ladder = select_kernel_backend(options.backend, make_ladder);
   const std::vector<Dtype> dtypes = dtypes_of_option(dtype);
-  if (options.profile) {
-    return run_guarded(
-        cli, [&] { return ch01::profile_softmax(ladder, rows, cols, options.seed, dtypes,
-                                                       options.bench.csv_path); });
-  }
-  if (options.bench.enabled)
-    return run_guarded(cli, [&] {
-      return ch01::bench_softmax("03_block_merge", ladder, options.bench, rows, cols, options.seed,
-                                 dtypes);
-    });
-
-  print_intro();
-  return run_guarded(cli, [&] {
-    print_trace();  // under the guard: --dot may fail to write
-    if (options.trace_only) return 0;
-    const std::vector<ch01::CpuStep> steps = {
+  ChapterSteps<RowArgs> steps = ch01::softmax_steps(cli, options, rows, cols, dtypes);
+  steps.intro = print_intro;
+  steps.trace = print_trace;  // under the program's guard: --dot may fail to write
+  steps.report = [&](const Ladder<RowArgs>& ladder) {
+    const std::vector<ch01::CpuStep> cpu_steps = {
         {"cpu ch02 online",
          [](const std::vector<float>& x, int r, int c) { return ch02::softmax_online(x, r, c); }},
         {"cpu ch03 blocked, block " + std::to_string(block),
@@ -182,7 +168,7 @@ int main(int argc, char** argv) {
            return softmax_blocked(x, r, c, block);
          }}};
     for (Dtype t : dtypes)
-      ch01::report_softmax(options.backend, steps, ladder, "ch02", rows, cols, options.seed, t);
+      ch01::report_softmax(options.backend, cpu_steps, ladder, "ch02", rows, cols, options.seed, t);
     // The kernel backend's device decides block_cached's limit (cpu: the simulator's H100).
     // A 16-bit row is half the bytes of a float one: its plan is its own.
     const Backend device = options.backend == Backend::cpu ? Backend::sim : options.backend;
@@ -218,9 +204,11 @@ int main(int argc, char** argv) {
                    "  show larger relative errors (the tests bound |y - ref| by 2^-11 max(|ref|,\n"
                    "  2^-14) plus the float error).\n\n";
     print_sim_time_note(std::cout, options.backend);
-    std::cout << "Next: chapter 04, softmax(scale Q K^T) fused (chapters/04_fused_qk_softmax,\n"
-                 "docs page \"Chapter 04: fused QK softmax\"): the scores are produced tile by\n"
-                 "tile and merged as (m, d) pairs, never stored whole.\n";
-    return 0;
-  });
+  };
+  steps.next =
+      "Next: chapter 04, softmax(scale Q K^T) fused (chapters/04_fused_qk_softmax,\n"
+      "docs page \"Chapter 04: fused QK softmax\"): the scores are produced tile by\n"
+      "tile and merged as (m, d) pairs, never stored whole.\n";
+  return run_chapter_program(cli, options, steps,
+                             [](auto b) { return kernel_ladder<decltype(b)::value>(); });
 }

@@ -11,6 +11,7 @@
 #include "chapters/07_welford_layernorm/layernorm_ladder.hpp"
 #include "chapters/07_welford_layernorm/welford.hpp"
 #include "common/bench.hpp"
+#include "common/chapter_program.hpp"
 #include "common/cli.hpp"
 #include "common/compare.hpp"
 #include "common/dtype.hpp"
@@ -290,7 +291,7 @@ void report_shape(Backend backend, const Ladder<LayerNormArgs>& ladder, Dtype dt
 // selected element type; the rungs that cannot take it are listed as skipped.
 int run_bench(const Ladder<LayerNormArgs>& ladder, const BenchOptions& options,
               const std::vector<Dtype>& dtypes, int rows, int cols, std::uint64_t seed) {
-  Bench bench("07_welford_layernorm", "layernorm", options);
+  Bench bench(kChapter, "layernorm", options);
   const std::size_t n = static_cast<std::size_t>(cols);
   const std::vector<float> x = bench_input(rows, cols, seed);
   const Affine affine{randn(n, seed, 1.f, 0.5f), randn(n, seed + 1, 0.f, 0.5f)};
@@ -341,32 +342,32 @@ int main(int argc, char** argv) {
               "as Graphviz DOT to this file (the docs draw it with dot)");
   ProgramOptions options;
   if (const int code = parse_program(cli, argc, argv, &options); code >= 0) return code;
-  const auto make_ladder = [](auto b) { return kernel_ladder<decltype(b)::value>(); };
-  if (options.list)
-    return list_ladder(cli, options, "07_welford_layernorm", "layernorm", make_ladder);
-  if (const int code = check_matrix_size(cli, options, rows, cols); code >= 0) return code;
   const std::vector<Dtype> dtypes = dtypes_of_option(dtype);
-  const Ladder<LayerNormArgs> ladder = select_kernel_backend(options.backend, make_ladder);
-  if (options.profile)
-    return run_guarded(cli, [&] { return run_profile(ladder, dtypes, rows, cols, options.seed, options.bench.csv_path);
-    });
-  if (options.bench.enabled)
-    return run_guarded(
-        cli, [&] { return run_bench(ladder, options.bench, dtypes, rows, cols, options.seed); });
-
-  print_intro();
-  print_cancellation_demo();
-  return run_guarded(cli, [&] {
-    print_trace();  // under the guard: --dot may fail to write
-    if (options.trace_only) return 0;
+  ChapterSteps<LayerNormArgs> steps;
+  steps.op = "layernorm";
+  steps.check = [&] { return check_matrix_size(cli, options, rows, cols); };
+  steps.profile = [&](const Ladder<LayerNormArgs>& ladder) {
+    return run_profile(ladder, dtypes, rows, cols, options.seed, options.bench.csv_path);
+  };
+  steps.bench = [&](const Ladder<LayerNormArgs>& ladder) {
+    return run_bench(ladder, options.bench, dtypes, rows, cols, options.seed);
+  };
+  steps.intro = [] {
+    print_intro();
+    print_cancellation_demo();
+  };
+  steps.trace = print_trace;  // under the program's guard: --dot may fail to write
+  steps.report = [&](const Ladder<LayerNormArgs>& ladder) {
     const Backend kernels = options.backend == Backend::cuda ? Backend::cuda : Backend::sim;
     print_dispatch(kernels, Dtype::fp32);
     if (dtypes.back() != Dtype::fp32) print_dispatch(kernels, Dtype::fp16);
     for (Dtype t : dtypes) report_shape(options.backend, ladder, t, rows, cols, options.seed);
     print_sim_time_note(std::cout, options.backend);
-    std::cout << "Next: chapter 08, FlashAttention-2 at speed (chapters/08_fa2_at_speed, docs "
-                 "page\n\"Chapter 08: FlashAttention-2 at speed\"): chapter 06's algorithm on "
-                 "mma.sync, one\noptimization per rung.\n";
-    return 0;
-  });
+  };
+  steps.next =
+      "Next: chapter 08, FlashAttention-2 at speed (chapters/08_fa2_at_speed, docs page\n"
+      "\"Chapter 08: FlashAttention-2 at speed\"): chapter 06's algorithm on mma.sync, one\n"
+      "optimization per rung.\n";
+  return run_chapter_program(cli, options, steps,
+                             [](auto b) { return kernel_ladder<decltype(b)::value>(); });
 }

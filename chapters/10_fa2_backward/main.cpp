@@ -13,6 +13,7 @@
 #include "common/attention_inputs.hpp"
 #include "common/attention_report.hpp"
 #include "common/bench.hpp"
+#include "common/chapter_program.hpp"
 #include "common/cli.hpp"
 #include "common/inputs.hpp"
 #include "common/ladder_profile.hpp"
@@ -185,7 +186,7 @@ void report_table(Backend backend, const Ladder<AttentionBackwardArgs>& ladder,
 
 int run_bench(const Ladder<AttentionBackwardArgs>& ladder, const BenchOptions& options,
               AttentionShape s, bool causal, Dtype type, std::uint64_t seed) {
-  Bench bench("10_fa2_backward", "attention_backward", options);
+  Bench bench(kChapter, "attention_backward", options);
   const float scale = default_scale(s.d);
   const AttentionInputs qkv = {bench_input(std::int64_t(s.bh) * s.lq, s.d, seed),
                                bench_input(std::int64_t(s.bh) * s.lk, s.d, seed + 1),
@@ -204,6 +205,31 @@ int run_bench(const Ladder<AttentionBackwardArgs>& ladder, const BenchOptions& o
   bench_ladder(bench, rungs_taking(ladder, type), buffers.args,
                attention_shape_string(s.bh, s.lq, s.lk, s.d, causal), Work::computing(flops, 0.0));
   return bench.finish();
+}
+
+// --profile: every rung of `ladder` (sim kernels) on randn inputs and their forward, its traffic
+// counted by the simulator against the rung's formula, every buffer named.
+int run_profile(const Ladder<AttentionBackwardArgs>& ladder, const AttentionShape& shape,
+                float scale, bool causal, Dtype type, const ProgramOptions& options) {
+  const BackwardInputs in =
+      forward_for(make_attention_inputs(ScoreKind::randn, shape, scale, options.seed), shape, scale,
+                  causal, options.seed, type);
+  AttentionBackwardBuffers buffers(Backend::sim, in, shape, scale, causal, type);
+  for (auto [buffer, name] : {std::pair<const void*, const char*>{buffers.q.data(), "q"},
+                              {buffers.k.data(), "k"},
+                              {buffers.v.data(), "v"},
+                              {buffers.o.data(), "o"},
+                              {buffers.d_o.data(), "d_o"},
+                              {buffers.lse.data(), "lse"},
+                              {buffers.dq.data(), "dq"},
+                              {buffers.dk.data(), "dk"},
+                              {buffers.dv.data(), "dv"},
+                              {buffers.d_row.data(), "d_row"},
+                              {buffers.p.data(), "p"}})
+    sim::label_device_buffer(buffer, name);
+  return profile_ladder(ladder, buffers.args, shape.rows(), "row",
+                        attention_shape_string(shape.bh, shape.lq, shape.lk, shape.d, causal),
+                        options.bench.csv_path);
 }
 
 }  // namespace
@@ -226,58 +252,38 @@ int main(int argc, char** argv) {
               "with --bench or --profile: the element type (default fp32)");
   ProgramOptions options;
   if (const int code = parse_program(cli, argc, argv, &options); code >= 0) return code;
-  const auto make_ladder = [](auto b) { return kernel_ladder<decltype(b)::value>(); };
-  if (options.list)
-    return list_ladder(cli, options, "10_fa2_backward", "attention_backward", make_ladder);
   const AttentionShape shape = shape_options.resolve(options.backend);
-  if (shape.q_elems() > kMaxBenchElements || shape.kv_elems() > kMaxBenchElements)
-    return cli.error("--bh x --lq x --d or --bh x --lk x --d exceeds 2^31");
-  if (!options.bench.enabled && !options.profile && (causal || dtype != "fp32"))
-    return cli.error(
-        "--causal and --dtype only apply with --bench or --profile (the report runs both)");
   const Dtype type = dtypes_of_option(dtype).front();
-  const Ladder<AttentionBackwardArgs> ladder = select_kernel_backend(options.backend, make_ladder);
-  if (options.bench.enabled)
-    return run_guarded(
-        cli, [&] { return run_bench(ladder, options.bench, shape, causal, type, options.seed); });
   const float scale = default_scale(shape.d);
-  if (options.profile)
-    return run_guarded(cli, [&] {
-      const BackwardInputs in =
-          forward_for(make_attention_inputs(ScoreKind::randn, shape, scale, options.seed), shape,
-                      scale, causal, options.seed, type);
-      AttentionBackwardBuffers buffers(Backend::sim, in, shape, scale, causal, type);
-      for (auto [buffer, name] : {std::pair<const void*, const char*>{buffers.q.data(), "q"},
-                                  {buffers.k.data(), "k"},
-                                  {buffers.v.data(), "v"},
-                                  {buffers.o.data(), "o"},
-                                  {buffers.d_o.data(), "d_o"},
-                                  {buffers.lse.data(), "lse"},
-                                  {buffers.dq.data(), "dq"},
-                                  {buffers.dk.data(), "dk"},
-                                  {buffers.dv.data(), "dv"},
-                                  {buffers.d_row.data(), "d_row"},
-                                  {buffers.p.data(), "p"}})
-        sim::label_device_buffer(buffer, name);
-      return profile_ladder(ladder, buffers.args, shape.rows(), "row",
-                            attention_shape_string(shape.bh, shape.lq, shape.lk, shape.d, causal),
-                            options.bench.csv_path);
-    });
-  if (const int code = check_probabilities(cli, shape, 28, "the fp64 reference holds P"); code >= 0)
-    return code;
-  return run_chapter(
-      cli, options, print_intro, print_trace,
-      [&] {
-        if (memory_length > 0) print_memory(memory_length, options.seed);
-        const AttentionInputs qkv =
-            make_attention_inputs(ScoreKind::randn, shape, scale, options.seed);
-        for (Dtype t : dtypes_of_option(options.backend == Backend::cpu ? "fp32" : "all"))
-          for (bool c : {false, true})
-            report_table(options.backend, ladder,
-                         forward_for(qkv, shape, scale, c, options.seed, t), shape, c, t,
-                         options.seed);
-        print_sim_time_note(std::cout, options.backend);
-      },
+  ChapterSteps<AttentionBackwardArgs> steps;
+  steps.op = "attention_backward";
+  steps.check = [&] {
+    if (shape.q_elems() > kMaxBenchElements || shape.kv_elems() > kMaxBenchElements)
+      return cli.error("--bh x --lq x --d or --bh x --lk x --d exceeds 2^31");
+    if (const int code = check_mode_options(cli, options, causal, dtype); code >= 0) return code;
+    if (options.bench.enabled || options.profile) return -1;
+    return check_probabilities(cli, shape, 28, "the fp64 reference holds P");
+  };
+  steps.bench = [&](const Ladder<AttentionBackwardArgs>& ladder) {
+    return run_bench(ladder, options.bench, shape, causal, type, options.seed);
+  };
+  steps.profile = [&](const Ladder<AttentionBackwardArgs>& ladder) {
+    return run_profile(ladder, shape, scale, causal, type, options);
+  };
+  steps.intro = print_intro;
+  steps.trace = print_trace;
+  steps.report = [&](const Ladder<AttentionBackwardArgs>& ladder) {
+    if (memory_length > 0) print_memory(memory_length, options.seed);
+    const AttentionInputs qkv = make_attention_inputs(ScoreKind::randn, shape, scale, options.seed);
+    for (Dtype t : dtypes_of_option(options.backend == Backend::cpu ? "fp32" : "all"))
+      for (bool c : {false, true})
+        report_table(options.backend, ladder, forward_for(qkv, shape, scale, c, options.seed, t),
+                     shape, c, t, options.seed);
+    print_sim_time_note(std::cout, options.backend);
+  };
+  steps.next =
       "This is the workbook's last chapter so far. The chapter map on the docs main page (and\n"
-      "README.md) leads back to every step, from chapter 01's safe softmax on.\n");
+      "README.md) leads back to every step, from chapter 01's safe softmax on.\n";
+  return run_chapter_program(cli, options, steps,
+                             [](auto b) { return kernel_ladder<decltype(b)::value>(); });
 }
