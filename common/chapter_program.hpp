@@ -8,8 +8,7 @@
 //   steps.op = "softmax";
 //   steps.profile = [&](const Ladder<RowArgs>& ladder) { return profile_softmax(ladder, ...); };
 //   ...
-//   return run_chapter_program(cli, options, steps,
-//                              [](auto b) { return kernel_ladder<decltype(b)::value>(); });
+//   return run_chapter_program(cli, options, steps, make_kernel_ladder);
 #pragma once
 
 #include <functional>
@@ -58,7 +57,8 @@ inline int check_mode_options(const Cli& cli, const ProgramOptions& options, boo
 }
 
 /// The rest of the program once `options` are parsed: --list (the ladder of the program's
-/// backend), then the chapter's check, then --profile, --bench or intro, trace and report,
+/// backend), then the chapter's check, then --profile, --bench or intro, trace and report (and
+/// what simulator times mean, where they were shown),
 /// under run_guarded (an exception is one line: exit code 2 for refused input, 1 for a
 /// failure). `make(b)` returns the chapter's ladder on kernel backend b.
 template <typename Args, typename Make>
@@ -75,6 +75,7 @@ int run_chapter_program(const Cli& cli, const ProgramOptions& options,
     if (steps.trace) steps.trace();
     if (options.trace_only) return 0;
     if (steps.report) steps.report(ladder);
+    print_sim_time_note(std::cout, options.backend);
     std::cout << steps.next;
     return 0;
   });

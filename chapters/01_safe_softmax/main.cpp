@@ -82,11 +82,9 @@ int main(int argc, char** argv) {
         {"cpu naive", [](const std::vector<float>& x, int r, int c) { return softmax_naive(x, r, c); }},
         {"cpu safe", [](const std::vector<float>& x, int r, int c) { return softmax_safe(x, r, c); }}};
     report_softmax(options.backend, cpu_steps, ladder, "", rows, cols, options.seed);
-    print_sim_time_note(std::cout, options.backend);
   };
   steps.next =
       "Next: chapter 02, online softmax (chapters/02_online_softmax, docs page\n"
       "\"Chapter 02: online softmax\"): the max and the sum in one pass.\n";
-  return run_chapter_program(cli, options, steps,
-                             [](auto b) { return kernel_ladder<decltype(b)::value>(); });
+  return run_chapter_program(cli, options, steps, make_kernel_ladder);
 }

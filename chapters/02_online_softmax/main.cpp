@@ -80,12 +80,10 @@ int main(int argc, char** argv) {
     std::cout << "  Chapter 01 sums d in double; here d' is a float recurrence, so the error\n"
                  "  grows with cols (the tests derive the bound). One thread per row reads\n"
                  "  addresses cols floats apart: chapter 03 puts a whole warp or block on a row.\n\n";
-    print_sim_time_note(std::cout, options.backend);
   };
   steps.next =
       "Next: chapter 03, the block-associative (m, d) merge (chapters/03_block_merge,\n"
       "docs page \"Chapter 03: block-associative merge\"): split a row anywhere, merge\n"
       "the pieces in any order, and let a whole block of threads share one row.\n";
-  return run_chapter_program(cli, options, steps,
-                             [](auto b) { return kernel_ladder<decltype(b)::value>(); });
+  return run_chapter_program(cli, options, steps, make_kernel_ladder);
 }

@@ -203,12 +203,10 @@ int main(int argc, char** argv) {
                    "  2^-14 = 6.1e-5; below it fp16's spacing is fixed (2^-24), so small outputs\n"
                    "  show larger relative errors (the tests bound |y - ref| by 2^-11 max(|ref|,\n"
                    "  2^-14) plus the float error).\n\n";
-    print_sim_time_note(std::cout, options.backend);
   };
   steps.next =
       "Next: chapter 04, softmax(scale Q K^T) fused (chapters/04_fused_qk_softmax,\n"
       "docs page \"Chapter 04: fused QK softmax\"): the scores are produced tile by\n"
       "tile and merged as (m, d) pairs, never stored whole.\n";
-  return run_chapter_program(cli, options, steps,
-                             [](auto b) { return kernel_ladder<decltype(b)::value>(); });
+  return run_chapter_program(cli, options, steps, make_kernel_ladder);
 }

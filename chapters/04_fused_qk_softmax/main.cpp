@@ -89,8 +89,6 @@ void report(Backend backend, const Ladder<AttentionArgs>& ladder, AttentionShape
   std::cout << "  Scores held at once, per head: naive " << std::size_t(shape.lq) * shape.lk
             << " floats (the whole S), fused " << kKernelRows * kKernelKeys
             << " (one tile). Chapter 06 measures the difference.\n";
-  print_sim_time_note(std::cout, backend);
-  std::cout << '\n';
 }
 
 }  // namespace
@@ -122,6 +120,5 @@ int main(int argc, char** argv) {
       "Next: chapter 05, FlashAttention-1 (chapters/05_fa1_subsum, docs page\n"
       "\"Chapter 05: FlashAttention-1, the SubSum recurrence\"): the output O = P V\n"
       "carried through the same tiles, so that P is never stored either.\n";
-  return run_chapter_program(cli, options, steps,
-                             [](auto b) { return kernel_ladder<decltype(b)::value>(); });
+  return run_chapter_program(cli, options, steps, make_kernel_ladder);
 }

@@ -102,8 +102,6 @@ void report(Backend backend, const Ladder<AttentionArgs>& ladder, AttentionShape
             << " for writing and reading S and P in the baseline (eq. 7).\n"
                "  Larger K/V tiles cut it (FA1 sizes them to fill shared memory); chapter 06\n"
                "  removes it.\n";
-  print_sim_time_note(std::cout, backend);
-  std::cout << '\n';
 }
 
 }  // namespace
@@ -137,6 +135,5 @@ int main(int argc, char** argv) {
       "\"Chapter 06: FlashAttention-2, the rescaled accumulator\"): keep the output\n"
       "unnormalized, divide once at the end, and swap the loops so that O never\n"
       "leaves the chip until it is final.\n";
-  return run_chapter_program(cli, options, steps,
-                             [](auto b) { return kernel_ladder<decltype(b)::value>(); });
+  return run_chapter_program(cli, options, steps, make_kernel_ladder);
 }

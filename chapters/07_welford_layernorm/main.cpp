@@ -362,12 +362,10 @@ int main(int argc, char** argv) {
     print_dispatch(kernels, Dtype::fp32);
     if (dtypes.back() != Dtype::fp32) print_dispatch(kernels, Dtype::fp16);
     for (Dtype t : dtypes) report_shape(options.backend, ladder, t, rows, cols, options.seed);
-    print_sim_time_note(std::cout, options.backend);
   };
   steps.next =
       "Next: chapter 08, FlashAttention-2 at speed (chapters/08_fa2_at_speed, docs page\n"
       "\"Chapter 08: FlashAttention-2 at speed\"): chapter 06's algorithm on mma.sync, one\n"
       "optimization per rung.\n";
-  return run_chapter_program(cli, options, steps,
-                             [](auto b) { return kernel_ladder<decltype(b)::value>(); });
+  return run_chapter_program(cli, options, steps, make_kernel_ladder);
 }

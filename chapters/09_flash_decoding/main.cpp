@@ -365,11 +365,9 @@ int main(int argc, char** argv) {
       for (bool c : {false, true})
         report_table(options.backend, ladder, ch06::round_inputs(randn, t), shape, lengths,
                      n_splits, page_keys, c, t, options.seed);
-    print_sim_time_note(std::cout, options.backend);
   };
   steps.next =
       "Next: chapter 10, the FlashAttention-2 backward pass (chapters/10_fa2_backward, docs page\n"
       "\"Chapter 10\"): the logsumexp this chapter merged lets it recompute P tile by tile.\n";
-  return run_chapter_program(cli, options, steps,
-                             [](auto b) { return kernel_ladder<decltype(b)::value>(); });
+  return run_chapter_program(cli, options, steps, make_kernel_ladder);
 }

@@ -279,11 +279,9 @@ int main(int argc, char** argv) {
       for (bool c : {false, true})
         report_table(options.backend, ladder, forward_for(qkv, shape, scale, c, options.seed, t),
                      shape, c, t, options.seed);
-    print_sim_time_note(std::cout, options.backend);
   };
   steps.next =
       "This is the workbook's last chapter so far. The chapter map on the docs main page (and\n"
       "README.md) leads back to every step, from chapter 01's safe softmax on.\n";
-  return run_chapter_program(cli, options, steps,
-                             [](auto b) { return kernel_ladder<decltype(b)::value>(); });
+  return run_chapter_program(cli, options, steps, make_kernel_ladder);
 }

@@ -149,6 +149,12 @@ Ladder<${args}> kernel_ladder() {
   return {${calls}};
 }
 
+/// kernel_ladder<B>() for the backend b names (std::integral_constant<Backend, B>), as
+/// select_kernel_backend and the chapter program's flow call it.
+inline constexpr auto make_kernel_ladder = [](auto b) {
+  return kernel_ladder<decltype(b)::value>();
+};
+
 }  // namespace wb::${ch}
 " @ONLY)
   endif()
