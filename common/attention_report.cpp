@@ -62,6 +62,15 @@ int check_probabilities(const Cli& cli, AttentionShape shape, int log2_max,
   return -1;
 }
 
+int check_attention_size(const Cli& cli, const ProgramOptions& options, AttentionShape shape,
+                         int log2_max, const std::string& why) {
+  if (options.profile) return -1;
+  if (!options.bench.enabled) return check_probabilities(cli, shape, log2_max, why);
+  if (shape.q_elems() > kMaxBenchElements || shape.kv_elems() > kMaxBenchElements)
+    return cli.error("--bh x --lq x --d or --bh x --lk x --d exceeds 2^31 elements");
+  return -1;
+}
+
 std::vector<AttentionRun> run_attention_table(Backend backend,
                                               const std::vector<AttentionStep>& steps,
                                               const Ladder<AttentionArgs>& ladder,
@@ -149,18 +158,6 @@ void report_attention(Backend backend, const Ladder<AttentionArgs>& ladder,
               << to_string(kind) << ", seed " << seed << ":\n";
     print_attention_table(std::cout, runs, skipped, r, {p, r.o_weight, previous}, shape, false);
   }
-}
-
-int run_chapter(const Cli& cli, const ProgramOptions& options, void (*intro)(), void (*trace)(),
-                const std::function<void()>& report, const char* next) {
-  return run_guarded(cli, [&] {
-    intro();
-    trace();
-    if (options.trace_only) return 0;
-    report();
-    std::cout << next;
-    return 0;
-  });
 }
 
 int bench_attention(const std::string& chapter, const Ladder<AttentionArgs>& ladder,

@@ -41,6 +41,12 @@ struct AttentionShapeOptions {
 /// that many probabilities: `why`). -1 when `shape` fits, else one line and exit code 2.
 int check_probabilities(const Cli& cli, AttentionShape shape, int log2_max, const std::string& why);
 
+/// An attention program's size check for its mode: --profile takes any shape; --bench's Q and
+/// K/V at most 2^31 elements each; the report's probabilities as check_probabilities. -1 when
+/// the shape fits, else the exit code after one line.
+int check_attention_size(const Cli& cli, const ProgramOptions& options, AttentionShape shape,
+                         int log2_max, const std::string& why);
+
 /// One implementation's attention outputs on a report's input, and its time: a table row.
 using AttentionRun = RungRun<AttentionOut>;
 
@@ -100,12 +106,6 @@ void report_attention(Backend backend, const Ladder<AttentionArgs>& ladder,
 int bench_attention(const std::string& chapter, const Ladder<AttentionArgs>& ladder,
                     const BenchOptions& options, AttentionShape shape, bool causal, Dtype dtype,
                     std::uint64_t seed);
-
-/// The rest of an attention chapter's program once its options are parsed: `intro()` (what
-/// the step changes) and `trace()` (a worked example: all it prints with --trace), then
-/// `report()` under run_guarded, then `next`, the chapter after. Returns the exit code.
-int run_chapter(const Cli& cli, const ProgramOptions& options, void (*intro)(), void (*trace)(),
-                const std::function<void()>& report, const char* next);
 
 /// The worked example of chapters 05 and 06: one query whose scores are kTraceScores (with
 /// scale 1), six keys whose values are the rows of kTraceValues, in R^2.

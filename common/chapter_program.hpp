@@ -46,12 +46,12 @@ struct ChapterSteps {
   std::string next;                                 ///< the chapter after, printed last
 };
 
-/// The attention chapters' refusal of --causal and --dtype outside --bench and --profile (the
-/// report runs both masks and every type): -1 when they were not given, else the exit code
-/// after one line.
+/// The attention chapters' refusal of --causal and --dtype (`dtype_given`: other than its
+/// default) outside --bench and --profile, where the report runs both masks and every type: -1
+/// when neither was given, else the exit code after one line.
 inline int check_mode_options(const Cli& cli, const ProgramOptions& options, bool causal,
-                              const std::string& dtype) {
-  if (options.bench.enabled || options.profile || (!causal && dtype == "fp32")) return -1;
+                              bool dtype_given) {
+  if (options.bench.enabled || options.profile || (!causal && !dtype_given)) return -1;
   return cli.error(
       "--causal and --dtype only apply with --bench or --profile (the report runs both)");
 }

@@ -254,34 +254,30 @@ void rungs_refuse_what_they_cannot_take() {
   }
   // stream_kv loads whole 16-byte vectors of a row: d a multiple of 8; the other fp32 rungs
   // take d = 12.
-  const Rung<DecodeArgs>* streaming = find_rung(ladder, "stream_kv");
-  REQUIRE(streaming != nullptr);
+  const Rung<DecodeArgs> streaming = Rungs<B>::stream_kv();
   for (const Rung<DecodeArgs>& rung : ladder) {
     if (!rung.limits.takes(Dtype::fp32)) continue;
     DecodeArgs a = buffers.args;
     a.shape.d = 12;
     CAPTURE(std::string(rung.name));
-    CHECK(why_refused(rung, a).empty() == (&rung != streaming));
+    CHECK(why_refused(rung, a).empty() == (rung.launch != streaming.launch));
   }
   // mma_kv: fp16 or bf16, d = 64 or 128 (its tiles' template instantiations), and 16-byte
   // aligned q, k, v (its cp.async and ldmatrix rows); each refused in one line.
-  const Rung<DecodeArgs>* mma = find_rung(ladder, "mma_kv");
-  REQUIRE(mma != nullptr);
-  CHECK(why_refused(*mma, buffers.args).find("fp32") != std::string::npos);
+  const Rung<DecodeArgs> mma = Rungs<B>::mma_kv();
+  CHECK(why_refused(mma, buffers.args).find("fp32") != std::string::npos);
   const DecodeShape tc{1, 4, 2, 1, 8, 64};
   DecodeBuffers half(B, inputs_of(tc, ScoreKind::randn, kSeed), {}, tc, 2, 1.f, false, Dtype::fp16);
-  CHECK(why_refused(*mma, half.args).empty());
+  CHECK(why_refused(mma, half.args).empty());
   DecodeArgs a = half.args;
   a.shape.d = 96;
-  CHECK(why_refused(*mma, a).find("d = 96") != std::string::npos);
+  CHECK(why_refused(mma, a).find("d = 96") != std::string::npos);
   a = half.args;
   a.k = static_cast<const unsigned char*>(half.args.k) + 2;  // one element off 16 bytes
-  CHECK_THROWS_WITH_AS(run_rung(*mma, a), "mma_kv: q, k and v must be 16-byte aligned",
+  CHECK_THROWS_WITH_AS(run_rung(mma, a), "mma_kv: q, k and v must be 16-byte aligned",
                        std::invalid_argument);
   // stream_kv loads its rows in 16-byte vectors too (any element type).
-  const Rung<DecodeArgs>* stream = find_rung(ladder, "stream_kv");
-  REQUIRE(stream != nullptr);
-  CHECK_THROWS_WITH_AS(run_rung(*stream, a), "stream_kv: q, k and v must be 16-byte aligned",
+  CHECK_THROWS_WITH_AS(run_rung(streaming, a), "stream_kv: q, k and v must be 16-byte aligned",
                        std::invalid_argument);
 }
 

@@ -20,6 +20,7 @@
 #include "common/attention_profile.hpp"
 #include "common/attention_report.hpp"
 #include "common/bench.hpp"
+#include "common/chapter_program.hpp"
 #include "common/cli.hpp"
 #include "common/ladder_run.hpp"
 #include "common/program.hpp"
@@ -221,7 +222,6 @@ void report_errors(Backend backend, const Ladder<AttentionArgs>& ladder, Attenti
     for (bool causal : {false, true})
       if (!report_table(backend, ladder, in, shape, causal, dtype, seed)) break;
   }
-  print_sim_time_note(std::cout, backend);
 }
 
 }  // namespace
@@ -245,42 +245,35 @@ int main(int argc, char** argv) {
               "fp16 or bf16: fa2_tensor_core; default fp32)");
   ProgramOptions options;
   if (const int code = parse_program(cli, argc, argv, &options); code >= 0) return code;
-  const auto make_ladder = [](auto b) { return kernel_ladder<decltype(b)::value>(); };
-  if (options.list) return list_ladder(cli, options, "06_fa2_rescaled", "attention", make_ladder);
   const AttentionShape shape = shape_options.resolve(options.backend);
-  if (!options.bench.enabled && !options.profile && (causal || dtype != "fp32"))
-    return cli.error("--causal and --dtype only apply with --bench or --profile (the report runs both)");
-  const Ladder<AttentionArgs> ladder = select_kernel_backend(options.backend, make_ladder);
-  if (options.profile) {
-    return run_guarded(cli, [&] {
-      return profile_attention(ladder, shape, options.seed, causal, dtypes_of_option(dtype).front(),
-                               options.bench.csv_path,
-                               // FA2 at Q tiles of 8 to 512 rows: K and V read once per Q tile
-                               tile_sweep("fa2", "Br", kKernelRows,
-                                          [](const AttentionArgs& a, int br) {
-                                            return fa2_tiles_traffic(a, br, kKernelKeys);
-                                          }));
-    });
-  }
-  if (options.bench.enabled) {
-    if (shape.q_elems() > kMaxBenchElements || shape.kv_elems() > kMaxBenchElements)
-      return cli.error("--bh x --lq x --d or --bh x --lk x --d exceeds 2^31 elements");
-    return run_guarded(cli, [&] {
-      return bench_attention("06_fa2_rescaled", ladder, options.bench, shape, causal,
-                             dtypes_of_option(dtype).front(), options.seed);
-    });
-  }
-  if (const int code = check_probabilities(cli, shape, 28, "the naive baseline stores P, 1 GiB");
-      code >= 0)
-    return code;
-
-  return run_chapter(
-      cli, options, print_intro, print_trace,
-      [&] {
-        report_errors(options.backend, ladder, shape, options.seed);
-        report_memory(memory_length, options.seed, g_heap);
-      },
-      "Next: chapter 07, Welford LayerNorm (chapters/07_welford_layernorm, docs "
-      "page\n\"Chapter 07: Welford LayerNorm\"): the same monoid idea, for mean "
-      "and variance.\n");
+  ChapterSteps<AttentionArgs> steps;
+  steps.op = "attention";
+  steps.check = [&] {
+    if (const int code = check_mode_options(cli, options, causal, dtype != "fp32"); code >= 0)
+      return code;
+    return check_attention_size(cli, options, shape, 28, "the naive baseline stores P, 1 GiB");
+  };
+  steps.profile = [&](const Ladder<AttentionArgs>& ladder) {
+    return profile_attention(ladder, shape, options.seed, causal, dtypes_of_option(dtype).front(),
+                             options.bench.csv_path,
+                             // FA2 at Q tiles of 8 to 512 rows: K and V read once per Q tile
+                             tile_sweep("fa2", "Br", kKernelRows,
+                                        [](const AttentionArgs& a, int br) {
+                                          return fa2_tiles_traffic(a, br, kKernelKeys);
+                                        }));
+  };
+  steps.bench = [&](const Ladder<AttentionArgs>& ladder) {
+    return bench_attention(kChapter, ladder, options.bench, shape, causal,
+                           dtypes_of_option(dtype).front(), options.seed);
+  };
+  steps.intro = print_intro;
+  steps.trace = print_trace;
+  steps.report = [&](const Ladder<AttentionArgs>& ladder) {
+    report_errors(options.backend, ladder, shape, options.seed);
+    report_memory(memory_length, options.seed, g_heap);
+  };
+  steps.next =
+      "Next: chapter 07, Welford LayerNorm (chapters/07_welford_layernorm, docs page\n"
+      "\"Chapter 07: Welford LayerNorm\"): the same monoid idea, for mean and variance.\n";
+  return run_chapter_program(cli, options, steps, make_kernel_ladder);
 }

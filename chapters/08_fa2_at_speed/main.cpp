@@ -13,6 +13,7 @@
 #include "common/attention_report.hpp"
 #include "common/bench.hpp"
 #include "common/buffer.hpp"
+#include "common/chapter_program.hpp"
 #include "common/cli.hpp"
 #include "common/ladder_profile.hpp"
 #include "common/ladder_run.hpp"
@@ -140,7 +141,6 @@ void report_errors(Backend backend, const Ladder<AttentionArgs>& ladder, Attenti
     const AttentionInputs in = ch06::round_inputs(randn, dtype);
     for (bool causal : {false, true}) report_table(backend, ladder, in, shape, causal, dtype, seed);
   }
-  print_sim_time_note(std::cout, backend);
 }
 
 // Profile mode: the bank-map launch in each layout of eq. (3), recorded (bank_map_kernel.cuh).
@@ -190,40 +190,34 @@ int main(int argc, char** argv) {
               "with --bench or --profile: the element type (default fp16)");
   ProgramOptions options;
   if (const int code = parse_program(cli, argc, argv, &options); code >= 0) return code;
-  const auto make_ladder = [](auto b) { return kernel_ladder<decltype(b)::value>(); };
-  if (options.list) return list_ladder(cli, options, "08_fa2_at_speed", "attention", make_ladder);
   const AttentionShape shape = shape_options.resolve(options.backend);
-  if (!options.bench.enabled && !options.profile && (causal || dtype != "fp16"))
-    return cli.error(
-        "--causal and --dtype only apply with --bench or --profile (the report runs both)");
-  if (shape.d != 64 && shape.d != 128)
-    return cli.error("--d " + std::to_string(shape.d) + ": the rungs take d = 64 or 128");
-  const Ladder<AttentionArgs> ladder = select_kernel_backend(options.backend, make_ladder);
   const Dtype type = dtypes_of_option(dtype).front();
-  if (options.profile) {
-    return run_guarded(cli, [&] {
-      const int code =
-          profile_attention(ladder, shape, options.seed, causal, type, options.bench.csv_path);
-      profile_bank_map();
+  ChapterSteps<AttentionArgs> steps;
+  steps.op = "attention";
+  steps.check = [&] {
+    if (const int code = check_mode_options(cli, options, causal, dtype != "fp16"); code >= 0)
       return code;
-    });
-  }
-  if (options.bench.enabled) {
-    if (shape.q_elems() > kMaxBenchElements || shape.kv_elems() > kMaxBenchElements)
-      return cli.error("--bh x --lq x --d or --bh x --lk x --d exceeds 2^31 elements");
-    return run_guarded(cli, [&] {
-      return bench_attention("08_fa2_at_speed", ladder, options.bench, shape, causal, type,
-                             options.seed);
-    });
-  }
-  if (const int code = check_probabilities(cli, shape, 28, "the fp64 reference stores P, 2 GiB");
-      code >= 0)
+    if (shape.d != 64 && shape.d != 128)
+      return cli.error("--d " + std::to_string(shape.d) + ": the rungs take d = 64 or 128");
+    return check_attention_size(cli, options, shape, 28, "the fp64 reference stores P, 2 GiB");
+  };
+  steps.profile = [&](const Ladder<AttentionArgs>& ladder) {
+    const int code =
+        profile_attention(ladder, shape, options.seed, causal, type, options.bench.csv_path);
+    profile_bank_map();
     return code;
-
-  return run_chapter(
-      cli, options, print_intro, print_trace,
-      [&] { report_errors(options.backend, ladder, shape, options.seed); },
+  };
+  steps.bench = [&](const Ladder<AttentionArgs>& ladder) {
+    return bench_attention(kChapter, ladder, options.bench, shape, causal, type, options.seed);
+  };
+  steps.intro = print_intro;
+  steps.trace = print_trace;
+  steps.report = [&](const Ladder<AttentionArgs>& ladder) {
+    report_errors(options.backend, ladder, shape, options.seed);
+  };
+  steps.next =
       "Next: chapter 09, Flash-Decoding (chapters/09_flash_decoding, docs page\n\"Chapter 09: "
       "Flash-Decoding\"): a handful of query rows against a long KV cache, split\nacross blocks "
-      "and merged by chapter 03's monoid.\n");
+      "and merged by chapter 03's monoid.\n";
+  return run_chapter_program(cli, options, steps, make_kernel_ladder);
 }

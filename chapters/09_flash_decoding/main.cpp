@@ -335,7 +335,7 @@ int main(int argc, char** argv) {
                        " is not a multiple of --hkv = " + std::to_string(shape.hkv));
     if (shape.q_elems() > kMaxBenchElements || shape.kv_elems() > kMaxBenchElements)
       return cli.error("--batch x --hq x --lq x --d or --batch x --hkv x --lk x --d exceeds 2^31");
-    if (const int code = check_mode_options(cli, options, causal, dtype); code >= 0) return code;
+    if (const int code = check_mode_options(cli, options, causal, dtype != "fp32"); code >= 0) return code;
     if (page_keys % kPageKeyMultiple != 0)
       return cli.error("--page-keys = " + std::to_string(page_keys) + " is not a multiple of " +
                        std::to_string(kPageKeyMultiple) + " (a K/V tile would straddle two pages)");

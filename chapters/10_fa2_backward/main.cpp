@@ -260,7 +260,7 @@ int main(int argc, char** argv) {
   steps.check = [&] {
     if (shape.q_elems() > kMaxBenchElements || shape.kv_elems() > kMaxBenchElements)
       return cli.error("--bh x --lq x --d or --bh x --lk x --d exceeds 2^31");
-    if (const int code = check_mode_options(cli, options, causal, dtype); code >= 0) return code;
+    if (const int code = check_mode_options(cli, options, causal, dtype != "fp32"); code >= 0) return code;
     if (options.bench.enabled || options.profile) return -1;
     return check_probabilities(cli, shape, 28, "the fp64 reference holds P");
   };
