@@ -14,20 +14,13 @@
 
 #include "common/kernel.cuh"
 #include "common/ptx.cuh"
-#include "tests/sim/ptx_support.hpp"
 #include "tests/sim/wmma_support.hpp"
-
-namespace {
-
-using wb::test::Aligned;
-using wb::test::bits_of;
-using wb::test::to16;
-
-}  // namespace
 
 // ---- cp.async ----------------------------------------------------------------------------------
 
 namespace {
+
+using wb::test::Aligned;
 
 constexpr int kChunkFloats = 4;  // one 16-byte copy
 constexpr float kOld = -7.0f;    // what a chunk holds before any copy is issued there

@@ -17,17 +17,12 @@
 #include "tests/sim/ptx_support.hpp"
 #include "tests/sim/wmma_support.hpp"
 
-namespace {
-
-using wb::test::Aligned;
-using wb::test::bits_of;
-using wb::test::to16;
-
-}  // namespace
-
 // ---- ldmatrix ----------------------------------------------------------------------------------
 
 namespace {
+
+using wb::test::Aligned;
+using wb::test::to16;
 
 constexpr int kLdmRows = 32;  // the 32 row addresses of an .x4: 4 matrices of 8 rows
 constexpr int kLdmLd = 24;    // elements per shared row: 48 bytes, a row 16-byte aligned
