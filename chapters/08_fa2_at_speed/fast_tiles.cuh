@@ -146,9 +146,9 @@ struct PairFragments {
     for (int group = 0; group < 2; ++group) {
       std::uint32_t(&b)[2] = group == 0 ? b0 : b1;
       const int col = col0 + 8 * group + g;
-      for (int half = 0; half < 2; ++half) {
-        const int key = key0 + 2 * t + 8 * half;
-        b[half] =
+      for (int reg = 0; reg < 2; ++reg) {  // B's two registers: keys 2t, 2t+1 and 2t+8, 2t+9
+        const int key = key0 + 2 * t + 8 * reg;
+        b[reg] =
             ptx::load_pair(tile + Layout::offset(key, col), tile + Layout::offset(key + 1, col));
       }
     }
