@@ -233,12 +233,7 @@ inline void check_softmax_lanes_agree(Backend backend, const Ladder<RowArgs>& la
       if (!rung.limits.takes(t)) continue;
       bool took = false;  // a rung whose limits refused every shape would pass unseen
       for (const RowShape& s : lane_shapes()) {
-        const std::string kernel = rung.name;
-        const std::string dtype = to_string(t);
-        CAPTURE(kernel);
-        CAPTURE(dtype);
-        CAPTURE(s.rows);
-        CAPTURE(s.cols);
+        INFO(rung.name << " on " << to_string(t) << ", " << s.rows << " x " << s.cols);
         const std::vector<float> x = round_elements(shared_value_rows(s.rows, s.cols, seed), t);
         RowBuffers buffers(backend, x, s.rows, s.cols, t);
         if (!why_refused(rung, buffers.args).empty()) continue;

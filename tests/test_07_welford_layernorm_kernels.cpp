@@ -66,13 +66,8 @@ void constant_rows_give_rstd_one_over_sqrt_eps() {
   for (Dtype t : kDtypes) {
     for (const Rung<LayerNormArgs>& rung : kernel_ladder<B>()) {
       for (int cols : {1, 2, 33, 1000, 1025, 4096}) {
-        const std::string kernel = rung.name;
-        const std::string dtype = to_string(t);
         const float eps = eps_draws.next();
-        CAPTURE(kernel);
-        CAPTURE(dtype);
-        CAPTURE(cols);
-        CAPTURE(eps);
+        INFO(rung.name << " on " << to_string(t) << ", cols " << cols << ", eps " << eps);
         const bool fp16 = t == Dtype::fp16;
         const float constants[] = {-2.f, fp16 ? -6e4f : -1e30f, 0.f, 1e4f, fp16 ? 6e4f : 3e38f};
         const int rows = 5;
@@ -132,13 +127,8 @@ void rows_whose_variance_overflows_give_rstd_zero() {
       }
       x = round_elements(x, t);
       for (const Rung<LayerNormArgs>& rung : kernel_ladder<B>()) {
-        const std::string kernel = rung.name;
-        const std::string dtype = to_string(t);
         const float eps = eps_draws.next();
-        CAPTURE(kernel);
-        CAPTURE(dtype);
-        CAPTURE(cols);
-        CAPTURE(eps);
+        INFO(rung.name << " on " << to_string(t) << ", cols " << cols << ", eps " << eps);
         LayerNormBuffers buffers(B, x, {}, {}, rows, cols, eps, t);
         if (!why_refused(rung, buffers.args).empty()) continue;
         ran.add(rung.name);
@@ -221,13 +211,8 @@ void rows_holding_minus_inf_are_nan_and_leave_the_others_alone() {
       for (std::size_t i = 0; i < x.size(); ++i)
         if (holds_inf[i / n]) zeroed[i] = 0.f;
       for (const Rung<LayerNormArgs>& rung : kernel_ladder<B>()) {
-        const std::string kernel = rung.name;
-        const std::string dtype = to_string(t);
         const float eps = eps_draws.next();
-        CAPTURE(kernel);
-        CAPTURE(dtype);
-        CAPTURE(cols);
-        CAPTURE(eps);
+        INFO(rung.name << " on " << to_string(t) << ", cols " << cols << ", eps " << eps);
         LayerNormBuffers with_inf(B, x, {}, {}, rows, cols, eps, t);
         LayerNormBuffers with_zeros(B, zeroed, {}, {}, rows, cols, eps, t);
         if (!why_refused(rung, with_inf.args).empty()) continue;
@@ -300,14 +285,9 @@ void every_lane_normalizes_with_the_written_statistics() {
     for (const KernelShape& s : test::small_shapes() ? kLaneRaceShapes : kLaneShapes) {
       const std::vector<float> x = round_elements(lane_rows(s.rows, s.cols, t), t);
       for (const Rung<LayerNormArgs>& rung : kernel_ladder<B>()) {
-        const std::string kernel = rung.name;
-        const std::string dtype = to_string(t);
-        CAPTURE(kernel);
-        CAPTURE(dtype);
-        CAPTURE(s.rows);
-        CAPTURE(s.cols);
         const float eps = eps_draws.next();
-        CAPTURE(eps);
+        INFO(rung.name << " on " << to_string(t) << ", " << s.rows << " x " << s.cols << ", eps "
+                       << eps);
         LayerNormBuffers buffers(B, x, {}, {}, s.rows, s.cols, eps, t);
         if (!why_refused(rung, buffers.args).empty()) continue;
         ran.add(rung.name);
