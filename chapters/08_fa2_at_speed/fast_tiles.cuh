@@ -79,18 +79,6 @@ __device__ void load_tile_async(const T* __restrict__ src, int first, int limit,
   }
 }
 
-/// The same loads named by the tile's D and Swizzle (TileLayout<D, Swizzle>), as chapters 09
-/// and 10 call them.
-template <int D, bool Swizzle, int kThreads, int kRows, typename T>
-__device__ void load_tile(const T* __restrict__ src, int first, int limit, T* tile) {
-  load_tile<TileLayout<D, Swizzle>, kThreads, kRows>(src, first, limit, tile);
-}
-template <int D, bool Swizzle, int kThreads, int kRows, typename T>
-__device__ void load_tile_async(const T* __restrict__ src, int first, int limit, T* tile,
-                                int tile_row = 0) {
-  load_tile_async<TileLayout<D, Swizzle>, kThreads, kRows>(src, first, limit, tile, tile_row);
-}
-
 // ------------------------------------------------------------------------------------------
 // Fragments of mma.m16n8k16 from a tile (layouts: common/ptx.cuh), g = lane / 4, t = lane % 4
 // ------------------------------------------------------------------------------------------
@@ -188,30 +176,6 @@ struct LdmatrixFragments {
     b0[0] = r[0], b0[1] = r[1], b1[0] = r[2], b1[1] = r[3];
   }
 };
-
-/// The fragments of a tile of D columns, swizzled or padded, by ldmatrix or by 32-bit loads:
-/// the functions below, as chapters 09 and 10 call them.
-template <int D, bool Swizzle, bool Ldmatrix>
-using FragmentsOf = std::conditional_t<Ldmatrix, LdmatrixFragments<TileLayout<D, Swizzle>>,
-                                       PairFragments<TileLayout<D, Swizzle>>>;
-
-template <int D, bool Swizzle, bool Ldmatrix, typename T>
-__device__ __forceinline__ void load_a(std::uint32_t (&a)[4], const T* tile, int row0, int col0,
-                                       int lane) {
-  FragmentsOf<D, Swizzle, Ldmatrix>::load_a(a, tile, row0, col0, lane);
-}
-
-template <int D, bool Swizzle, bool Ldmatrix, typename T>
-__device__ __forceinline__ void load_b_of_k(std::uint32_t (&b0)[2], std::uint32_t (&b1)[2],
-                                            const T* tile, int key0, int col0, int lane) {
-  FragmentsOf<D, Swizzle, Ldmatrix>::load_b_of_k(b0, b1, tile, key0, col0, lane);
-}
-
-template <int D, bool Swizzle, bool Ldmatrix, typename T>
-__device__ __forceinline__ void load_b_of_v(std::uint32_t (&b0)[2], std::uint32_t (&b1)[2],
-                                            const T* tile, int key0, int col0, int lane) {
-  FragmentsOf<D, Swizzle, Ldmatrix>::load_b_of_v(b0, b1, tile, key0, col0, lane);
-}
 
 /// A fragment (16 x 16) of rows [row0, row0 + 16), columns [col0, col0 + 16) of a matrix whose
 /// transpose the tile holds row-major, A(m, k) = tile(col0 + k, row0 + m), by ldmatrix .trans:

@@ -123,19 +123,6 @@ __device__ __forceinline__ void accumulate_pv(const std::uint32_t (&pa)[4], cons
   row_tiles_pv<T, Fragments, 1>(&pa, v_tile, key0, &st);
 }
 
-/// tile_scores and accumulate_pv with the fragments named by the tile's D, Swizzle and
-/// Ldmatrix (fast_tiles.cuh's FragmentsOf), as chapter 09 calls them.
-template <typename T, int D, bool kSw, bool kLd, int kGroups>
-__device__ __forceinline__ void tile_scores(const std::uint32_t (&qa)[D / 16][4], const T* k_tile,
-                                            int key0, float (&s)[kGroups][4]) {
-  tile_scores<T, FragmentsOf<D, kSw, kLd>>(qa, k_tile, key0, s);
-}
-template <typename T, int D, bool kSw, bool kLd>
-__device__ __forceinline__ void accumulate_pv(const std::uint32_t (&pa)[4], const T* v_tile,
-                                              int key0, WarpState<D>& st) {
-  accumulate_pv<T, FragmentsOf<D, kSw, kLd>>(pa, v_tile, key0, st);
-}
-
 // ------------------------------------------------------------------------------------------
 // The online softmax on the registers of S~, chapter 06's eq. (3)
 // ------------------------------------------------------------------------------------------
@@ -207,17 +194,6 @@ __device__ __forceinline__ void softmax_on_scores(float (&s)[kGroups][4], WarpSt
     for (int e = 0; e < 4; ++e) st.acc[n][e] *= alpha[e / 2];  // SS e^{m - m_new}
 }
 // [register_softmax]
-
-/// softmax_on_scores with ScaledExp, or FoldedExp2 when kFoldedExp2, of the softmax scale
-/// `scale`, as chapter 09 calls it.
-template <bool kFoldedExp2, int kGroups, int D, typename IsMasked>
-__device__ __forceinline__ void softmax_on_scores(float (&s)[kGroups][4], WarpState<D>& st,
-                                                  float scale, bool masked, IsMasked is_masked) {
-  if constexpr (kFoldedExp2)
-    softmax_on_scores(s, st, FoldedExp2{scale * kLog2e}, masked, is_masked);
-  else
-    softmax_on_scores(s, st, ScaledExp{scale}, masked, is_masked);
-}
 
 // ------------------------------------------------------------------------------------------
 // The epilogue: chapter 06's eqs. (4), (5)

@@ -43,6 +43,12 @@
 namespace wb::ch09 {
 namespace {  // kernels have internal linkage: one copy per backend's translation unit
 
+// Chapter 08's swizzled tiles, their fragments read by ldmatrix (fa2_swizzle's layout and loads).
+template <int D>
+using Tile = ch08::SwizzledTile<D>;
+template <int D>
+using Fragments = ch08::LdmatrixFragments<Tile<D>>;
+
 constexpr int kMmaWarps = 4;
 constexpr int kMmaThreads = kMmaWarps * kWarpSize;
 static_assert(kMmaThreads == kBlockThreads, "the table reads of the traffic formula");
@@ -65,7 +71,7 @@ __device__ void load_cache_tile_async(const T* __restrict__ base, const CacheRow
   for (int h = 0; h < kMmaKeys; h += kTileKeys) {
     const int j = t0 + h;
     const T* src = j < j1 ? base + cache(b, kv, j) : base;  // past j1: read nothing
-    ch08::load_tile_async<D, true, kMmaThreads, kTileKeys>(src, 0, j1 - j, tile, h);
+    ch08::load_tile_async<Tile<D>, kMmaThreads, kTileKeys>(src, 0, j1 - j, tile, h);
   }
 }
 
@@ -95,7 +101,7 @@ __global__ void __launch_bounds__(kMmaThreads)
   if (warp == 0 && lane == 0)
     length[0] = lengths == nullptr ? shape.lk : max(0, min(lengths[b], shape.lk));
   const std::size_t row0 = (std::size_t(b) * shape.hq + std::size_t(kv) * g) * lq + r0;
-  ch08::load_tile<D, true, kMmaThreads, kMmaRows>(q + row0 * D, 0, rows,
+  ch08::load_tile<Tile<D>, kMmaThreads, kMmaRows>(q + row0 * D, 0, rows,
                                                   q_tile);  // zeros past `rows`
   __syncthreads();  // the length and the Q tile visible to every thread
   const int len = length[0];
@@ -104,7 +110,7 @@ __global__ void __launch_bounds__(kMmaThreads)
 
   // The block's 16 rows of Q as A fragments, in every warp, for the whole loop.
   std::uint32_t qa[D / 16][4];
-  for (int ks = 0; ks < D / 16; ++ks) ch08::load_a<D, true, true>(qa[ks], q_tile, 0, 16 * ks, lane);
+  for (int ks = 0; ks < D / 16; ++ks) Fragments<D>::load_a(qa[ks], q_tile, 0, 16 * ks, lane);
   ch08::WarpState<D> st;
   st.clear();
 
@@ -128,10 +134,10 @@ __global__ void __launch_bounds__(kMmaThreads)
     const int key0 = warp * kWarpKeys, j_first = t0 + key0;
     if (j_first < keys.j1) {  // the same in all lanes: a warp past the range adds nothing
       float sc[kWarpKeys / 8][4] = {};
-      ch08::tile_scores<T, D, true, true>(qa, k_tile, key0, sc);
+      ch08::tile_scores<T, Fragments<D>>(qa, k_tile, key0, sc);
       // Eq. (6): row (r0 + r) % lq of the group against key j_first + c; and the range's end.
       const bool masked = causal || j_first + kWarpKeys > keys.j1;
-      ch08::softmax_on_scores<false>(sc, st, scale, masked, [&](int r, int c) {
+      ch08::softmax_on_scores(sc, st, ch08::ScaledExp{scale}, masked, [&](int r, int c) {
         const int j = j_first + c;
         return j >= keys.j1 || (causal && !ch04::causal_visible((r0 + r) % lq, j, lq, len));
       });
@@ -139,7 +145,7 @@ __global__ void __launch_bounds__(kMmaThreads)
       const std::uint32_t pa[4] = {
           ptx::pack_pair<T>(sc[0][0], sc[0][1]), ptx::pack_pair<T>(sc[0][2], sc[0][3]),
           ptx::pack_pair<T>(sc[1][0], sc[1][1]), ptx::pack_pair<T>(sc[1][2], sc[1][3])};
-      ch08::accumulate_pv<T, D, true, true>(pa, k_tile + kTileElements, key0, st);
+      ch08::accumulate_pv<T, Fragments<D>>(pa, k_tile + kTileElements, key0, st);
     }
     __syncthreads();  // tile jt read: its buffer may be refilled
   }

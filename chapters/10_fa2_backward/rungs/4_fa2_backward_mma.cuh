@@ -46,6 +46,12 @@
 namespace wb::ch10 {
 namespace {  // kernels have internal linkage: one copy per backend's translation unit
 
+// Chapter 08's swizzled tiles, their fragments read by ldmatrix (fa2_swizzle's layout and loads).
+template <int D>
+using Tile = ch08::SwizzledTile<D>;
+template <int D>
+using Fragments = ch08::LdmatrixFragments<Tile<D>>;
+
 constexpr int kMmaWarps = 4;
 constexpr int kMmaThreads = kMmaWarps * kWarpSize;
 constexpr int kWarpKeys = 16;   // a warp's keys: the m of S^T's mma, the k of dQ's
@@ -116,8 +122,8 @@ __global__ void __launch_bounds__(kMmaThreads)
   float lse_next = -INFINITY, d_next = 0.f;
   const auto load_q_tile = [&](int it, int u) {
     const int i0 = it * L::kBr;
-    ch08::load_tile_async<D, true, kMmaThreads, L::kBr>(q + q_off * D, i0, lq, q_tile(u));
-    ch08::load_tile_async<D, true, kMmaThreads, L::kBr>(d_o + q_off * D, i0, lq, do_tile(u));
+    ch08::load_tile_async<Tile<D>, kMmaThreads, L::kBr>(q + q_off * D, i0, lq, q_tile(u));
+    ch08::load_tile_async<Tile<D>, kMmaThreads, L::kBr>(d_o + q_off * D, i0, lq, do_tile(u));
     const bool in = tid < L::kBr && i0 + tid < lq;
     lse_next = in ? lse[q_off + i0 + tid] : -INFINITY;
     d_next = in ? d_row[q_off + i0 + tid] : 0.f;
@@ -128,8 +134,8 @@ __global__ void __launch_bounds__(kMmaThreads)
 
   const int first = first_q_tile(j0, lq, lk, L::kBr, causal);             // eq. (7)
   const int tiles = ceil_div(lq, L::kBr) - first;                         // at least 1
-  ch08::load_tile_async<D, true, kMmaThreads, L::kBc>(k + k_off * D, j0, lk, k_tile);  // once
-  ch08::load_tile_async<D, true, kMmaThreads, L::kBc>(v + k_off * D, j0, lk, v_tile);
+  ch08::load_tile_async<Tile<D>, kMmaThreads, L::kBc>(k + k_off * D, j0, lk, k_tile);  // once
+  ch08::load_tile_async<Tile<D>, kMmaThreads, L::kBc>(v + k_off * D, j0, lk, v_tile);
   load_q_tile(first, 0);
   ptx::cp_async_commit();
   store_stats(0);
@@ -159,10 +165,10 @@ __global__ void __launch_bounds__(kMmaThreads)
       float s[2][4] = {}, dp[2][4] = {};
       for (int ks = 0; ks < D / 16; ++ks) {
         std::uint32_t ka[4], va[4], qb[2][2], ob[2][2];
-        ch08::load_a<D, true, true>(ka, k_tile, key0, 16 * ks, lane);
-        ch08::load_a<D, true, true>(va, v_tile, key0, 16 * ks, lane);
-        ch08::load_b_of_k<D, true, true>(qb[0], qb[1], qt, r0, 16 * ks, lane);
-        ch08::load_b_of_k<D, true, true>(ob[0], ob[1], dot, r0, 16 * ks, lane);
+        Fragments<D>::load_a(ka, k_tile, key0, 16 * ks, lane);
+        Fragments<D>::load_a(va, v_tile, key0, 16 * ks, lane);
+        Fragments<D>::load_b_of_k(qb[0], qb[1], qt, r0, 16 * ks, lane);
+        Fragments<D>::load_b_of_k(ob[0], ob[1], dot, r0, 16 * ks, lane);
         for (int h = 0; h < 2; ++h) {
           ptx::mma_m16n8k16<T>(s[h], ka, qb[h], s[h]);
           ptx::mma_m16n8k16<T>(dp[h], va, ob[h], dp[h]);
@@ -196,10 +202,10 @@ __global__ void __launch_bounds__(kMmaThreads)
       // (k = row), read as chapter 08 reads V.
       for (int c = 0; c < D / 8; c += 2) {
         std::uint32_t b0[2], b1[2];
-        ch08::load_b_of_v<D, true, true>(b0, b1, dot, r0, 8 * c, lane);
+        Fragments<D>::load_b_of_v(b0, b1, dot, r0, 8 * c, lane);
         ptx::mma_m16n8k16<T>(dv_acc[c], pa, b0, dv_acc[c]);
         ptx::mma_m16n8k16<T>(dv_acc[c + 1], pa, b1, dv_acc[c + 1]);
-        ch08::load_b_of_v<D, true, true>(b0, b1, qt, r0, 8 * c, lane);
+        Fragments<D>::load_b_of_v(b0, b1, qt, r0, 8 * c, lane);
         ptx::mma_m16n8k16<T>(dk_acc[c], dsa, b0, dk_acc[c]);
         ptx::mma_m16n8k16<T>(dk_acc[c + 1], dsa, b1, dk_acc[c + 1]);
       }
@@ -221,7 +227,7 @@ __global__ void __launch_bounds__(kMmaThreads)
           ch08::load_a_transposed<DsTile>(dsa, ds_tile, w0, kk, lane);
           for (int c = 0; c < kDqColumns / 8; c += 2) {
             std::uint32_t b0[2], b1[2];
-            ch08::load_b_of_v<D, true, true>(b0, b1, k_tile, kk, c0 + 8 * c, lane);
+            Fragments<D>::load_b_of_v(b0, b1, k_tile, kk, c0 + 8 * c, lane);
             ptx::mma_m16n8k16<T>(acc[c], dsa, b0, acc[c]);
             ptx::mma_m16n8k16<T>(acc[c + 1], dsa, b1, acc[c + 1]);
           }
