@@ -1,21 +1,14 @@
 // Chapter 02's kernel moves the bytes its header states (suite "profile": the instrumented
 // twin, CTest 02_online_softmax/sim-profile; tests/traffic_checks.hpp).
-#include <string>
-#include <vector>
-
 #include "chapters/02_online_softmax/online_softmax.hpp"
 #include "tests/traffic_checks.hpp"
 
-namespace {
 using namespace wb;
-}  // namespace
 
 TEST_CASE("every rung moves the bytes its header states, on odd shapes" *
           doctest::test_suite("profile")) {
-  const Ladder<RowArgs> ladder = ch02::kernel_ladder<Backend::sim>();
   // One row of 1 column; rows that leave most of a block of 128 threads idle; a second,
   // partial block of rows.
-  const std::vector<std::string> took =
-      test::check_row_ladder_traffic(ladder, {{1, 1}, {3, 1}, {5, 37}, {131, 7}}, {Dtype::fp32});
-  test::check_every_rung_counted(ladder, took);
+  test::check_traffic(ch02::kernel_ladder<Backend::sim>(),
+                      test::RowTrafficCases{{{1, 1}, {3, 1}, {5, 37}, {131, 7}}, {Dtype::fp32}});
 }

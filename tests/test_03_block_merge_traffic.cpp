@@ -12,13 +12,10 @@
 #include "tests/block_merge_kernel_checks.hpp"
 #include "tests/traffic_checks.hpp"
 
-namespace {
 using namespace wb;
-}  // namespace
 
 TEST_CASE("every rung moves the bytes its header states, on odd shapes" *
           doctest::test_suite("profile")) {
-  const Ladder<RowArgs> ladder = ch03::kernel_ladder<Backend::sim>();
   // Scalar accesses (cols a multiple of no vector width): 1 column, a partial warp, a partial
   // block of 256, rows past warp_registers' 1024 floats (fast_softmax picks block_cached; 16-bit
   // rows stay in registers) and past its 2048 halves.
@@ -26,10 +23,11 @@ TEST_CASE("every rung moves the bytes its header states, on odd shapes" *
   // 6 or 3 vectors in a group of 8 or 4 lanes, some lanes idle), whole vectors per lane in
   // warp_registers, and the block rungs' past 1024 columns. 3, 5 and 7 rows leave part of a
   // block idle.
-  const std::vector<std::string> took = test::check_row_ladder_traffic(
-      ladder, {{3, 1}, {5, 37}, {2, 263}, {2, 1031}, {2, 2049}, {7, 24}, {3, 136}, {2, 1032}},
-      {Dtype::fp32, Dtype::fp16, Dtype::bf16});
-  test::check_every_rung_counted(ladder, took);
+  test::check_traffic(
+      ch03::kernel_ladder<Backend::sim>(),
+      test::RowTrafficCases{
+          {{3, 1}, {5, 37}, {2, 263}, {2, 1031}, {2, 2049}, {7, 24}, {3, 136}, {2, 1032}},
+          {Dtype::fp32, Dtype::fp16, Dtype::bf16}});
 }
 
 TEST_CASE("every rung moves 16-byte vectors exactly where its plan says, else single elements" *

@@ -12,13 +12,10 @@
 #include "tests/layernorm_errors.hpp"
 #include "tests/traffic_checks.hpp"
 
-namespace {
 using namespace wb;
-}  // namespace
 
 TEST_CASE("every rung moves the bytes its header states, on odd shapes" *
           doctest::test_suite("profile")) {
-  const Ladder<LayerNormArgs> ladder = ch07::kernel_ladder<Backend::sim>();
   // Each in fp32, fp16 and bf16 with gamma and beta, and in fp32 without them.
   // warp_per_row: narrow groups (1 and 7 columns: groups of 1 and 8 lanes; 17 rows, a partial
   // second block of 16 rows), whole warps with scalar values (37, 263), 16-byte vectors (136:
@@ -28,19 +25,15 @@ TEST_CASE("every rung moves the bytes its header states, on odd shapes" *
   // 1024 columns, then block_cached.
   const std::vector<test::RowShape> shapes = {{3, 1},   {17, 7},   {3, 37},  {3, 136},
                                               {2, 263}, {1, 1031}, {1, 2056}};
-  std::vector<std::string> took = test::check_layernorm_ladder_traffic(
-      ladder, shapes, {Dtype::fp32, Dtype::fp16, Dtype::bf16}, /*affine=*/true);
-  const auto add = [&took](const std::vector<std::string>& r) {
-    took.insert(took.end(), r.begin(), r.end());
-  };
-  add(test::check_layernorm_ladder_traffic(ladder, shapes, {Dtype::fp32}, /*affine=*/false));
   // A row longer than one block's shared memory holds: the dispatcher picks block_uncached.
   const std::size_t shared_bytes = ch07::Kernels<Backend::sim>::max_dynamic_shared_bytes();
   const int uncached_cols = ch07::max_cached_cols(shared_bytes) + 3;
   REQUIRE(ch07::choose_strategy(uncached_cols, shared_bytes) == ch07::Strategy::block_uncached);
-  add(test::check_layernorm_ladder_traffic(ladder, {{1, uncached_cols}}, {Dtype::fp32},
-                                           /*affine=*/true));
-  test::check_every_rung_counted(ladder, took);
+  test::check_traffic(
+      ch07::kernel_ladder<Backend::sim>(),
+      test::LayerNormTrafficCases{shapes, {Dtype::fp32, Dtype::fp16, Dtype::bf16}, /*affine=*/true},
+      test::LayerNormTrafficCases{shapes, {Dtype::fp32}, /*affine=*/false},
+      test::LayerNormTrafficCases{{{1, uncached_cols}}, {Dtype::fp32}, /*affine=*/true});
 }
 
 TEST_CASE("every rung moves x, y, gamma and beta in 16-byte vectors exactly where they allow" *

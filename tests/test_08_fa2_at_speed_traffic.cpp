@@ -45,10 +45,11 @@ TEST_CASE("every rung moves the bytes its header states, on odd shapes" *
   // Short last Q tiles (a partial warp, warps with no row; 70 rows are 2 tiles of 64 and 1 of
   // 128); under the mask Q tiles that visit 2 of 3 K/V tiles (Bc 64) and, with lq - lk >= 64,
   // Q tiles that visit none; d = 64 and 128.
-  const std::vector<std::string> took = test::check_attention_ladder_traffic(
-      ladder, {{1, 70, 130, 64}, {1, 80, 9, 64}, {1, 66, 150, 128}}, {Dtype::fp16, Dtype::bf16},
-      /*causal=*/true, smallest_br);
-  test::check_every_rung_counted(ladder, took);
+  test::check_traffic(
+      ladder, test::AttentionTrafficCases{{{1, 70, 130, 64}, {1, 80, 9, 64}, {1, 66, 150, 128}},
+                                          {Dtype::fp16, Dtype::bf16},
+                                          /*causal=*/true,
+                                          smallest_br});
 }
 
 TEST_CASE("the rungs from ldmatrix on have no shared-memory bank conflicts" *

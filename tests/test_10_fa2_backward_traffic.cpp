@@ -13,36 +13,22 @@
 #include "common/sim/access.hpp"
 #include "tests/traffic_checks.hpp"
 
-namespace {
 using namespace wb;
-}  // namespace
 
 TEST_CASE("the backward rungs move the bytes their formula states, on odd shapes" *
           doctest::test_suite("profile")) {
-  const Ladder<AttentionBackwardArgs> ladder = ch10::kernel_ladder<Backend::sim>();
   // One key; tiles short both ways with lq > lk (fully masked rows); lq < lk, d = 59; the
   // tensor-core rung's d = 64 with tiles of 64 short both ways; the baseline's 64-tiles short
   // in all three directions (T(d) = 2).
-  const std::vector<AttentionShape> shapes = {{1, 1, 1, 8},    {2, 37, 21, 16}, {1, 20, 45, 59},
-                                              {1, 70, 90, 64}, {1, 90, 70, 64}, {1, 66, 130, 72}};
-  std::vector<std::string> took;
-  for (const AttentionShape& s : shapes)
-    for (Dtype type : {Dtype::fp32, Dtype::fp16})
-      for (bool causal : {false, true}) {
-        BackwardInputs in{make_attention_inputs(ScoreKind::randn, s, 1.f, 9),
-                          randn(s.q_elems(), 10), std::vector<float>(s.rows(), 0.f),
-                          randn(s.q_elems(), 11),
-                          type == Dtype::fp32 ? randn(s.p_elems(), 12)  // the baseline's P
-                                              : std::vector<float>()};
-        AttentionBackwardBuffers buffers(Backend::sim, in, s, 1.f, causal, type);
-        const std::vector<std::string> r = test::check_ladder_traffic(
-            ladder, buffers.args,
-            "bh " + std::to_string(s.bh) + ", lq " + std::to_string(s.lq) + ", lk " +
-                std::to_string(s.lk) + ", d " + std::to_string(s.d) + ", " + to_string(type) +
-                (causal ? ", causal" : ""));
-        took.insert(took.end(), r.begin(), r.end());
-      }
-  test::check_every_rung_counted(ladder, took);
+  test::check_traffic(ch10::kernel_ladder<Backend::sim>(),
+                      test::BackwardTrafficCases{{{1, 1, 1, 8},
+                                                  {2, 37, 21, 16},
+                                                  {1, 20, 45, 59},
+                                                  {1, 70, 90, 64},
+                                                  {1, 90, 70, 64},
+                                                  {1, 66, 130, 72}},
+                                                 {Dtype::fp32, Dtype::fp16},
+                                                 /*causal=*/true});
 }
 
 TEST_CASE("fa2_backward_mma reads and writes shared memory without a bank conflict" *

@@ -2,7 +2,7 @@
 // states (Rung::traffic, common/rung.hpp), counted by the simulator's profile mode. Runs only
 // in a chapter's instrumented twin (suite "profile", CTest NN_name/sim-profile), on odd shapes
 // (rows and cols that are multiples of nothing), so a formula that holds only for whole tiles
-// or whole vectors fails.
+// or whole vectors fails. A chapter's test names its ladder and its cases (check_traffic).
 #pragma once
 
 #include <algorithm>
@@ -17,6 +17,7 @@
 
 #include "common/attention_inputs.hpp"
 #include "common/dtype.hpp"
+#include "common/inputs.hpp"
 #include "common/rung.hpp"
 #include "common/rung_args.hpp"
 #include "common/rung_buffers.hpp"
@@ -131,80 +132,143 @@ inline void check_no_bank_conflicts(const sim::TrafficCounts& c) {
   CHECK(c.shared_store.units == c.shared_store.ideal_units);
 }
 
-/// check_ladder_traffic on every shape, in every type of `dtypes`, over a constant x (traffic
-/// does not depend on the values). Returns the rungs that took some case.
-inline std::vector<std::string> check_row_ladder_traffic(const Ladder<RowArgs>& ladder,
-                                                         const std::vector<RowShape>& shapes,
-                                                         const std::vector<Dtype>& dtypes) {
+// A ladder's cases, one struct per kind of ladder: what check_traffic runs its rungs on.
+
+/// Row ladders (softmax): every shape in every type, over a constant x (traffic does not depend
+/// on the values).
+struct RowTrafficCases {
+  std::vector<RowShape> shapes;
+  std::vector<Dtype> dtypes;
+};
+
+/// LayerNorm ladders: every shape in every type, with gamma and beta where `affine`, else
+/// without (nullptr, which a kernel must not read).
+struct LayerNormTrafficCases {
+  std::vector<RowShape> shapes;
+  std::vector<Dtype> dtypes;
+  bool affine;
+};
+
+/// Attention ladders: every shape in every type, without and (where `causal`) with the causal
+/// mask, with the outputs every rung of the ladder writes; where tiles_br > 0 (the smallest Br
+/// of the rungs), each masked case again with a tiles_visited buffer of (bh, ceil(lq /
+/// tiles_br)) ints.
+struct AttentionTrafficCases {
+  std::vector<AttentionShape> shapes;
+  std::vector<Dtype> dtypes;
+  bool causal;
+  int tiles_br = 0;
+};
+
+/// Attention's backward ladders: every shape in every type, without and (where `causal`) with
+/// the causal mask; in fp32 with the P a standard forward keeps (the baseline reads it).
+struct BackwardTrafficCases {
+  std::vector<AttentionShape> shapes;
+  std::vector<Dtype> dtypes;
+  bool causal;
+};
+
+/// "rows x cols type", naming a row case.
+inline std::string row_case_name(const RowShape& s, Dtype t) {
+  return std::to_string(s.rows) + " x " + std::to_string(s.cols) + " " + to_string(t);
+}
+
+/// check_ladder_traffic on each of `cases`; returns the rungs that took some case (and so for
+/// each kind of cases below).
+inline std::vector<std::string> check_traffic_cases(const Ladder<RowArgs>& ladder,
+                                                    const RowTrafficCases& cases) {
   std::vector<std::string> took;
-  for (const Dtype t : dtypes) {
-    for (const RowShape& s : shapes) {
+  for (const Dtype t : cases.dtypes) {
+    for (const RowShape& s : cases.shapes) {
       RowBuffers buffers(Backend::sim,
                          std::vector<float>(static_cast<std::size_t>(s.rows) * s.cols, 0.5f),
                          s.rows, s.cols, t);
-      const std::vector<std::string> r = check_ladder_traffic(
-          ladder, buffers.args,
-          std::to_string(s.rows) + " x " + std::to_string(s.cols) + " " + to_string(t));
+      const std::vector<std::string> r =
+          check_ladder_traffic(ladder, buffers.args, row_case_name(s, t));
       took.insert(took.end(), r.begin(), r.end());
     }
   }
   return took;
 }
 
-/// check_ladder_traffic on every shape, in every type of `dtypes`, with gamma and beta where
-/// `affine`, else without (nullptr, which a kernel must not read). Returns the rungs that took
-/// some case.
-inline std::vector<std::string> check_layernorm_ladder_traffic(const Ladder<LayerNormArgs>& ladder,
-                                                               const std::vector<RowShape>& shapes,
-                                                               const std::vector<Dtype>& dtypes,
-                                                               bool affine) {
+inline std::vector<std::string> check_traffic_cases(const Ladder<LayerNormArgs>& ladder,
+                                                    const LayerNormTrafficCases& cases) {
   constexpr float kEps = 1e-5f;  // any eps > 0: traffic does not depend on it
   std::vector<std::string> took;
-  for (const Dtype t : dtypes) {
-    for (const RowShape& s : shapes) {
+  for (const Dtype t : cases.dtypes) {
+    for (const RowShape& s : cases.shapes) {
       const std::vector<float> x(static_cast<std::size_t>(s.rows) * s.cols, 0.5f);
-      const std::vector<float> gamma(affine ? s.cols : 0, 2.f), beta(affine ? s.cols : 0, 1.f);
+      const std::vector<float> gamma(cases.affine ? s.cols : 0, 2.f),
+          beta(cases.affine ? s.cols : 0, 1.f);
       LayerNormBuffers buffers(Backend::sim, x, gamma, beta, s.rows, s.cols, kEps, t);
-      const std::vector<std::string> r = check_ladder_traffic(
-          ladder, buffers.args,
-          std::to_string(s.rows) + " x " + std::to_string(s.cols) + " " + to_string(t) +
-              (affine ? " with gamma and beta" : " without gamma and beta"));
+      const std::vector<std::string> r =
+          check_ladder_traffic(ladder, buffers.args,
+                               row_case_name(s, t) + (cases.affine ? " with gamma and beta"
+                                                                   : " without gamma and beta"));
       took.insert(took.end(), r.begin(), r.end());
     }
   }
   return took;
 }
 
-/// check_ladder_traffic on every shape, in every type of `dtypes`, without and (where
-/// `causal`) with the causal mask, with the outputs every rung of the ladder writes; where
-/// tiles_br > 0 (the smallest Br of the rungs), each masked case again with a tiles_visited
-/// buffer of (bh, ceil(lq / tiles_br)) ints. Returns the rungs that took some case.
-inline std::vector<std::string> check_attention_ladder_traffic(
-    const Ladder<AttentionArgs>& ladder, const std::vector<AttentionShape>& shapes,
-    const std::vector<Dtype>& dtypes, bool causal, int tiles_br = 0) {
+inline std::vector<std::string> check_traffic_cases(const Ladder<AttentionArgs>& ladder,
+                                                    const AttentionTrafficCases& cases) {
   constexpr std::uint64_t kSeed = 7;
   std::vector<std::string> took;
-  for (const Dtype t : dtypes) {
-    for (const AttentionShape& s : shapes) {
+  const auto add = [&took](const std::vector<std::string>& r) {
+    took.insert(took.end(), r.begin(), r.end());
+  };
+  for (const Dtype t : cases.dtypes) {
+    for (const AttentionShape& s : cases.shapes) {
       const float scale = default_scale(s.d);
       const AttentionInputs in = make_attention_inputs(ScoreKind::randn, s, scale, kSeed);
       for (const bool masked : {false, true}) {
-        if (masked && !causal) continue;
+        if (masked && !cases.causal) continue;
         AttentionBuffers buffers(Backend::sim, in, s, scale, masked, t, ladder_outputs(ladder));
         const std::string where = to_string(s) + " " + to_string(t) + (masked ? " causal" : "");
-        std::vector<std::string> r = check_ladder_traffic(ladder, buffers.args, where);
-        took.insert(took.end(), r.begin(), r.end());
-        if (masked && tiles_br > 0) {  // again, with the K/V tiles each block visits written out
+        add(check_ladder_traffic(ladder, buffers.args, where));
+        if (masked && cases.tiles_br > 0) {  // again, with the K/V tiles each block visits written
           DeviceBuffer<int> visited(
-              Backend::sim, static_cast<std::size_t>(s.bh) * ((s.lq + tiles_br - 1) / tiles_br));
+              Backend::sim,
+              static_cast<std::size_t>(s.bh) * ((s.lq + cases.tiles_br - 1) / cases.tiles_br));
           buffers.args.tiles_visited = visited.data();
-          r = check_ladder_traffic(ladder, buffers.args, where + ", tiles_visited");
-          took.insert(took.end(), r.begin(), r.end());
+          add(check_ladder_traffic(ladder, buffers.args, where + ", tiles_visited"));
         }
       }
     }
   }
   return took;
+}
+
+inline std::vector<std::string> check_traffic_cases(const Ladder<AttentionBackwardArgs>& ladder,
+                                                    const BackwardTrafficCases& cases) {
+  std::vector<std::string> took;
+  for (const AttentionShape& s : cases.shapes) {
+    for (const Dtype t : cases.dtypes) {
+      for (const bool masked : {false, true}) {
+        if (masked && !cases.causal) continue;
+        const BackwardInputs in{make_attention_inputs(ScoreKind::randn, s, 1.f, 9),
+                                randn(s.q_elems(), 10), std::vector<float>(s.rows(), 0.f),
+                                randn(s.q_elems(), 11),
+                                t == Dtype::fp32 ? randn(s.p_elems(), 12) : std::vector<float>()};
+        AttentionBackwardBuffers buffers(Backend::sim, in, s, 1.f, masked, t);
+        const std::vector<std::string> r = check_ladder_traffic(
+            ladder, buffers.args, to_string(s) + ", " + to_string(t) + (masked ? ", causal" : ""));
+        took.insert(took.end(), r.begin(), r.end());
+      }
+    }
+  }
+  return took;
+}
+
+/// The traffic check of a whole ladder: every rung that takes them moves exactly the bytes its
+/// header states on each of `cases` (the structs above), and every rung takes some case.
+template <typename Args, typename... Cases>
+void check_traffic(const Ladder<Args>& ladder, const Cases&... cases) {
+  std::vector<std::string> took;
+  for (const std::vector<std::string>& r : {check_traffic_cases(ladder, cases)...})
+    took.insert(took.end(), r.begin(), r.end());
+  check_every_rung_counted(ladder, took);
 }
 
 }  // namespace wb::test
