@@ -84,132 +84,88 @@ __global__ void throwing_kernel(int* out) {
   out[threadIdx.x] = 1;
 }
 
+using Kind = wb::sim::Fault::Kind;
+using wb::test::check_says;
 using wb::test::fault_of;
-
-/// The message is one line naming the kernel, the block and the thread.
-void check_names(const std::string& message, const char* kernel, const char* block,
-                 const char* thread) {
-  CAPTURE(message);
-  CHECK(message.find('\n') == std::string::npos);
-  CHECK(message.find(std::string("kernel ") + kernel) != std::string::npos);
-  CHECK(message.find(std::string("block ") + block) != std::string::npos);
-  CHECK(message.find(std::string("thread ") + thread) != std::string::npos);
-}
-
-/// The message cites this test file at `line` (a barrier's or collective's call site).
-void check_site(const std::string& message, int line) {
-  CAPTURE(message);
-  CHECK(message.find("test_faults.cpp:" + std::to_string(line)) != std::string::npos);
-}
 
 int line_of(const char* marker);  // defined at the end of the file
 
+/// The call site a message cites: this file at the line of `marker` (a comment at a barrier or
+/// collective).
+std::string site(const char* marker) {
+  return "test_faults.cpp:" + std::to_string(line_of(marker));
+}
+
+/// The message of the Fault of kind `Expected` that `Kernel` raises, launched on `Blocks`
+/// blocks of `Threads` threads with a buffer of `Threads` Outs to write (the planted kernels
+/// index it by threadIdx.x).
+template <Kind Expected, auto Kernel, typename Out, unsigned Blocks, unsigned Threads>
+std::string planted_fault() {
+  std::vector<Out> out(Threads);
+  return fault_of(Expected,
+                  [&] { wb::launch<Kernel>(dim3(Blocks), dim3(Threads), 0, out.data()); });
+}
+
+/// A planted bug's Fault, and what its message says: the kernel, block and thread (first), the
+/// call sites, the cause.
+struct Planted {
+  std::string (*fault)();
+  std::vector<std::string> says;
+};
+
 }  // namespace
 
-TEST_CASE("a syncthreads skipped by threads that exit early is reported" *
+TEST_CASE("each planted bug is reported in one line naming the kernel, block, thread and cause" *
           doctest::test_suite("faults")) {
-  std::vector<float> out(128);
-  const std::string m = fault_of(wb::sim::Fault::Kind::barrier_divergence, [&] {
-    wb::launch<early_exit_barrier_kernel>(dim3(4), dim3(128), 0, out.data());
-  });
-  // Blocks 0 and 1 are fine; in block 2 thread 100 is the first to exit at the barrier.
-  check_names(m, "early_exit_barrier_kernel", "(2,0,0)", "(100,0,0)");
-  check_site(m, line_of("the barrier the early threads skip"));
-  CHECK(m.find("100 of the block's 128 threads") != std::string::npos);
-}
-
-TEST_CASE("a syncthreads reached after threads exited names a thread that exited" *
-          doctest::test_suite("faults")) {
-  // Reported at the first arrival, with the cause: which thread will never come. (Waiting
-  // until no thread can run would report the same barrier as a deadlock, but not why.)
-  std::vector<float> out(128);
-  const std::string m = fault_of(wb::sim::Fault::Kind::barrier_divergence, [&] {
-    wb::launch<first_threads_exit_kernel>(dim3(1), dim3(128), 0, out.data());
-  });
-  CAPTURE(m);
-  CHECK(m.find("first_threads_exit_kernel") != std::string::npos);
-  CHECK(m.find("has already exited without reaching it") != std::string::npos);
-  check_site(m, line_of("the barrier the first threads never reach"));
-}
-
-TEST_CASE("syncthreads at two different lines is reported as a divergent barrier" *
-          doctest::test_suite("faults")) {
-  std::vector<float> out(64);
-  const std::string m = fault_of(wb::sim::Fault::Kind::barrier_divergence, [&] {
-    wb::launch<divergent_barrier_kernel>(dim3(1), dim3(64), 0, out.data());
-  });
-  check_names(m, "divergent_barrier_kernel", "(0,0,0)", "(32,0,0)");
-  check_site(m, line_of("first barrier"));
-  check_site(m, line_of("second barrier"));
-}
-
-TEST_CASE("a warp collective that a lane never reaches is reported as a deadlock" *
-          doctest::test_suite("faults")) {
-  std::vector<int> out(64);
-  const std::string m = fault_of(wb::sim::Fault::Kind::warp_collective, [&] {
-    wb::launch<shuffle_deadlock_kernel>(dim3(1), dim3(64), 0, out.data());
-  });
-  check_names(m, "shuffle_deadlock_kernel", "(0,0,0)", "(0,0,0)");
-  check_site(m, line_of("the stuck shuffle"));
-  CHECK(m.find("lane 5 (thread (5,0,0)) waits at __syncthreads()") != std::string::npos);
-}
-
-TEST_CASE("a shuffle that reads an exited lane is reported" * doctest::test_suite("faults")) {
-  std::vector<int> out(32);
-  const std::string m = fault_of(wb::sim::Fault::Kind::warp_collective, [&] {
-    wb::launch<read_exited_lane_kernel>(dim3(1), dim3(32), 0, out.data());
-  });
-  check_names(m, "read_exited_lane_kernel", "(0,0,0)", "(4,0,0)");
-  CHECK(m.find("reads lane 5, which has exited") != std::string::npos);
-}
-
-TEST_CASE("a shuffle that reads a lane outside its mask is reported" *
-          doctest::test_suite("faults")) {
-  std::vector<int> out(32);
-  const std::string m = fault_of(wb::sim::Fault::Kind::warp_collective, [&] {
-    wb::launch<source_outside_mask_kernel>(dim3(1), dim3(32), 0, out.data());
-  });
-  check_names(m, "source_outside_mask_kernel", "(0,0,0)", "(0,0,0)");
-  CHECK(m.find("reads lane 20, which is not in the mask 0x0000ffff") != std::string::npos);
-}
-
-TEST_CASE("a collective whose mask leaves out the caller is reported" *
-          doctest::test_suite("faults")) {
-  std::vector<unsigned> out(32);
-  const std::string m = fault_of(wb::sim::Fault::Kind::warp_collective, [&] {
-    wb::launch<mask_without_caller_kernel>(dim3(1), dim3(32), 0, out.data());
-  });
-  check_names(m, "mask_without_caller_kernel", "(0,0,0)", "(3,0,0)");
-  CHECK(m.find("does not include the calling lane 3") != std::string::npos);
-}
-
-TEST_CASE("lanes that disagree about a collective's mask are reported" *
-          doctest::test_suite("faults")) {
-  std::vector<int> out(32);
-  const std::string m = fault_of(wb::sim::Fault::Kind::warp_collective, [&] {
-    wb::launch<mismatched_masks_kernel>(dim3(1), dim3(32), 0, out.data());
-  });
-  check_names(m, "mismatched_masks_kernel", "(0,0,0)", "(16,0,0)");
-  CHECK(m.find("mask 0xffff0000") != std::string::npos);
-}
-
-TEST_CASE("a shuffle width that is not a power of 2 is reported" *
-          doctest::test_suite("faults")) {
-  std::vector<int> out(32);
-  const std::string m = fault_of(wb::sim::Fault::Kind::warp_collective, [&] {
-    wb::launch<bad_width_kernel>(dim3(1), dim3(32), 0, out.data());
-  });
-  check_names(m, "bad_width_kernel", "(0,0,0)", "(0,0,0)");
-  CHECK(m.find("width 12") != std::string::npos);
-}
-
-TEST_CASE("an exception escaping a kernel thread is reported" * doctest::test_suite("faults")) {
-  std::vector<int> out(32);
-  const std::string m = fault_of(wb::sim::Fault::Kind::kernel_exception, [&] {
-    wb::launch<throwing_kernel>(dim3(1), dim3(32), 0, out.data());
-  });
-  check_names(m, "throwing_kernel", "(0,0,0)", "(7,0,0)");
-  CHECK(m.find("thrown in the kernel") != std::string::npos);
+  const Planted bugs[] = {
+      // A syncthreads skipped by threads that exit early: blocks 0 and 1 are fine; in block 2
+      // thread 100 is the first to exit at the barrier.
+      {planted_fault<Kind::barrier_divergence, early_exit_barrier_kernel, float, 4, 128>,
+       {"kernel early_exit_barrier_kernel, block (2,0,0), thread (100,0,0)",
+        site("the barrier the early threads skip"), "100 of the block's 128 threads"}},
+      // A syncthreads reached after threads exited, reported at the first arrival with the
+      // cause: which thread will never come. (Waiting until no thread can run would report the
+      // same barrier as a deadlock, but not why.)
+      {planted_fault<Kind::barrier_divergence, first_threads_exit_kernel, float, 1, 128>,
+       {"kernel first_threads_exit_kernel, block (0,0,0), thread (28,0,0)",
+        site("the barrier the first threads never reach"),
+        "thread (0,0,0) has already exited without reaching it"}},
+      // Syncthreads at two different lines: a divergent barrier.
+      {planted_fault<Kind::barrier_divergence, divergent_barrier_kernel, float, 1, 64>,
+       {"kernel divergent_barrier_kernel, block (0,0,0), thread (32,0,0)", site("first barrier"),
+        site("second barrier")}},
+      // A warp collective that a lane never reaches: a deadlock.
+      {planted_fault<Kind::warp_collective, shuffle_deadlock_kernel, int, 1, 64>,
+       {"kernel shuffle_deadlock_kernel, block (0,0,0), thread (0,0,0)", site("the stuck shuffle"),
+        "lane 5 (thread (5,0,0)) waits at __syncthreads()"}},
+      // Collectives misused: a shuffle that reads an exited lane, or a lane outside its mask; a
+      // mask that leaves out the caller; lanes that disagree about the mask; a shuffle width
+      // that is not a power of 2.
+      {planted_fault<Kind::warp_collective, read_exited_lane_kernel, int, 1, 32>,
+       {"kernel read_exited_lane_kernel, block (0,0,0), thread (4,0,0)",
+        "reads lane 5, which has exited"}},
+      {planted_fault<Kind::warp_collective, source_outside_mask_kernel, int, 1, 32>,
+       {"kernel source_outside_mask_kernel, block (0,0,0), thread (0,0,0)",
+        "reads lane 20, which is not in the mask 0x0000ffff"}},
+      {planted_fault<Kind::warp_collective, mask_without_caller_kernel, unsigned, 1, 32>,
+       {"kernel mask_without_caller_kernel, block (0,0,0), thread (3,0,0)",
+        "does not include the calling lane 3"}},
+      {planted_fault<Kind::warp_collective, mismatched_masks_kernel, int, 1, 32>,
+       {"kernel mismatched_masks_kernel, block (0,0,0), thread (16,0,0)", "mask 0xffff0000"}},
+      {planted_fault<Kind::warp_collective, bad_width_kernel, int, 1, 32>,
+       {"kernel bad_width_kernel, block (0,0,0), thread (0,0,0)", "width 12"}},
+      // An exception escaping a kernel thread.
+      {planted_fault<Kind::kernel_exception, throwing_kernel, int, 1, 32>,
+       {"kernel throwing_kernel, block (0,0,0), thread (7,0,0)", "thrown in the kernel"}},
+  };
+  for (const Planted& bug : bugs) {
+    SUBCASE(bug.says[0].c_str()) {  // named by its kernel, block and thread
+      const std::string m = bug.fault();
+      CAPTURE(m);
+      CHECK(m.find('\n') == std::string::npos);
+      check_says(m, bug.says);
+    }
+  }
 }
 
 TEST_CASE("an oversize block or grid fails like an invalid CUDA launch" *
@@ -270,14 +226,9 @@ TEST_CASE("more dynamic shared memory than the kernel may use fails the launch" 
 
 TEST_CASE("the simulator keeps working after a fault" * doctest::test_suite("faults")) {
   std::vector<float> out(1024 * 3, 0.0f);
-  std::vector<int> ints(64);
   for (int round = 0; round < 3; ++round) {  // abandoned fibers are reused cleanly
-    fault_of(wb::sim::Fault::Kind::barrier_divergence, [&] {
-      wb::launch<early_exit_barrier_kernel>(dim3(4), dim3(128), 0, out.data());
-    });
-    fault_of(wb::sim::Fault::Kind::warp_collective, [&] {
-      wb::launch<shuffle_deadlock_kernel>(dim3(1), dim3(64), 0, ints.data());
-    });
+    planted_fault<Kind::barrier_divergence, early_exit_barrier_kernel, float, 4, 128>();
+    planted_fault<Kind::warp_collective, shuffle_deadlock_kernel, int, 1, 64>();
     wb::launch<fill_kernel>(dim3(3), dim3(1024), 0, out.data(), static_cast<float>(round));
     for (float v : out) REQUIRE(v == static_cast<float>(round));
   }

@@ -196,9 +196,9 @@ __global__ void mma_chain_kernel(const T* a, const T* b, const float* c, float* 
   }
 }
 
-/// Runs mma_chain_kernel on (m, k) x (k, n) and checks D: against the fp64 matmul exactly when
-/// the inputs are small integers, else within the float summation bound and bit for bit against
-/// the documented order (C, then the k products added one at a time).
+/// Runs mma_chain_kernel on (m, k) x (k, n) and checks D within the float summation bound and
+/// bit for bit against the documented order (C, then the k products added one at a time:
+/// check_product_sum), and against the fp64 matmul exactly when the inputs are small integers.
 template <typename T>
 void check_chain(int warps, int n, int k, bool integers) {
   const int m = kM * warps;
@@ -217,31 +217,17 @@ void check_chain(int warps, int n, int k, bool integers) {
   for (std::size_t i = 0; i < c.size; ++i)
     c[i] = integers ? static_cast<float>(small(rng)) : 4.0f * randn(rng);
   wb::launch<mma_chain_kernel<T>>(dim3(1), dim3(32 * warps), 0, a.p, b.p, c.p, d.p, n, k);
-  // Bound: D(i, j) is C plus k exact products added one at a time in float, so |D - exact| <=
-  // gamma_k (|C| + sum |a b|), gamma_k = k u / (1 - k u), u = 2^-24 (Higham, recursive sum).
-  const double u = std::ldexp(1.0, -24), gamma = k * u / (1 - k * u);
   for (int i = 0; i < m; ++i) {
     for (int j = 0; j < n; ++j) {
-      const float cv = c[static_cast<std::size_t>(i) * n + j];
-      double exact = cv, magnitude = std::fabs(cv);
-      float in_order = cv;
-      for (int kk = 0; kk < k; ++kk) {
-        const float x = static_cast<float>(a[static_cast<std::size_t>(i) * k + kk]);
-        const float y = static_cast<float>(b[static_cast<std::size_t>(kk) * n + j]);
-        exact += static_cast<double>(x) * y;
-        magnitude += std::fabs(static_cast<double>(x) * y);
-        in_order += x * y;  // an exact product, one rounding per addition
-      }
-      const float got = d[static_cast<std::size_t>(i) * n + j];
       CAPTURE(i);
       CAPTURE(j);
-      REQUIRE(std::isfinite(got));
-      if (integers) {
-        REQUIRE(static_cast<double>(got) == exact);
-      } else {
-        REQUIRE(std::fabs(got - exact) <= gamma * magnitude);
-        REQUIRE(got == in_order);  // the documented order, bit for bit
-      }
+      const std::size_t ij = static_cast<std::size_t>(i) * n + j;
+      const auto factors = [&](int kk) {
+        return std::pair{static_cast<float>(a[static_cast<std::size_t>(i) * k + kk]),
+                         static_cast<float>(b[static_cast<std::size_t>(kk) * n + j])};
+      };
+      const double exact = wb::test::check_product_sum(d[ij], c[ij], k, factors);
+      if (integers) REQUIRE(static_cast<double>(d[ij]) == exact);  // every partial sum exact
     }
   }
 }

@@ -19,14 +19,12 @@
 
 namespace {
 
+using Kind = wb::sim::Fault::Kind;
 using wb::test::Aligned;
+using wb::test::check_says;
 using wb::test::fault_of;
 
 constexpr int kChunkFloats = 4;  // one 16-byte copy
-
-bool has(const std::string& message, const std::string& part) {
-  return message.find(part) != std::string::npos;
-}
 
 std::string at_line(int line) {
   return "tests/sim/test_ptx_faults.cpp:" + std::to_string(line);
@@ -91,23 +89,22 @@ TEST_CASE("mma_m16n8k16 from part of a warp or a diverged warp is reported" *
           doctest::test_suite("ptx")) {
   std::vector<float> y(32);
   SUBCASE("half of the warp returned") {
-    const std::string m = fault_of(wb::sim::Fault::Kind::warp_collective, [&] {
+    const auto partial_mma = [&] {
       wb::launch<partial_mma_kernel>(dim3(1), dim3(32), 0, y.data());
-    });
-    CAPTURE(m);
-    CHECK(has(m, "kernel partial_mma_kernel, block (0,0,0), thread (0,0,0)"));
-    CHECK(has(m, "mma.sync.m16n8k16 at " + at_line(kPartialMmaLine)));
-    CHECK(has(m, "needs all 32 lanes of the warp"));
-    CHECK(has(m, "lane 16, which has exited (thread (16,0,0))"));
+    };
+    check_says(fault_of(Kind::warp_collective, partial_mma),
+               {"kernel partial_mma_kernel, block (0,0,0), thread (0,0,0)",
+                "mma.sync.m16n8k16 at " + at_line(kPartialMmaLine),
+                "needs all 32 lanes of the warp", "lane 16, which has exited (thread (16,0,0))"});
   }
   SUBCASE("the half-warps at two lines") {
-    const std::string m = fault_of(wb::sim::Fault::Kind::warp_collective, [&] {
+    const auto diverged_mma = [&] {
       wb::launch<diverged_mma_kernel>(dim3(1), dim3(32), 0, y.data());
-    });
-    CAPTURE(m);
-    CHECK(has(m, "thread (16,0,0): mma.sync.m16n8k16 at " + at_line(kDivergedMmaLine + 2)));
-    CHECK(has(m, "which waits at mma.sync.m16n8k16 at " + at_line(kDivergedMmaLine)));
-    CHECK(has(m, "the warp diverged"));
+    };
+    check_says(
+        fault_of(Kind::warp_collective, diverged_mma),
+        {"thread (16,0,0): mma.sync.m16n8k16 at " + at_line(kDivergedMmaLine + 2),
+         "which waits at mma.sync.m16n8k16 at " + at_line(kDivergedMmaLine), "the warp diverged"});
   }
 }
 
@@ -116,36 +113,33 @@ TEST_CASE("ldmatrix and cp_async addresses off 16 bytes are reported" *
   std::vector<std::uint32_t> out(32);
   Aligned<float> src(32 * kChunkFloats + 4);
   for (std::size_t i = 0; i < src.size; ++i) src[i] = 1.0f;
+  // Lane 9's row `offset` bytes off.
+  const auto load_rows = [&](int offset) {
+    wb::launch<misaligned_ldmatrix_kernel>(dim3(1), dim3(32), 0, out.data(), 9, offset);
+  };
+  // Thread 5's copy to or from an address off.
+  const auto copy_chunks = [&](int dst_offset, int src_offset) {
+    wb::launch<misaligned_cp_async_kernel>(dim3(1), dim3(32), 0, src.p, dst_offset, src_offset);
+  };
   SUBCASE("an ldmatrix row 4 bytes off") {
-    const std::string m = fault_of(wb::sim::Fault::Kind::invalid_argument, [&] {
-      wb::launch<misaligned_ldmatrix_kernel>(dim3(1), dim3(32), 0, out.data(), 9, 4);
-    });
-    CAPTURE(m);
-    CHECK(has(m, "thread (9,0,0): ldmatrix at " + at_line(kMisalignedLdmatrixLine)));
-    CHECK(has(m, ": row address 0x"));
-    CHECK(has(m, "is not 16-byte aligned"));
+    check_says(fault_of(Kind::invalid_argument, [&] { load_rows(4); }),
+               {"thread (9,0,0): ldmatrix at " + at_line(kMisalignedLdmatrixLine),
+                ": row address 0x", "is not 16-byte aligned"});
   }
   SUBCASE("an aligned ldmatrix of the same kernel runs") {
-    wb::launch<misaligned_ldmatrix_kernel>(dim3(1), dim3(32), 0, out.data(), 9, 0);
+    load_rows(0);
     // Lane 0: matrix 0's row 0 (tile row 0), columns 0 and 1.
     CHECK(out[0] == (0u | 1u << 16));
   }
   SUBCASE("a cp_async destination 8 bytes off") {
-    const std::string m = fault_of(wb::sim::Fault::Kind::invalid_argument, [&] {
-      wb::launch<misaligned_cp_async_kernel>(dim3(1), dim3(32), 0, src.p, 8, 0);
-    });
-    CAPTURE(m);
-    CHECK(has(m, "thread (5,0,0): cp.async at " + at_line(kMisalignedCpAsyncLine)));
-    CHECK(has(m, ": destination address 0x"));
-    CHECK(has(m, "is not 16-byte aligned"));
+    check_says(fault_of(Kind::invalid_argument, [&] { copy_chunks(8, 0); }),
+               {"thread (5,0,0): cp.async at " + at_line(kMisalignedCpAsyncLine),
+                ": destination address 0x", "is not 16-byte aligned"});
   }
   SUBCASE("a cp_async source 4 bytes off") {
-    const std::string m = fault_of(wb::sim::Fault::Kind::invalid_argument, [&] {
-      wb::launch<misaligned_cp_async_kernel>(dim3(1), dim3(32), 0, src.p, 0, 4);
-    });
-    CAPTURE(m);
-    CHECK(has(m, "thread (5,0,0): cp.async at " + at_line(kMisalignedCpAsyncLine)));
-    CHECK(has(m, ": source address 0x"));
+    check_says(
+        fault_of(Kind::invalid_argument, [&] { copy_chunks(0, 4); }),
+        {"thread (5,0,0): cp.async at " + at_line(kMisalignedCpAsyncLine), ": source address 0x"});
   }
 }
 

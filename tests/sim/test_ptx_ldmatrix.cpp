@@ -111,6 +111,20 @@ constexpr int kQueries = 16;  // one warp's query rows
 //   B of V by ldmatrix_x4_trans (V row-major: B's k pairs are a column pair, .trans gathers it).
 // One warp; dynamic shared memory (16 + 2 N) (D + 8) elements. `planted` misuses ldmatrix as a
 // kernel with a wrong fragment would: K's two B fragments swapped, or V's loaded without .trans.
+
+/// Stores a warp's 16 x (8 Tiles) accumulators, Tiles m16n8 tiles side by side, to out (rows
+/// `ld` floats apart): lane l = 4 g + t holds rows g and g + 8, columns 2t and 2t + 1 of each.
+template <int Tiles>
+__device__ void store_accumulators(const float (&acc)[Tiles][4], float* out, int ld) {
+  const int lane = static_cast<int>(threadIdx.x), g = lane / 4, t = lane % 4;
+  for (int n = 0; n < Tiles; ++n) {
+    out[g * ld + 8 * n + 2 * t] = acc[n][0];
+    out[g * ld + 8 * n + 2 * t + 1] = acc[n][1];
+    out[(g + 8) * ld + 8 * n + 2 * t] = acc[n][2];
+    out[(g + 8) * ld + 8 * n + 2 * t + 1] = acc[n][3];
+  }
+}
+
 enum PlantedLdmatrix : int { kLdmNone = 0, kLdmSwapKB = 1, kLdmVWithoutTrans = 2 };
 template <typename T, int D, int N>
 __global__ void attention_tiles_kernel(const T* q, const T* k, const T* v, float* s, float* o,
@@ -120,7 +134,7 @@ __global__ void attention_tiles_kernel(const T* q, const T* k, const T* v, float
   T* q_tile = wb::dynamic_shared<T>();
   T* k_tile = q_tile + kQueries * kLd;
   T* v_tile = k_tile + N * kLd;
-  const int lane = static_cast<int>(threadIdx.x), g = lane / 4, t = lane % 4;
+  const int lane = static_cast<int>(threadIdx.x);
   for (int c = lane; c < (kQueries + 2 * N) * kChunksPerRow; c += 32) {
     const int row = c / kChunksPerRow, col = c % kChunksPerRow * 8;
     if (row < kQueries) {
@@ -158,12 +172,7 @@ __global__ void attention_tiles_kernel(const T* q, const T* k, const T* v, float
       wb::ptx::mma_m16n8k16<T>(acc_s[key0 / 8 + 1], a, b1, acc_s[key0 / 8 + 1]);
     }
   }
-  for (int n = 0; n < N / 8; ++n) {
-    s[g * N + 8 * n + 2 * t] = acc_s[n][0];
-    s[g * N + 8 * n + 2 * t + 1] = acc_s[n][1];
-    s[(g + 8) * N + 8 * n + 2 * t] = acc_s[n][2];
-    s[(g + 8) * N + 8 * n + 2 * t + 1] = acc_s[n][3];
-  }
+  store_accumulators(acc_s, s, N);
 
   // O = P V: n tiles of 8 head columns, k over the N keys.
   float acc_o[D / 8][4] = {};
@@ -190,12 +199,7 @@ __global__ void attention_tiles_kernel(const T* q, const T* k, const T* v, float
       wb::ptx::mma_m16n8k16<T>(acc_o[col0 / 8 + 1], a, b1, acc_o[col0 / 8 + 1]);
     }
   }
-  for (int n = 0; n < D / 8; ++n) {
-    o[g * D + 8 * n + 2 * t] = acc_o[n][0];
-    o[g * D + 8 * n + 2 * t + 1] = acc_o[n][1];
-    o[(g + 8) * D + 8 * n + 2 * t] = acc_o[n][2];
-    o[(g + 8) * D + 8 * n + 2 * t + 1] = acc_o[n][3];
-  }
+  store_accumulators(acc_o, o, D);
 }
 
 /// How many elements of S and of O differ from the exact matmuls.

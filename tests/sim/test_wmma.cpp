@@ -3,23 +3,25 @@
 // mode: test_wmma_faults.cpp.
 #include <doctest/doctest.h>
 
-#include <cmath>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
 #include <memory>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "common/half.hpp"
 #include "common/kernel.cuh"
+#include "tests/sim/ptx_support.hpp"
 #include "tests/sim/wmma_support.hpp"
 
 namespace {
 
 using namespace nvcuda;
 using wb::test::Aligned;
+using wb::test::to16;
 constexpr int kTile = 16;
 
 /// Element (r, c) of a matrix stored with leading dimension ld.
@@ -53,17 +55,6 @@ __global__ void gemm_kernel(const T* a, const T* b, const float* c, float* d, in
                           d_col ? wmma::mem_col_major : wmma::mem_row_major);
 }
 
-template <typename T>
-T make(float x);
-template <>
-__half make<__half>(float x) {
-  return __float2half(x);
-}
-template <>
-__nv_bfloat16 make<__nv_bfloat16>(float x) {
-  return __float2bfloat16(x);
-}
-
 /// Runs gemm_kernel on random inputs for `tiles` tiles (blocks x warps) and checks every
 /// element against fp64 and against the documented float k-order sum.
 template <typename T, typename LA, typename LB>
@@ -81,64 +72,55 @@ void check_gemm(int blocks, int warps, int k_tiles, bool d_col) {
   std::normal_distribution<float> randn(0.0f, 1.0f);
   // Mixed signs and magnitudes (a few x20 outliers), so cancellation and rounding happen.
   auto value = [&](std::size_t i) { return randn(rng) * (i % 37 == 0 ? 20.0f : 1.0f); };
-  for (std::size_t i = 0; i < a_size; ++i) a[i] = make<T>(value(i));
-  for (std::size_t i = 0; i < b_size; ++i) b[i] = make<T>(value(i));
+  for (std::size_t i = 0; i < a_size; ++i) a[i] = to16<T>(value(i));
+  for (std::size_t i = 0; i < b_size; ++i) b[i] = to16<T>(value(i));
   for (std::size_t i = 0; i < c.size; ++i) c[i] = 4.0f * randn(rng);
   wb::launch<gemm_kernel<T, LA, LB>>(dim3(blocks), dim3(32 * warps), 0, a.p, b.p, c.p, d.p, k_tiles,
                                      lda, ldb, d_col ? 1 : 0);
-  // Bound: D(m, n) is C(m, n) plus k exact products added one at a time in float, so
-  // |D - exact| <= gamma_k (|C| + sum |a b|), gamma_k = k u / (1 - k u), u = 2^-24 (Higham,
-  // recursive summation). A GPU's tensor cores add in another order and may truncate: allow
-  // twice this when comparing with a GPU.
-  const double u = std::ldexp(1.0, -24), gamma = k * u / (1 - k * u);
+  // D(m, n) is C(m, n) plus k exact products added one at a time in float (check_product_sum).
+  // A GPU's tensor cores add in another order and may truncate: allow twice its bound when
+  // comparing with a GPU.
+  CAPTURE(a_col);
+  CAPTURE(b_col);
+  CAPTURE(d_col);
   for (int t = 0; t < tiles; ++t) {
     const T* at_ = a.p + static_cast<std::size_t>(t) * (a_col ? k * lda : 16 * lda);
     const T* bt_ = b.p + static_cast<std::size_t>(t) * (b_col ? 16 * ldb : k * ldb);
+    const float* ct = c.p + static_cast<std::size_t>(t) * 256;
+    const float* dt = d.p + static_cast<std::size_t>(t) * 256;
     for (int m = 0; m < kTile; ++m) {
       for (int n = 0; n < kTile; ++n) {
-        const float cv = c[static_cast<std::size_t>(t) * 256 + m * 16 + n];
-        double exact = cv, magnitude = std::fabs(cv);
-        float in_order = cv;
-        for (int kk = 0; kk < k; ++kk) {
-          const float x = static_cast<float>(at_[at(m, kk, lda, a_col)]);
-          const float y = static_cast<float>(bt_[at(kk, n, ldb, b_col)]);
-          exact += static_cast<double>(x) * y;
-          magnitude += std::fabs(static_cast<double>(x) * y);
-          in_order += x * y;  // exact product, one rounding per addition
-        }
-        const float got = d[static_cast<std::size_t>(t) * 256 + at(m, n, 16, d_col)];
         CAPTURE(t);
         CAPTURE(m);
         CAPTURE(n);
-        REQUIRE(std::isfinite(got));
-        REQUIRE(std::fabs(got - exact) <= gamma * magnitude);
-        REQUIRE(got == in_order);  // the documented order, bit for bit
+        const auto factors = [&](int kk) {
+          return std::pair{static_cast<float>(at_[at(m, kk, lda, a_col)]),
+                           static_cast<float>(bt_[at(kk, n, ldb, b_col)])};
+        };
+        wb::test::check_product_sum(dt[at(m, n, 16, d_col)], ct[m * 16 + n], k, factors);
       }
     }
   }
+}
+
+/// check_gemm on one tile (k = 16) with A and B in every pairing of layouts, D in A's.
+template <typename T>
+void check_gemm_layouts() {
+  check_gemm<T, wmma::row_major, wmma::col_major>(1, 1, 1, false);
+  check_gemm<T, wmma::col_major, wmma::row_major>(1, 1, 1, true);
+  check_gemm<T, wmma::row_major, wmma::row_major>(1, 1, 1, false);
+  check_gemm<T, wmma::col_major, wmma::col_major>(1, 1, 1, true);
 }
 
 }  // namespace
 
 TEST_CASE("mma_sync multiplies 16x16x16 tiles within the float summation bound" *
           doctest::test_suite("wmma")) {
-  SUBCASE("half, A row-major, B col-major, D row-major") {
-    check_gemm<__half, wmma::row_major, wmma::col_major>(1, 1, 1, false);
+  SUBCASE("half") {
+    check_gemm_layouts<__half>();
   }
-  SUBCASE("half, A col-major, B row-major, D col-major") {
-    check_gemm<__half, wmma::col_major, wmma::row_major>(1, 1, 1, true);
-  }
-  SUBCASE("half, both row-major") {
-    check_gemm<__half, wmma::row_major, wmma::row_major>(1, 1, 1, false);
-  }
-  SUBCASE("half, both col-major") {
-    check_gemm<__half, wmma::col_major, wmma::col_major>(1, 1, 1, true);
-  }
-  SUBCASE("bfloat16, A row-major, B col-major") {
-    check_gemm<__nv_bfloat16, wmma::row_major, wmma::col_major>(1, 1, 1, false);
-  }
-  SUBCASE("bfloat16, A col-major, B row-major") {
-    check_gemm<__nv_bfloat16, wmma::col_major, wmma::row_major>(1, 1, 1, true);
+  SUBCASE("bfloat16") {
+    check_gemm_layouts<__nv_bfloat16>();
   }
 }
 
