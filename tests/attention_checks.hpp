@@ -108,12 +108,9 @@ inline ref::Attention masked_reference(const AttentionInputs& in, AttentionShape
   const std::size_t lq = static_cast<std::size_t>(shape.lq);
   const std::size_t lk = static_cast<std::size_t>(shape.lk);
   const std::size_t d = static_cast<std::size_t>(shape.d);
-  ref::Attention out;
-  out.o.assign(shape.q_elems(), 0.0);
-  out.o_weight.assign(shape.q_elems(), 0.0);
-  out.m.assign(shape.rows(), -INFINITY);
-  out.d.assign(shape.rows(), 0.0);
-  out.lse.assign(shape.rows(), -INFINITY);
+  // Every row fully masked to start with: the reference over no keys at all.
+  ref::Attention out = ref::attention(in, {shape.bh, shape.lq, 0, shape.d}, scale, /*causal=*/false,
+                                      /*want_p=*/false);
   if (want_p) out.p.assign(shape.p_elems(), 0.0);
   for (std::size_t b = 0; b < static_cast<std::size_t>(shape.bh); ++b) {
     const std::size_t masked =

@@ -71,6 +71,21 @@ inline std::vector<AttentionCase> masked_attention_cases(const std::vector<Atten
   return cases;
 }
 
+/// The kernel shapes with keys masked by head of this run: kAttentionMaskedKernelShapes, or their
+/// race-mode subset.
+inline const std::vector<AttentionShape>& masked_attention_kernel_shapes() {
+  return small_shapes() ? kAttentionMaskedKernelRaceShapes : kAttentionMaskedKernelShapes;
+}
+
+/// The fp32 cases of a kernel ladder without the causal mask: every kernel shape and score kind,
+/// and keys masked by head on the masked kernel shapes (fully masked rows, masked first tiles).
+inline std::vector<AttentionCase> attention_kernel_cases() {
+  std::vector<AttentionCase> cases = attention_cases(attention_kernel_shapes());
+  for (const AttentionCase& c : masked_attention_cases(masked_attention_kernel_shapes()))
+    cases.push_back(c);
+  return cases;
+}
+
 /// Causal cases that put the diagonal at every offset within every tile: one head of lq query
 /// rows against lk = lq + delta keys, delta over `period` consecutive values from -period / 2,
 /// so that lk - lq (and lk itself) takes every residue modulo `period`, which a chapter takes as

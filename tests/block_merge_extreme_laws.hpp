@@ -129,43 +129,45 @@ inline LawResult extreme_identity_law(Merge merge) {
   return r;
 }
 
-// Commutativity at the extremes: merge(a, b) and merge(b, a) are the same bits for every pair
-// (but for the sign of a zero max, same_but_zero_sign), never NaN.
-inline LawResult extreme_commutativity_law(Merge merge) {
+// A law on every pair (a, b) of extreme operands, in both orders: `law(a, b)` says what the
+// merge got wrong on the pair, or "" where it keeps the law.
+template <typename PairLaw>
+LawResult extreme_pairs_law(PairLaw&& law) {
   LawResult r;
   const std::vector<MD> ops = extreme_operands();
   for (const MD& a : ops) {
     for (const MD& b : ops) {
       ++r.checks;
-      const MD ab = merge(a, b), ba = merge(b, a);
-      if (!same_but_zero_sign(ab, ba) || std::isnan(ab.d))
-        r.fail("merge(" + str(a) + ", " + str(b) + ") = " + str(ab) + " but merge(b, a) = " +
-               str(ba));
+      const std::string wrong = law(a, b);
+      if (!wrong.empty()) r.fail(wrong);
     }
   }
   return r;
 }
 
+// Commutativity at the extremes: merge(a, b) and merge(b, a) are the same bits for every pair
+// (but for the sign of a zero max, same_but_zero_sign), never NaN.
+inline LawResult extreme_commutativity_law(Merge merge) {
+  return extreme_pairs_law([merge](MD a, MD b) -> std::string {
+    const MD ab = merge(a, b), ba = merge(b, a);
+    if (same_but_zero_sign(ab, ba) && !std::isnan(ab.d)) return "";
+    return "merge(" + str(a) + ", " + str(b) + ") = " + str(ab) + " but merge(b, a) = " + str(ba);
+  });
+}
+
 // One merge against the exact merge of its operands, for every pair: m exactly the larger max,
 // d within one merge's bound, no NaN, no inf where the exact d is finite by more than the bound.
 inline LawResult extreme_pair_law(Merge merge) {
-  LawResult r;
-  const std::vector<MD> ops = extreme_operands();
-  for (const MD& a : ops) {
-    for (const MD& b : ops) {
-      ++r.checks;
-      const MD ab = merge(a, b);
-      const ExactMD exact = exact_merge({a, b});
-      if (ab.m != exact.m || !d_within(ab.d, exact, merge_bound(1, double(a.d) + b.d))) {
-        std::ostringstream s;
-        s.precision(9);
-        s << "merge(" << str(a) << ", " << str(b) << ") = " << str(ab) << " where the exact merge is ("
-          << exact.m << ", " << exact.d << ")";
-        r.fail(s.str());
-      }
-    }
-  }
-  return r;
+  return extreme_pairs_law([merge](MD a, MD b) -> std::string {
+    const MD ab = merge(a, b);
+    const ExactMD exact = exact_merge({a, b});
+    if (ab.m == exact.m && d_within(ab.d, exact, merge_bound(1, double(a.d) + b.d))) return "";
+    std::ostringstream s;
+    s.precision(9);
+    s << "merge(" << str(a) << ", " << str(b) << ") = " << str(ab) << " where the exact merge is ("
+      << exact.m << ", " << exact.d << ")";
+    return s.str();
+  });
 }
 
 // Associativity at the extremes: (a b) c and a (b c) have the exact max, and each a d within

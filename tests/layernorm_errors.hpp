@@ -170,29 +170,16 @@ inline const char* to_string(Kind k) {
 }
 
 inline std::vector<float> make_x(Kind k, int rows, int cols, std::uint64_t seed) {
-  switch (k) {
-    case Kind::randn:
-      return make_input(InputKind::randn, rows, cols, seed);
-    case Kind::outliers:
-      return make_input(InputKind::outliers, rows, cols, seed);
-    case Kind::offset_1e4:
-      return make_input(InputKind::large_offset, rows, cols, seed);
-    case Kind::offset_1e6: {
-      std::vector<float> x = make_input(InputKind::randn, rows, cols, seed);
-      for (float& v : x) v += kOffset1e6;
-      return x;
-    }
-    case Kind::ones:
-      return make_input(InputKind::ones, rows, cols, seed);
-    case Kind::arange:
-      return make_input(InputKind::arange, rows, cols, seed);
-    case Kind::offset_1e20: {
-      std::vector<float> x = make_input(InputKind::randn, rows, cols, seed);
-      for (float& v : x) v = kScale1e20 * v + kOffset1e20;  // the product is exact
-      return x;
-    }
-  }
-  return {};
+  // In the enum's order: the kinds of common/inputs.hpp, and randn under the two far offsets.
+  constexpr InputKind kInputs[] = {InputKind::randn, InputKind::outliers, InputKind::large_offset,
+                                   InputKind::randn, InputKind::ones,     InputKind::arange,
+                                   InputKind::randn};
+  std::vector<float> x = make_input(kInputs[static_cast<int>(k)], rows, cols, seed);
+  if (k == Kind::offset_1e6)
+    for (float& v : x) v += kOffset1e6;
+  if (k == Kind::offset_1e20)
+    for (float& v : x) v = kScale1e20 * v + kOffset1e20;  // the product is exact
+  return x;
 }
 
 // gamma around 1 and beta around 0, as a trained LayerNorm's are.

@@ -98,6 +98,17 @@ inline const std::vector<RowShape>& softmax_kernel_shapes() {
   return small_shapes() ? kSoftmaxRaceShapes : kSoftmaxKernelShapes;
 }
 
+/// `check(x)` on a rows x cols input x of every kind (make_input with `seed`), the kind named
+/// in a failure's message.
+template <typename Check>
+void for_every_input_kind(int rows, int cols, std::uint64_t seed, Check&& check) {
+  for (InputKind kind : all_input_kinds()) {
+    const std::string input = to_string(kind);
+    CAPTURE(input);
+    check(make_input(kind, rows, cols, seed));
+  }
+}
+
 /// A chapter's CPU step: y = step(x, rows, cols).
 using SoftmaxStep = std::function<std::vector<float>(const std::vector<float>& x, int rows, int cols)>;
 /// The floor of the tolerance policy for rung `rung` on the call `args` (its cols, its element

@@ -62,15 +62,12 @@ TEST_SUITE("cpu") {
 
   TEST_CASE("safe softmax is within its stated bound of fp64 on every input kind") {
     for (const Shape& s : kShapes) {
-      for (InputKind kind : all_input_kinds()) {
-        const std::string input = to_string(kind);
-        CAPTURE(s.rows);
-        CAPTURE(s.cols);
-        CAPTURE(input);
-        const std::vector<float> x = make_input(kind, s.rows, s.cols, kSeed);
+      CAPTURE(s.rows);
+      CAPTURE(s.cols);
+      test::for_every_input_kind(s.rows, s.cols, kSeed, [&](const std::vector<float>& x) {
         const ErrorReport e = compare(softmax_safe(x, s.rows, s.cols), ref::softmax(x, s.rows, s.cols));
         WB_CHECK_WITHIN_REL(e, kSafeCpuRelBound);
-      }
+      });
     }
   }
 
@@ -97,10 +94,7 @@ TEST_SUITE("cpu") {
 
   TEST_CASE("every row of safe softmax sums to 1 and a fully -inf row is all zeros") {
     const int rows = 30, cols = 781;
-    for (InputKind kind : all_input_kinds()) {
-      const std::string input = to_string(kind);
-      CAPTURE(input);
-      const std::vector<float> x = make_input(kind, rows, cols, kSeed);
+    test::for_every_input_kind(rows, cols, kSeed, [&](const std::vector<float>& x) {
       const std::vector<float> y = softmax_safe(x, rows, cols);
       for (int r = 0; r < rows; ++r) {
         CAPTURE(r);
@@ -115,7 +109,7 @@ TEST_SUITE("cpu") {
         if (masked) CHECK(sum == 0.0);
         else CHECK(std::fabs(sum - 1.0) <= kSafeCpuRelBound);
       }
-    }
+    });
   }
 }
 

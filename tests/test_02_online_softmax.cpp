@@ -58,10 +58,7 @@ TEST_SUITE("cpu") {
     // d' = sum_{j<=i} e^{x_j - m_i}: the induction hypothesis of the page's proof, checked at
     // every i, not only at the end.
     const int cols = 300;
-    for (InputKind kind : all_input_kinds()) {
-      const std::string input = to_string(kind);
-      CAPTURE(input);
-      const std::vector<float> x = make_input(kind, 1, cols, kSeed);
+    test::for_every_input_kind(1, cols, kSeed, [&](const std::vector<float>& x) {
       MD md{-kInf, 0.f};
       float m_exact = -kInf;
       for (int i = 0; i < cols; ++i) {
@@ -76,7 +73,7 @@ TEST_SUITE("cpu") {
         else
           REQUIRE(std::fabs(md.d - d) <= online_d_bound(i + 1, kHostExpErr) * d);
       }
-    }
+    });
   }
 
   TEST_CASE("a prefix of -inf entries stays at the identity and never makes NaN") {
@@ -102,18 +99,15 @@ TEST_SUITE("cpu") {
 
   TEST_CASE("online softmax is within twice the safe softmax error plus the recurrence floor") {
     for (const Shape& s : kShapes) {
-      for (InputKind kind : all_input_kinds()) {
-        CAPTURE(s.rows);
-        CAPTURE(s.cols);
-        const std::string input = to_string(kind);
-        CAPTURE(input);
-        const std::vector<float> x = make_input(kind, s.rows, s.cols, kSeed);
+      CAPTURE(s.rows);
+      CAPTURE(s.cols);
+      test::for_every_input_kind(s.rows, s.cols, kSeed, [&](const std::vector<float>& x) {
         const std::vector<double> ref = ref::softmax(x, s.rows, s.cols);
         const ErrorReport previous = compare(ch01::softmax_safe(x, s.rows, s.cols), ref);
         const ErrorReport online = compare(softmax_online(x, s.rows, s.cols), ref);
         // The tolerance policy: at most twice chapter 01's error, plus the floor above.
         WB_CHECK_WITHIN_REL(online, chain_bound(previous.max_rel, online_cpu_floor(s.cols)));
-      }
+      });
     }
   }
 

@@ -123,47 +123,38 @@ TEST_SUITE("cpu") {
 
   TEST_CASE("a block is exactly chapter 02's recurrence from the identity") {
     // One block of the whole row is chapter 02's online_stats, bit for bit: same operations.
-    for (InputKind kind : all_input_kinds()) {
-      const std::string input = to_string(kind);
-      CAPTURE(input);
-      const std::vector<float> x = make_input(kind, 1, 333, kSeed);
+    test::for_every_input_kind(1, 333, kSeed, [](const std::vector<float>& x) {
       CHECK(same(block_stats(x.data(), 333), ch02::online_stats(x.data(), 333)));
       CHECK(same(reduce_tree(left_to_right_tree(1), blocks_stats(x.data(), {0, 333})),
                  ch02::online_stats(x.data(), 333)));
-    }
+    });
     CHECK(same(block_stats(nullptr, 0), md_identity()));       // an empty block
     CHECK(same(reduce_tree(MergeTree{}, {}), md_identity()));  // no blocks at all
   }
 
   TEST_CASE("blocked online softmax is within twice the online softmax error for any block size") {
     for (const test::RowShape& s : kShapes) {
-      for (InputKind kind : all_input_kinds()) {
-        const std::vector<float> x = make_input(kind, s.rows, s.cols, kSeed);
+      CAPTURE(s.rows);
+      CAPTURE(s.cols);
+      test::for_every_input_kind(s.rows, s.cols, kSeed, [&](const std::vector<float>& x) {
         const std::vector<double> ref = ref::softmax(x, s.rows, s.cols);
         const ErrorReport previous = compare(ch02::softmax_online(x, s.rows, s.cols), ref);
         for (int block : {1, 2, 7, 31, 32, 33, kCpuBlock, s.cols, s.cols + 5}) {
-          CAPTURE(s.rows);
-          CAPTURE(s.cols);
           CAPTURE(block);
-          const std::string input = to_string(kind);
-          CAPTURE(input);
           const ErrorReport blocked = compare(softmax_blocked(x, s.rows, s.cols, block), ref);
           // The tolerance policy: twice chapter 02's error, plus the floor derived above.
           WB_CHECK_WITHIN_REL(blocked,
                               chain_bound(previous.max_rel, blocked_cpu_floor(s.cols, block)));
         }
-      }
+      });
     }
   }
 
   TEST_CASE("blocked online softmax with one block is chapter 02 bit for bit") {
     const int rows = 17, cols = 257;
-    for (InputKind kind : all_input_kinds()) {
-      const std::string input = to_string(kind);
-      CAPTURE(input);
-      const std::vector<float> x = make_input(kind, rows, cols, kSeed);
+    test::for_every_input_kind(rows, cols, kSeed, [&](const std::vector<float>& x) {
       CHECK(softmax_blocked(x, rows, cols, cols) == ch02::softmax_online(x, rows, cols));
-    }
+    });
   }
 
   TEST_CASE("the merge trees cover every block once and know their longest path") {

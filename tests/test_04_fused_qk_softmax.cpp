@@ -121,12 +121,8 @@ test::RungError fused_rung_error(const test::AttentionRungRun& run) {
 // The kernel shapes, and keys masked by head (fully masked rows, masked K tiles).
 template <Backend B>
 void every_kernel_equals_the_fused_cpu_step() {
-  std::vector<test::AttentionCase> cases = test::attention_cases(test::attention_kernel_shapes());
-  for (const test::AttentionCase& c : test::masked_attention_cases(
-           test::small_shapes() ? test::kAttentionMaskedKernelRaceShapes
-                           : test::kAttentionMaskedKernelShapes))
-    cases.push_back(c);
-  test::check_attention_ladder(B, kernel_ladder<B>(), cases, kSeed, fused_rung_error);
+  test::check_attention_ladder(B, kernel_ladder<B>(), test::attention_kernel_cases(), kSeed,
+                               fused_rung_error);
 }
 
 template <Backend B>

@@ -221,12 +221,8 @@ test::RungError rung_error(const test::AttentionRungRun& run) {
 // The kernel shapes, and keys masked by head (fully masked rows, masked first tiles).
 template <Backend B>
 void kernel_equals_the_tiled_cpu_step() {
-  std::vector<test::AttentionCase> cases = test::attention_cases(test::attention_kernel_shapes());
-  for (const test::AttentionCase& c : test::masked_attention_cases(
-           test::small_shapes() ? test::kAttentionMaskedKernelRaceShapes
-                           : test::kAttentionMaskedKernelShapes))
-    cases.push_back(c);
-  test::check_attention_ladder(B, kernel_ladder<B>(), cases, kSeed, rung_error);
+  test::check_attention_ladder(B, kernel_ladder<B>(), test::attention_kernel_cases(), kSeed,
+                               rung_error);
 }
 
 // Each lane of a warp rescales its output columns with its own copy of the tile's (m~, l~)

@@ -181,8 +181,7 @@ std::vector<test::AttentionCase> ladder_cases() {
   for (const std::vector<test::AttentionCase>& more :
        {test::attention_cases(small ? kTensorCoreRaceShapes : kTensorCoreShapes, {false, true},
                               {Dtype::fp16, Dtype::bf16}),
-        test::masked_attention_cases(small ? test::kAttentionMaskedKernelRaceShapes
-                                           : test::kAttentionMaskedKernelShapes),
+        test::masked_attention_cases(test::masked_attention_kernel_shapes()),
         test::masked_attention_cases(
             small ? test::kAttentionMaskedTileRaceShapes : test::kAttentionMaskedTileShapes,
             {Dtype::fp16})})
