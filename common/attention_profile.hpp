@@ -1,6 +1,6 @@
-// `chNN --profile` for the attention chapters (04-06): the ladder on one shape, its traffic
-// counted per attention row by the simulator (common/ladder_profile.hpp). Included by the
-// chapter programs, which link the simulator.
+// `chNN --profile` for the attention chapters (04-06, 08): the ladder on one shape, its traffic
+// counted per attention row by the simulator (common/ladder_profile.hpp), and the steps their
+// programs share (attention_steps). Included by the chapter programs, which link the simulator.
 #pragma once
 
 #include <cmath>
@@ -11,6 +11,8 @@
 #include <vector>
 
 #include "common/attention_inputs.hpp"
+#include "common/attention_report.hpp"
+#include "common/chapter_program.hpp"
 #include "common/ladder_profile.hpp"
 #include "common/rung_buffers.hpp"
 
@@ -80,18 +82,42 @@ inline int profile_attention(const Ladder<AttentionArgs>& ladder, AttentionShape
   const float scale = 1.0f / std::sqrt(static_cast<float>(shape.d));
   const AttentionInputs in = make_attention_inputs(ScoreKind::randn, shape, scale, seed);
   AttentionBuffers buffers(Backend::sim, in, shape, scale, causal, dtype, ladder_outputs(ladder));
-  sim::label_device_buffer(buffers.q.data(), "q");
-  sim::label_device_buffer(buffers.k.data(), "k");
-  sim::label_device_buffer(buffers.v.data(), "v");
-  sim::label_device_buffer(buffers.o.data(), "o");
-  sim::label_device_buffer(buffers.lse.data(), "lse");
-  sim::label_device_buffer(buffers.md.data(), "md");
-  sim::label_device_buffer(buffers.p.data(), "p");
+  name_buffers(buffers.q, "q", buffers.k, "k", buffers.v, "v", buffers.o, "o", buffers.lse, "lse",
+               buffers.md, "md", buffers.p, "p");
   const std::string name =
       "attention " + to_string(shape) + (causal ? " causal " : " ") + to_string(dtype);
   const int code = profile_ladder(ladder, buffers.args, shape.rows(), "row", name, csv_path);
   if (code == 0 && sweep) detail::print_tile_sweep(sweep(buffers.args), shape, name, csv_path);
   return code;
+}
+
+/// An attention chapter's report: its CPU steps and the rungs of `ladder` (kernels of `backend`)
+/// on Q, K, V of `shape` from `seed`, against the fp64 reference.
+using AttentionReport = std::function<void(Backend backend, const Ladder<AttentionArgs>& ladder,
+                                           AttentionShape shape, std::uint64_t seed)>;
+
+/// What the attention chapters' programs (04-06, 08) share besides their checks, intro and
+/// trace: --list's op; --profile on randn Q, K, V of `shape` with the mask and element type
+/// `causal` and `dtype` (profile_attention, then `sweep`); --bench of the same where the program
+/// offers it (bench_attention); and `report` on the program's backend and seed. `options` is
+/// read when a step runs, after the options are parsed.
+inline ChapterSteps<AttentionArgs> attention_steps(const ProgramOptions& options,
+                                                   AttentionShape shape, bool causal, Dtype dtype,
+                                                   AttentionReport report, TileSweep sweep = {}) {
+  ChapterSteps<AttentionArgs> steps;
+  steps.op = "attention";
+  steps.profile = [&options, shape, causal, dtype, sweep](const Ladder<AttentionArgs>& ladder) {
+    return profile_attention(ladder, shape, options.seed, causal, dtype, options.bench.csv_path,
+                             sweep);
+  };
+  if (options.offers_bench)
+    steps.bench = [&options, shape, causal, dtype](const Ladder<AttentionArgs>& ladder) {
+      return bench_attention(kChapter, ladder, options.bench, shape, causal, dtype, options.seed);
+    };
+  steps.report = [&options, shape, report](const Ladder<AttentionArgs>& ladder) {
+    report(options.backend, ladder, shape, options.seed);
+  };
+  return steps;
 }
 
 }  // namespace wb

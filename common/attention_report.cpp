@@ -26,7 +26,10 @@ std::string defaults(int gpu, int sim, const std::string& note = "") {
 
 }  // namespace
 
-void AttentionShapeOptions::add_to(Cli& cli, int max_bh, int max_d, const std::string& d_note) {
+AttentionShapeOptions::AttentionShapeOptions(Cli& cli, AttentionShape gpu_shape,
+                                             AttentionShape sim_shape, int max_bh, int max_d,
+                                             const std::string& d_note)
+    : gpu(gpu_shape), sim(sim_shape) {
   cli.option("--bh", &bh, "batch x heads " + defaults(gpu.bh, sim.bh), max_bh)
       .option("--lq", &lq, "query rows " + defaults(gpu.lq, sim.lq))
       .option("--lk", &lk, "key rows " + defaults(gpu.lk, sim.lk))

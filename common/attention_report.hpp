@@ -30,9 +30,12 @@ struct AttentionShapeOptions {
   AttentionShape gpu, sim;
   int bh = 0, lq = 0, lk = 0, d = 0;  ///< 0: not given
 
-  /// Adds the four options to `cli`, --bh up to `max_bh` and --d up to `max_d`; `d_note`
-  /// follows the default in --d's help.
-  void add_to(Cli& cli, int max_bh, int max_d, const std::string& d_note = "");
+  /// Adds the four options to `cli` (which keeps pointers to them: no copies), defaulting to
+  /// `gpu_shape` and `sim_shape`, --bh up to `max_bh` and --d up to `max_d`; `d_note` follows
+  /// the default in --d's help.
+  AttentionShapeOptions(Cli& cli, AttentionShape gpu_shape, AttentionShape sim_shape, int max_bh,
+                        int max_d, const std::string& d_note = "");
+  AttentionShapeOptions(const AttentionShapeOptions&) = delete;
   /// The shape on `backend`: what was given, else the default.
   AttentionShape resolve(Backend backend) const;
 };

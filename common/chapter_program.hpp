@@ -4,11 +4,10 @@
 // shape, its checks of them, its intro and trace, what its report, profile and benchmark run,
 // and its "next chapter" line:
 //
-//   ChapterSteps<RowArgs> steps;
-//   steps.op = "softmax";
-//   steps.profile = [&](const Ladder<RowArgs>& ladder) { return profile_softmax(ladder, ...); };
-//   ...
-//   return run_chapter_program(cli, options, steps, make_kernel_ladder);
+//   ChapterSteps<RowArgs> steps = ch01::softmax_steps(cli, options, shape);
+//   steps.report = [&](const Ladder<RowArgs>& ladder) { ... };
+//   return run_chapter_program(cli, options, {print_intro, print_trace, print_next}, steps,
+//                              make_kernel_ladder);
 #pragma once
 
 #include <functional>
@@ -30,8 +29,16 @@ namespace wb {
 /// build passes it to the program (wb_add_chapter), so no program spells it.
 inline constexpr const char* kChapter = WB_CHAPTER;
 
+/// What a chapter program prints of its own around the report: what the chapter's step
+/// changes, its worked example (all that --trace prints), and the chapter after, printed last.
+struct ChapterText {
+  std::function<void()> intro;
+  std::function<void()> trace;
+  std::function<void()> next;
+};
+
 /// What a chapter program runs in each mode, over its ladder of `Args`. Every step but `op` may
-/// be left empty: no check, no profile or benchmark offered, nothing printed.
+/// be left empty: no check, no profile or benchmark offered, no report.
 template <typename Args>
 struct ChapterSteps {
   const char* op = "";  ///< the ladder's op, as --list names it ("softmax", "attention", ...)
@@ -40,10 +47,7 @@ struct ChapterSteps {
   std::function<int()> check;
   std::function<int(const Ladder<Args>&)> profile;  ///< --profile: returns the exit code
   std::function<int(const Ladder<Args>&)> bench;    ///< --bench: returns the exit code
-  std::function<void()> intro;                      ///< what the chapter's step changes
-  std::function<void()> trace;                      ///< its worked example (all of --trace)
   std::function<void(const Ladder<Args>&)> report;  ///< the ladder against the CPU steps
-  std::string next;                                 ///< the chapter after, printed last
 };
 
 /// The attention chapters' refusal of --causal and --dtype (`dtype_given`: other than its
@@ -57,12 +61,12 @@ inline int check_mode_options(const Cli& cli, const ProgramOptions& options, boo
 }
 
 /// The rest of the program once `options` are parsed: --list (the ladder of the program's
-/// backend), then the chapter's check, then --profile, --bench or intro, trace and report (and
-/// what simulator times mean, where they were shown),
+/// backend), then the chapter's check, then --profile, --bench or the text's intro and trace,
+/// the report (and what simulator times mean, where they were shown) and the next chapter,
 /// under run_guarded (an exception is one line: exit code 2 for refused input, 1 for a
 /// failure). `make(b)` returns the chapter's ladder on kernel backend b.
 template <typename Args, typename Make>
-int run_chapter_program(const Cli& cli, const ProgramOptions& options,
+int run_chapter_program(const Cli& cli, const ProgramOptions& options, const ChapterText& text,
                         const ChapterSteps<Args>& steps, Make&& make) {
   if (options.list) return list_ladder(cli, options, kChapter, steps.op, make);
   if (steps.check)
@@ -71,12 +75,12 @@ int run_chapter_program(const Cli& cli, const ProgramOptions& options,
     const Ladder<Args> ladder = select_kernel_backend(options.backend, make);
     if (options.profile) return steps.profile ? steps.profile(ladder) : 0;
     if (options.bench.enabled) return steps.bench ? steps.bench(ladder) : 0;
-    if (steps.intro) steps.intro();
-    if (steps.trace) steps.trace();
+    if (text.intro) text.intro();
+    if (text.trace) text.trace();
     if (options.trace_only) return 0;
     if (steps.report) steps.report(ladder);
     print_sim_time_note(std::cout, options.backend);
-    std::cout << steps.next;
+    if (text.next) text.next();
     return 0;
   });
 }

@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "common/bench.hpp"
+#include "common/buffer.hpp"
 #include "common/program.hpp"
 #include "common/rung.hpp"
 #include "common/sim/access.hpp"
@@ -121,6 +122,15 @@ inline void write_access_csv(const std::string& path, const std::string& rung,
           << a.request << ',' << a.phase << ',' << (a.ldmatrix ? 1 : 0) << '\n';
   }
   if (!out) throw std::runtime_error("--access-csv: writing '" + path + "' failed");
+}
+
+/// Names the device buffers of a profiled call for the simulator (sim::label_device_buffer),
+/// each followed by its name, so that the profile's per-buffer bytes and the access trace speak
+/// of "q" and "o", not of addresses: name_buffers(buffers.q, "q", buffers.o, "o").
+template <typename T, typename... More>
+void name_buffers(const DeviceBuffer<T>& buffer, const char* name, const More&... more) {
+  sim::label_device_buffer(buffer.data(), name);
+  if constexpr (sizeof...(more) > 0) name_buffers(more...);
 }
 
 /// Runs each rung of `ladder` (sim kernels) that takes `args` under profile mode (only the one

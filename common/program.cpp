@@ -92,6 +92,19 @@ int parse_program(Cli& cli, int argc, char** argv, ProgramOptions* options) {
   return options->bench.check_backend(cli, options->backend);
 }
 
+DtypesOption::DtypesOption(Cli& cli, const std::string& help) {
+  cli.option("--dtype", &name, {"fp32", "fp16", "bf16", "all"}, help);
+}
+
+void add_dot_option(Cli& cli, std::string* path, const std::string& trees,
+                    const std::string& state) {
+  const bool several = trees.back() == 's';  // "two merge trees", or one "butterfly tree"
+  cli.option("--dot", path,
+             "also write the trace's " + trees + ", every node's " + state +
+                 " as it ran, as Graphviz DOT to this file (the docs draw " +
+                 (several ? "them" : "it") + " with dot)");
+}
+
 int check_matrix_size(const Cli& cli, const ProgramOptions& options, int rows, int cols) {
   constexpr std::size_t kMaxElements = std::size_t{1} << 28;  // 1 GiB per float matrix
   const std::size_t elements = static_cast<std::size_t>(rows) * static_cast<std::size_t>(cols);

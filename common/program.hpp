@@ -17,6 +17,7 @@
 #include "common/backend.hpp"
 #include "common/bench.hpp"
 #include "common/cli.hpp"
+#include "common/dtype.hpp"
 #include "common/rung_list.hpp"
 
 namespace wb {
@@ -39,9 +40,27 @@ const std::string& profile_access_csv();
 const std::string& profile_rung();
 
 /// Adds --seed, --backend (default: cuda with a GPU, else sim), --trace, --list, --profile and the
-/// benchmark options to `cli`, parses argv, resolves the backend. Returns -1 when the program should go
-/// on, else the exit code: 0 after --help, 2 after a one-line error.
+/// benchmark options to `cli`, parses argv, resolves the backend. Returns -1 when the program
+/// should go on, else the exit code: 0 after --help, 2 after a one-line error.
 int parse_program(Cli& cli, int argc, char** argv, ProgramOptions* options);
+
+/// --dtype fp32|fp16|bf16|all of a row-wise chapter (03, 07): the element types its kernels run,
+/// all three unless given. Made with the program's Cli, it adds the option to it with `help`
+/// (the Cli keeps a pointer to `name`: no copies).
+struct DtypesOption {
+  std::string name = "all";
+
+  DtypesOption(Cli& cli, const std::string& help);
+  DtypesOption(const DtypesOption&) = delete;
+  /// The types named, fp32 first (dtypes_of_option).
+  std::vector<Dtype> types() const { return dtypes_of_option(name); }
+};
+
+/// Adds --dot FILE to `cli`, kept in `path`: where the program's trace also writes `trees` ("three
+/// merge trees", "butterfly tree"), every node's `state` ("(m, d)") as it ran, as Graphviz DOT
+/// (ch03::write_merge_trees_dot), which the docs draw with dot.
+void add_dot_option(Cli& cli, std::string* path, const std::string& trees,
+                    const std::string& state);
 
 /// A row-wise chapter's size check: rows x cols at most 2^28 elements (1 GiB per float
 /// matrix), or 2^31 with --bench. -1 when it fits, else prints one line and returns 2.

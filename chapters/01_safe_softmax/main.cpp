@@ -26,7 +26,7 @@ void print_intro() {
 }
 
 // The three passes on one small row, every intermediate printed.
-void print_trace() {
+void print_passes() {
   const std::vector<float> x = {1.0f, 3.0f, -2.0f, 2.5f, 0.5f};
   std::cout << "Trace of the three passes on x = [1, 3, -2, 2.5, 0.5]:\n";
   float m = -INFINITY;
@@ -60,31 +60,34 @@ void print_overflow_demo() {
   std::cout << "  e^1000 is inf in float, and inf / inf is NaN.\n\n";
 }
 
+// The worked example: the passes, then why the max is subtracted.
+void print_trace() {
+  print_passes();
+  print_overflow_demo();
+}
+
+// The chapter after this one, printed last.
+void print_next() {
+  std::cout << "Next: chapter 02, online softmax (chapters/02_online_softmax, docs page\n"
+               "\"Chapter 02: online softmax\"): the max and the sum in one pass.\n";
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
-  int rows = 4096;
-  int cols = 1024;
   Cli cli("ch01", "Chapter 01: safe softmax, on the CPU and as three CUDA kernels.");
-  cli.option("--rows", &rows, "rows of x (default 4096)")
-      .option("--cols", &cols, "columns of x, the softmax length (default 1024)");
+  SoftmaxShapeOptions shape(cli);
   ProgramOptions options;
   if (const int code = parse_program(cli, argc, argv, &options); code >= 0) return code;
-  const std::vector<Dtype> dtypes = {Dtype::fp32};
-  ChapterSteps<RowArgs> steps = softmax_steps(cli, options, rows, cols, dtypes);
-  steps.intro = print_intro;
-  steps.trace = [] {
-    print_trace();
-    print_overflow_demo();
-  };
+  ChapterSteps<RowArgs> steps = softmax_steps(cli, options, shape);
   steps.report = [&](const Ladder<RowArgs>& ladder) {
     const std::vector<CpuStep> cpu_steps = {
-        {"cpu naive", [](const std::vector<float>& x, int r, int c) { return softmax_naive(x, r, c); }},
-        {"cpu safe", [](const std::vector<float>& x, int r, int c) { return softmax_safe(x, r, c); }}};
-    report_softmax(options.backend, cpu_steps, ladder, "", rows, cols, options.seed);
+        {"cpu naive",
+         [](const std::vector<float>& x, int r, int c) { return softmax_naive(x, r, c); }},
+        {"cpu safe",
+         [](const std::vector<float>& x, int r, int c) { return softmax_safe(x, r, c); }}};
+    report_softmax(options.backend, cpu_steps, ladder, "", shape.rows, shape.cols, options.seed);
   };
-  steps.next =
-      "Next: chapter 02, online softmax (chapters/02_online_softmax, docs page\n"
-      "\"Chapter 02: online softmax\"): the max and the sum in one pass.\n";
-  return run_chapter_program(cli, options, steps, make_kernel_ladder);
+  return run_chapter_program(cli, options, {print_intro, print_trace, print_next}, steps,
+                             make_kernel_ladder);
 }

@@ -1,6 +1,7 @@
 // The report of the softmax chapter programs (01, 02, 03): their CPU steps and their kernel
 // ladder on randn and randn + 1e4 against the fp64 reference, the --bench timing and the
-// --profile counts of the ladder, and the steps their programs share (softmax_steps). Host code only: the programs include it, the kernels never do.
+// --profile counts of the ladder, and what their programs share (SoftmaxShapeOptions,
+// softmax_steps). Host code only: the programs include it, the kernels never do.
 #pragma once
 
 #include <cstdint>
@@ -82,28 +83,43 @@ inline int profile_softmax(const Ladder<RowArgs>& ladder, int rows, int cols, st
   const std::vector<float> x = make_input(InputKind::randn, rows, cols, seed);
   for (Dtype dtype : dtypes) {
     RowBuffers buffers(Backend::sim, x, rows, cols, dtype);
-    sim::label_device_buffer(buffers.x.data(), "x");
-    sim::label_device_buffer(buffers.y.data(), "y");
+    name_buffers(buffers.x, "x", buffers.y, "y");
     profile_ladder(ladder, buffers.args, std::uint64_t(rows) * std::uint64_t(cols), "element",
                    "softmax " + shape_string(rows, cols) + " " + to_string(dtype), csv_path);
   }
   return 0;
 }
 
+/// x's shape in the softmax chapters' programs: --rows rows of --cols, the softmax length
+/// (4096 x 1024 unless given). Made with the program's Cli, it adds the two options to it (which
+/// keeps pointers to them: no copies).
+struct SoftmaxShapeOptions {
+  int rows = 4096;
+  int cols = 1024;
+
+  explicit SoftmaxShapeOptions(Cli& cli) {
+    cli.option("--rows", &rows, "rows of x (default 4096)")
+        .option("--cols", &cols, "columns of x, the softmax length (default 1024)");
+  }
+  SoftmaxShapeOptions(const SoftmaxShapeOptions&) = delete;
+};
+
 /// What the softmax chapters' programs share besides their intro, trace and report: --list's op,
-/// the size check, --profile and --bench over (rows, cols) of each of `dtypes`. The references
-/// are read when a step runs, after the options are parsed.
+/// the size check, --profile and --bench over x of `shape` in each of `dtypes`. `shape` is read
+/// when a step runs, after the options are parsed.
 inline ChapterSteps<RowArgs> softmax_steps(const Cli& cli, const ProgramOptions& options,
-                                           const int& rows, const int& cols,
-                                           const std::vector<Dtype>& dtypes) {
+                                           const SoftmaxShapeOptions& shape,
+                                           std::vector<Dtype> dtypes = {Dtype::fp32}) {
   ChapterSteps<RowArgs> steps;
   steps.op = "softmax";
-  steps.check = [&] { return check_matrix_size(cli, options, rows, cols); };
-  steps.profile = [&](const Ladder<RowArgs>& ladder) {
-    return profile_softmax(ladder, rows, cols, options.seed, dtypes, options.bench.csv_path);
+  steps.check = [&] { return check_matrix_size(cli, options, shape.rows, shape.cols); };
+  steps.profile = [&, dtypes](const Ladder<RowArgs>& ladder) {
+    return profile_softmax(ladder, shape.rows, shape.cols, options.seed, dtypes,
+                           options.bench.csv_path);
   };
-  steps.bench = [&](const Ladder<RowArgs>& ladder) {
-    return bench_softmax(kChapter, ladder, options.bench, rows, cols, options.seed, dtypes);
+  steps.bench = [&, dtypes](const Ladder<RowArgs>& ladder) {
+    return bench_softmax(kChapter, ladder, options.bench, shape.rows, shape.cols, options.seed,
+                         dtypes);
   };
   return steps;
 }

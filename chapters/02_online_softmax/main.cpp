@@ -56,34 +56,34 @@ void print_trace() {
             << fixed(d, 6) << ", d'_N = " << fixed(md.d, 6) << " (eq. 5).\n\n";
 }
 
+// The chapter after this one, printed last.
+void print_next() {
+  std::cout << "Next: chapter 03, the block-associative (m, d) merge (chapters/03_block_merge,\n"
+               "docs page \"Chapter 03: block-associative merge\"): split a row anywhere, merge\n"
+               "the pieces in any order, and let a whole block of threads share one row.\n";
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
-  int rows = 4096;
-  int cols = 1024;
   Cli cli("ch02", "Chapter 02: online softmax, on the CPU and as a CUDA kernel.");
-  cli.option("--rows", &rows, "rows of x (default 4096)")
-      .option("--cols", &cols, "columns of x, the softmax length (default 1024)");
+  ch01::SoftmaxShapeOptions shape(cli);
   ProgramOptions options;
   if (const int code = parse_program(cli, argc, argv, &options); code >= 0) return code;
-  const std::vector<Dtype> dtypes = {Dtype::fp32};
-  ChapterSteps<RowArgs> steps = ch01::softmax_steps(cli, options, rows, cols, dtypes);
-  steps.intro = print_intro;
-  steps.trace = print_trace;
+  ChapterSteps<RowArgs> steps = ch01::softmax_steps(cli, options, shape);
   steps.report = [&](const Ladder<RowArgs>& ladder) {
     const std::vector<ch01::CpuStep> cpu_steps = {
         {"cpu ch01 safe",
          [](const std::vector<float>& x, int r, int c) { return ch01::softmax_safe(x, r, c); }},
         {"cpu ch02 online",
          [](const std::vector<float>& x, int r, int c) { return softmax_online(x, r, c); }}};
-    ch01::report_softmax(options.backend, cpu_steps, ladder, "ch01", rows, cols, options.seed);
-    std::cout << "  Chapter 01 sums d in double; here d' is a float recurrence, so the error\n"
-                 "  grows with cols (the tests derive the bound). One thread per row reads\n"
-                 "  addresses cols floats apart: chapter 03 puts a whole warp or block on a row.\n\n";
+    ch01::report_softmax(options.backend, cpu_steps, ladder, "ch01", shape.rows, shape.cols,
+                         options.seed);
+    std::cout
+        << "  Chapter 01 sums d in double; here d' is a float recurrence, so the error\n"
+           "  grows with cols (the tests derive the bound). One thread per row reads\n"
+           "  addresses cols floats apart: chapter 03 puts a whole warp or block on a row.\n\n";
   };
-  steps.next =
-      "Next: chapter 03, the block-associative (m, d) merge (chapters/03_block_merge,\n"
-      "docs page \"Chapter 03: block-associative merge\"): split a row anywhere, merge\n"
-      "the pieces in any order, and let a whole block of threads share one row.\n";
-  return run_chapter_program(cli, options, steps, make_kernel_ladder);
+  return run_chapter_program(cli, options, {print_intro, print_trace, print_next}, steps,
+                             make_kernel_ladder);
 }

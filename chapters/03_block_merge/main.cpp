@@ -137,28 +137,27 @@ void print_trace() {
                "  bits with the order of the roundings, within the bound of eq. (6).\n\n";
 }
 
+// The chapter after this one, printed last.
+void print_next() {
+  std::cout << "Next: chapter 04, softmax(scale Q K^T) fused (chapters/04_fused_qk_softmax,\n"
+               "docs page \"Chapter 04: fused QK softmax\"): the scores are produced tile by\n"
+               "tile and merged as (m, d) pairs, never stored whole.\n";
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
-  int rows = 4096;
-  int cols = 1024;
   int block = 100;
-  std::string dtype = "all";
   Cli cli("ch03", "Chapter 03: the (m, d) merge, blocked on the CPU and parallel in CUDA.");
-  cli.option("--rows", &rows, "rows of x (default 4096)")
-      .option("--cols", &cols, "columns of x, the softmax length (default 1024)")
-      .option("--block", &block, "block size of the CPU blocked softmax (default 100)")
-      .option("--dtype", &dtype, {"fp32", "fp16", "bf16", "all"},
-              "element type of x and y (default all; the first two rungs take fp32 only)")
-      .option("--dot", &g_dot_path,
-              "also write the trace's three merge trees, every node's (m, d) as it ran, as "
-              "Graphviz DOT to this file (the docs draw them with dot)");
+  ch01::SoftmaxShapeOptions shape(cli);
+  cli.option("--block", &block, "block size of the CPU blocked softmax (default 100)");
+  DtypesOption dtype(cli,
+                     "element type of x and y (default all; the first two rungs take fp32 only)");
+  add_dot_option(cli, &g_dot_path, "three merge trees", "(m, d)");
   ProgramOptions options;
   if (const int code = parse_program(cli, argc, argv, &options); code >= 0) return code;
-  const std::vector<Dtype> dtypes = dtypes_of_option(dtype);
-  ChapterSteps<RowArgs> steps = ch01::softmax_steps(cli, options, rows, cols, dtypes);
-  steps.intro = print_intro;
-  steps.trace = print_trace;  // under the program's guard: --dot may fail to write
+  const std::vector<Dtype> dtypes = dtype.types();
+  ChapterSteps<RowArgs> steps = ch01::softmax_steps(cli, options, shape, dtypes);
   steps.report = [&](const Ladder<RowArgs>& ladder) {
     const std::vector<ch01::CpuStep> cpu_steps = {
         {"cpu ch02 online",
@@ -168,7 +167,8 @@ int main(int argc, char** argv) {
            return softmax_blocked(x, r, c, block);
          }}};
     for (Dtype t : dtypes)
-      ch01::report_softmax(options.backend, cpu_steps, ladder, "ch02", rows, cols, options.seed, t);
+      ch01::report_softmax(options.backend, cpu_steps, ladder, "ch02", shape.rows, shape.cols,
+                           options.seed, t);
     // The kernel backend's device decides block_cached's limit (cpu: the simulator's H100).
     // A 16-bit row is half the bytes of a float one: its plan is its own.
     const Backend device = options.backend == Backend::cpu ? Backend::sim : options.backend;
@@ -176,7 +176,7 @@ int main(int argc, char** argv) {
     for (Dtype t : dtypes) {
       // The program's buffers are 16-byte aligned: vectors wherever cols allows them.
       const RowPlan plan = select_kernel_backend(device, [&](auto b) {
-        return plan_fast_softmax(cols, t, cols % vec_width(t) == 0,
+        return plan_fast_softmax(shape.cols, t, shape.cols % vec_width(t) == 0,
                                  Kernels<decltype(b)::value>::max_dynamic_shared_bytes());
       });
       runs += std::string(runs.empty() ? "" : ";\n  ") + "on " + to_string(t) + " " +
@@ -204,9 +204,7 @@ int main(int argc, char** argv) {
                    "  show larger relative errors (the tests bound |y - ref| by 2^-11 max(|ref|,\n"
                    "  2^-14) plus the float error).\n\n";
   };
-  steps.next =
-      "Next: chapter 04, softmax(scale Q K^T) fused (chapters/04_fused_qk_softmax,\n"
-      "docs page \"Chapter 04: fused QK softmax\"): the scores are produced tile by\n"
-      "tile and merged as (m, d) pairs, never stored whole.\n";
-  return run_chapter_program(cli, options, steps, make_kernel_ladder);
+  // The trace runs under the program's guard: --dot may fail to write.
+  return run_chapter_program(cli, options, {print_intro, print_trace, print_next}, steps,
+                             make_kernel_ladder);
 }

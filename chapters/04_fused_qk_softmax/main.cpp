@@ -73,6 +73,13 @@ void print_trace() {
             << ": the same softmax, the 1 x 10 scores never stored.\n\n";
 }
 
+// The chapter after this one, printed last.
+void print_next() {
+  std::cout << "Next: chapter 05, FlashAttention-1 (chapters/05_fa1_subsum, docs page\n"
+               "\"Chapter 05: FlashAttention-1, the SubSum recurrence\"): the output O = P V\n"
+               "carried through the same tiles, so that P is never stored either.\n";
+}
+
 // The naive and fused CPU steps, then every rung of `ladder` (kernels of `backend`), on randn
 // and on scores near 1e4.
 void report(Backend backend, const Ladder<AttentionArgs>& ladder, AttentionShape shape,
@@ -95,30 +102,18 @@ void report(Backend backend, const Ladder<AttentionArgs>& ladder, AttentionShape
 
 int main(int argc, char** argv) {
   Cli cli("ch04", "Chapter 04: fused QK^T-softmax, on the CPU and as a CUDA kernel.");
-  AttentionShapeOptions shape_options{{8, 1024, 1024, 64}, {1, 256, 1024, 64}};
-  shape_options.add_to(cli, kMaxBatchHeads, kMaxHeadDim);
+  AttentionShapeOptions shape_options(cli, {8, 1024, 1024, 64}, {1, 256, 1024, 64}, kMaxBatchHeads,
+                                      kMaxHeadDim);
   ProgramOptions options;
   options.offers_bench = false;  // chapter 06's --bench times the FA2 rungs that replace it
   if (const int code = parse_program(cli, argc, argv, &options); code >= 0) return code;
   const AttentionShape shape = shape_options.resolve(options.backend);
-  ChapterSteps<AttentionArgs> steps;
-  steps.op = "attention";
+  ChapterSteps<AttentionArgs> steps =
+      attention_steps(options, shape, /*causal=*/false, Dtype::fp32, report);
   // P in fp64: 2^26 probabilities are 512 MiB.
   steps.check = [&] {
     return check_probabilities(cli, shape, 26, "the fp64 reference keeps them all");
   };
-  steps.profile = [&](const Ladder<AttentionArgs>& ladder) {
-    return profile_attention(ladder, shape, options.seed, false, Dtype::fp32,
-                             options.bench.csv_path);
-  };
-  steps.intro = print_intro;
-  steps.trace = print_trace;
-  steps.report = [&](const Ladder<AttentionArgs>& ladder) {
-    report(options.backend, ladder, shape, options.seed);
-  };
-  steps.next =
-      "Next: chapter 05, FlashAttention-1 (chapters/05_fa1_subsum, docs page\n"
-      "\"Chapter 05: FlashAttention-1, the SubSum recurrence\"): the output O = P V\n"
-      "carried through the same tiles, so that P is never stored either.\n";
-  return run_chapter_program(cli, options, steps, make_kernel_ladder);
+  return run_chapter_program(cli, options, {print_intro, print_trace, print_next}, steps,
+                             make_kernel_ladder);
 }

@@ -69,10 +69,20 @@ void print_trace() {
             << "), the same output; P was never stored.\n\n";
 }
 
+// The chapter after this one, printed last.
+void print_next() {
+  std::cout << "Next: chapter 06, FlashAttention-2 (chapters/06_fa2_rescaled, docs page\n"
+               "\"Chapter 06: FlashAttention-2, the rescaled accumulator\"): keep the output\n"
+               "unnormalized, divide once at the end, and swap the loops so that O never\n"
+               "leaves the chip until it is final.\n";
+}
+
 // Chapter 04's naive P V, the element-wise recurrence and FA1 on the CPU, then every rung of
 // `ladder` (kernels of `backend`), on randn and on the uniform softmax of "ones".
 void report(Backend backend, const Ladder<AttentionArgs>& ladder, AttentionShape shape,
             std::uint64_t seed) {
+  std::cout << "O's error in units of w = sum_j p_ij |v_jc|: O itself can cancel to ~0 (\"ones\"\n"
+               "averages randn values).\n";
   const float scale = default_scale(shape.d);
   const std::vector<AttentionStep> steps = {
       {"cpu ch04 naive P V (previous)",
@@ -86,8 +96,6 @@ void report(Backend backend, const Ladder<AttentionArgs>& ladder, AttentionShape
       {"cpu FA1 Algorithm 1, 8 x 32", [&](const AttentionInputs& in) {
          return o_output(attention_fa1(in, shape, scale, kKernelRows, kKernelKeys).o);
        }}};
-  std::cout << "O's error in units of w = sum_j p_ij |v_jc|: O itself can cancel to ~0 (\"ones\"\n"
-               "averages randn values).\n";
   report_attention(backend, ladder, steps, {ScoreKind::randn, ScoreKind::ones}, shape, seed,
                    /*p=*/false, "previous");
   const int tiles = kv_tiles(shape.lk);
@@ -108,32 +116,19 @@ void report(Backend backend, const Ladder<AttentionArgs>& ladder, AttentionShape
 
 int main(int argc, char** argv) {
   Cli cli("ch05", "Chapter 05: FlashAttention-1, on the CPU and as a CUDA kernel.");
-  AttentionShapeOptions shape_options{{16, 1024, 1024, 64}, {2, 256, 1024, 64}};
-  shape_options.add_to(cli, ch04::kMaxBatchHeads, ch04::kMaxHeadDim);
+  AttentionShapeOptions shape_options(cli, {16, 1024, 1024, 64}, {2, 256, 1024, 64},
+                                      ch04::kMaxBatchHeads, ch04::kMaxHeadDim);
   ProgramOptions options;
   options.offers_bench = false;  // chapter 06's --bench times the FA2 rungs that replace FA1
   if (const int code = parse_program(cli, argc, argv, &options); code >= 0) return code;
   const AttentionShape shape = shape_options.resolve(options.backend);
-  ChapterSteps<AttentionArgs> steps;
-  steps.op = "attention";
+  ChapterSteps<AttentionArgs> steps =
+      attention_steps(options, shape, /*causal=*/false, Dtype::fp32, report,
+                      // FA1 at K/V tiles of 8 to 512 keys: T_c round trips per row
+                      tile_sweep("fa1", "Bc", kKernelKeys, fa1_tiles_traffic));
   steps.check = [&] {
     return check_probabilities(cli, shape, 28, "the naive baseline stores P, 1 GiB");
   };
-  steps.profile = [&](const Ladder<AttentionArgs>& ladder) {
-    return profile_attention(ladder, shape, options.seed, false, Dtype::fp32,
-                             options.bench.csv_path,
-                             // FA1 at K/V tiles of 8 to 512 keys: T_c round trips per row
-                             tile_sweep("fa1", "Bc", kKernelKeys, fa1_tiles_traffic));
-  };
-  steps.intro = print_intro;
-  steps.trace = print_trace;
-  steps.report = [&](const Ladder<AttentionArgs>& ladder) {
-    report(options.backend, ladder, shape, options.seed);
-  };
-  steps.next =
-      "Next: chapter 06, FlashAttention-2 (chapters/06_fa2_rescaled, docs page\n"
-      "\"Chapter 06: FlashAttention-2, the rescaled accumulator\"): keep the output\n"
-      "unnormalized, divide once at the end, and swap the loops so that O never\n"
-      "leaves the chip until it is final.\n";
-  return run_chapter_program(cli, options, steps, make_kernel_ladder);
+  return run_chapter_program(cli, options, {print_intro, print_trace, print_next}, steps,
+                             make_kernel_ladder);
 }

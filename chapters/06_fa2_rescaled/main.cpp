@@ -164,6 +164,12 @@ void print_trace() {
   print_causal_map(8, 5, 2, 2);
 }
 
+// The chapter after this one, printed last.
+void print_next() {
+  std::cout << "Next: chapter 07, Welford LayerNorm (chapters/07_welford_layernorm, docs page\n"
+               "\"Chapter 07: Welford LayerNorm\"): the same monoid idea, for mean and variance.\n";
+}
+
 // The previous step (FA1; the naive attention with a -inf mask when causal), the CPU FA2 and
 // every rung of `ladder` that takes `dtype`, on Q, K, V of `in` (rounded to `dtype`), against
 // the fp64 attention of those very values. A 16-bit type that no rung takes (d = 59 on tensor
@@ -234,9 +240,9 @@ int main(int argc, char** argv) {
   Cli cli("ch06",
           "Chapter 06: FlashAttention-2, on the CPU and as CUDA kernels (fp32, and fp16 "
           "and bf16 on tensor cores).");
-  AttentionShapeOptions shape_options{{16, 4096, 4096, 64}, {2, 256, 1024, 64}};
-  shape_options.add_to(cli, ch04::kMaxBatchHeads, ch04::kMaxHeadDim,
-                       "; the tensor-core rung takes 64 or 128");
+  AttentionShapeOptions shape_options(cli, {16, 4096, 4096, 64}, {2, 256, 1024, 64},
+                                      ch04::kMaxBatchHeads, ch04::kMaxHeadDim,
+                                      "; the tensor-core rung takes 64 or 128");
   cli.option("--memory-length", &memory_length,
              "lq = lk of the CPU memory and time comparison (default 4096)", kMaxMemoryLength)
       .flag("--causal", &causal, "with --bench: time the causal attention (the report runs both)")
@@ -246,34 +252,24 @@ int main(int argc, char** argv) {
   ProgramOptions options;
   if (const int code = parse_program(cli, argc, argv, &options); code >= 0) return code;
   const AttentionShape shape = shape_options.resolve(options.backend);
-  ChapterSteps<AttentionArgs> steps;
-  steps.op = "attention";
+  const Dtype type = dtypes_of_option(dtype).front();
+  // The error tables, then the CPU's extra memory (memory_probe.hpp).
+  const AttentionReport report = [&](Backend backend, const Ladder<AttentionArgs>& ladder,
+                                     AttentionShape s, std::uint64_t seed) {
+    report_errors(backend, ladder, s, seed);
+    report_memory(memory_length, seed, g_heap);
+  };
+  ChapterSteps<AttentionArgs> steps =
+      attention_steps(options, shape, causal, type, report,
+                      // FA2 at Q tiles of 8 to 512 rows: K and V read once per Q tile
+                      tile_sweep("fa2", "Br", kKernelRows, [](const AttentionArgs& a, int br) {
+                        return fa2_tiles_traffic(a, br, kKernelKeys);
+                      }));
   steps.check = [&] {
     if (const int code = check_mode_options(cli, options, causal, dtype != "fp32"); code >= 0)
       return code;
     return check_attention_size(cli, options, shape, 28, "the naive baseline stores P, 1 GiB");
   };
-  steps.profile = [&](const Ladder<AttentionArgs>& ladder) {
-    return profile_attention(ladder, shape, options.seed, causal, dtypes_of_option(dtype).front(),
-                             options.bench.csv_path,
-                             // FA2 at Q tiles of 8 to 512 rows: K and V read once per Q tile
-                             tile_sweep("fa2", "Br", kKernelRows,
-                                        [](const AttentionArgs& a, int br) {
-                                          return fa2_tiles_traffic(a, br, kKernelKeys);
-                                        }));
-  };
-  steps.bench = [&](const Ladder<AttentionArgs>& ladder) {
-    return bench_attention(kChapter, ladder, options.bench, shape, causal,
-                           dtypes_of_option(dtype).front(), options.seed);
-  };
-  steps.intro = print_intro;
-  steps.trace = print_trace;
-  steps.report = [&](const Ladder<AttentionArgs>& ladder) {
-    report_errors(options.backend, ladder, shape, options.seed);
-    report_memory(memory_length, options.seed, g_heap);
-  };
-  steps.next =
-      "Next: chapter 07, Welford LayerNorm (chapters/07_welford_layernorm, docs page\n"
-      "\"Chapter 07: Welford LayerNorm\"): the same monoid idea, for mean and variance.\n";
-  return run_chapter_program(cli, options, steps, make_kernel_ladder);
+  return run_chapter_program(cli, options, {print_intro, print_trace, print_next}, steps,
+                             make_kernel_ladder);
 }

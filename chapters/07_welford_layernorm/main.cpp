@@ -30,17 +30,6 @@ namespace {
 using namespace wb;
 using namespace wb::ch07;
 
-void print_intro() {
-  std::cout << "Chapter 07: Welford LayerNorm\n"
-               "  y = (x - mean) * rstd * gamma + beta, rstd = 1 / sqrt(var + eps), per row.\n"
-               "  The one-pass textbook variance E[x^2] - E[x]^2 subtracts two huge, nearly\n"
-               "  equal numbers when the data sit far from 0. Two passes (mean, then squared\n"
-               "  deviations) are accurate but read x twice; Welford's update keeps\n"
-               "  (mean, m2, count) in one pass, and Chan's combine joins two such states: a\n"
-               "  monoid again, like chapter 03's (m, d), so threads, warps and blocks can\n"
-               "  each fold a piece of the row and merge.\n\n";
-}
-
 std::string number(double v) {
   return std::fabs(v) >= 1e5 || v == 0 ? sci(v, 6) : fixed(v, 6);
 }
@@ -73,6 +62,19 @@ void print_cancellation_demo() {
                "  spacing is 2^16 = 65536. Two-pass and Welford subtract the mean from each\n"
                "  value first, and keep the variance to a few digits even at 1e6, where the\n"
                "  float inputs themselves carry only 1/16 of resolution.\n\n";
+}
+
+// What the chapter changes, then the cancellation it avoids.
+void print_intro() {
+  std::cout << "Chapter 07: Welford LayerNorm\n"
+               "  y = (x - mean) * rstd * gamma + beta, rstd = 1 / sqrt(var + eps), per row.\n"
+               "  The one-pass textbook variance E[x^2] - E[x]^2 subtracts two huge, nearly\n"
+               "  equal numbers when the data sit far from 0. Two passes (mean, then squared\n"
+               "  deviations) are accurate but read x twice; Welford's update keeps\n"
+               "  (mean, m2, count) in one pass, and Chan's combine joins two such states: a\n"
+               "  monoid again, like chapter 03's (m, d), so threads, warps and blocks can\n"
+               "  each fold a piece of the row and merge.\n\n";
+  print_cancellation_demo();
 }
 
 // Welford's update on a small row, then Chan's combine of its two halves.
@@ -149,6 +151,14 @@ void print_trace() {
             << ", rstd (eps = 1e-5) = " << fixed(rstd_of(welford_variance(ab), kDefaultEps), 6)
             << "\n\n";
   print_butterfly_tree(x);
+}
+
+// The chapter after this one, printed last.
+void print_next() {
+  std::cout
+      << "Next: chapter 08, FlashAttention-2 at speed (chapters/08_fa2_at_speed, docs page\n"
+         "\"Chapter 08: FlashAttention-2 at speed\"): chapter 06's algorithm on mma.sync, one\n"
+         "optimization per rung.\n";
 }
 
 // Which strategy the dispatcher picks for each row length, with the device's limit, for
@@ -314,12 +324,8 @@ int run_profile(const Ladder<LayerNormArgs>& ladder, const std::vector<Dtype>& d
   for (Dtype dtype : dtypes) {
     LayerNormBuffers buffers(Backend::sim, x, affine.gamma, affine.beta, rows, cols, kDefaultEps,
                              dtype);
-    sim::label_device_buffer(buffers.x.data(), "x");
-    sim::label_device_buffer(buffers.gamma.data(), "gamma");
-    sim::label_device_buffer(buffers.beta.data(), "beta");
-    sim::label_device_buffer(buffers.y.data(), "y");
-    sim::label_device_buffer(buffers.mean.data(), "mean");
-    sim::label_device_buffer(buffers.rstd.data(), "rstd");
+    name_buffers(buffers.x, "x", buffers.gamma, "gamma", buffers.beta, "beta", buffers.y, "y",
+                 buffers.mean, "mean", buffers.rstd, "rstd");
     profile_ladder(ladder, buffers.args, std::uint64_t(rows) * std::uint64_t(cols), "element",
                    "layernorm " + shape_string(rows, cols) + " " + to_string(dtype), csv_path);
   }
@@ -331,18 +337,14 @@ int run_profile(const Ladder<LayerNormArgs>& ladder, const std::vector<Dtype>& d
 int main(int argc, char** argv) {
   int rows = 512;
   int cols = 1000;
-  std::string dtype = "all";
   Cli cli("ch07", "Chapter 07: Welford LayerNorm, on the CPU and as three CUDA strategies.");
   cli.option("--rows", &rows, "rows of x (default 512)")
-      .option("--cols", &cols, "columns of x, the normalized length (default 1000)", kMaxCols)
-      .option("--dtype", &dtype, {"fp32", "fp16", "bf16", "all"},
-              "element type of x, gamma, beta and y in the kernels (default all)")
-      .option("--dot", &g_dot_path,
-              "also write the trace's butterfly tree, every node's (mean, m2, count) as it ran, "
-              "as Graphviz DOT to this file (the docs draw it with dot)");
+      .option("--cols", &cols, "columns of x, the normalized length (default 1000)", kMaxCols);
+  DtypesOption dtype(cli, "element type of x, gamma, beta and y in the kernels (default all)");
+  add_dot_option(cli, &g_dot_path, "butterfly tree", "(mean, m2, count)");
   ProgramOptions options;
   if (const int code = parse_program(cli, argc, argv, &options); code >= 0) return code;
-  const std::vector<Dtype> dtypes = dtypes_of_option(dtype);
+  const std::vector<Dtype> dtypes = dtype.types();
   ChapterSteps<LayerNormArgs> steps;
   steps.op = "layernorm";
   steps.check = [&] { return check_matrix_size(cli, options, rows, cols); };
@@ -352,20 +354,13 @@ int main(int argc, char** argv) {
   steps.bench = [&](const Ladder<LayerNormArgs>& ladder) {
     return run_bench(ladder, options.bench, dtypes, rows, cols, options.seed);
   };
-  steps.intro = [] {
-    print_intro();
-    print_cancellation_demo();
-  };
-  steps.trace = print_trace;  // under the program's guard: --dot may fail to write
   steps.report = [&](const Ladder<LayerNormArgs>& ladder) {
     const Backend kernels = options.backend == Backend::cuda ? Backend::cuda : Backend::sim;
     print_dispatch(kernels, Dtype::fp32);
     if (dtypes.back() != Dtype::fp32) print_dispatch(kernels, Dtype::fp16);
     for (Dtype t : dtypes) report_shape(options.backend, ladder, t, rows, cols, options.seed);
   };
-  steps.next =
-      "Next: chapter 08, FlashAttention-2 at speed (chapters/08_fa2_at_speed, docs page\n"
-      "\"Chapter 08: FlashAttention-2 at speed\"): chapter 06's algorithm on mma.sync, one\n"
-      "optimization per rung.\n";
-  return run_chapter_program(cli, options, steps, make_kernel_ladder);
+  // The trace runs under the program's guard: --dot may fail to write.
+  return run_chapter_program(cli, options, {print_intro, print_trace, print_next}, steps,
+                             make_kernel_ladder);
 }

@@ -107,6 +107,14 @@ void print_trace() {
   print_pipeline();
 }
 
+// The chapter after this one, printed last.
+void print_next() {
+  std::cout
+      << "Next: chapter 09, Flash-Decoding (chapters/09_flash_decoding, docs page\n"
+         "\"Chapter 09: Flash-Decoding\"): a handful of query rows against a long KV cache, split\n"
+         "across blocks and merged by chapter 03's monoid.\n";
+}
+
 // One table: the CPU step (chapter 06's tiled FA2, this chapter's algorithm) and every rung of
 // `ladder` on Q, K, V of `in` (rounded to `dtype`) against the fp64 attention of those values.
 void report_table(Backend backend, const Ladder<AttentionArgs>& ladder, const AttentionInputs& in,
@@ -182,8 +190,8 @@ int main(int argc, char** argv) {
   Cli cli("ch08",
           "Chapter 08: FlashAttention-2 at speed: mma.sync, ldmatrix, swizzle, cp.async and "
           "FA2's schedule, one rung each (fp16 and bf16).");
-  AttentionShapeOptions shape_options{{16, 4096, 4096, 64}, {1, 200, 333, 64}};
-  shape_options.add_to(cli, ch04::kMaxBatchHeads, 128, "; the rungs take 64 or 128");
+  AttentionShapeOptions shape_options(cli, {16, 4096, 4096, 64}, {1, 200, 333, 64},
+                                      ch04::kMaxBatchHeads, 128, "; the rungs take 64 or 128");
   cli.flag("--causal", &causal,
            "with --bench or --profile: the causal attention (the report runs both)")
       .option("--dtype", &dtype, {"fp16", "bf16"},
@@ -192,8 +200,7 @@ int main(int argc, char** argv) {
   if (const int code = parse_program(cli, argc, argv, &options); code >= 0) return code;
   const AttentionShape shape = shape_options.resolve(options.backend);
   const Dtype type = dtypes_of_option(dtype).front();
-  ChapterSteps<AttentionArgs> steps;
-  steps.op = "attention";
+  ChapterSteps<AttentionArgs> steps = attention_steps(options, shape, causal, type, report_errors);
   steps.check = [&] {
     if (const int code = check_mode_options(cli, options, causal, dtype != "fp16"); code >= 0)
       return code;
@@ -201,23 +208,12 @@ int main(int argc, char** argv) {
       return cli.error("--d " + std::to_string(shape.d) + ": the rungs take d = 64 or 128");
     return check_attention_size(cli, options, shape, 28, "the fp64 reference stores P, 2 GiB");
   };
-  steps.profile = [&](const Ladder<AttentionArgs>& ladder) {
-    const int code =
-        profile_attention(ladder, shape, options.seed, causal, type, options.bench.csv_path);
+  // The ladder's profile, then eq. (3)'s ldmatrix recorded on the three layouts.
+  steps.profile = [profile = steps.profile](const Ladder<AttentionArgs>& ladder) {
+    const int code = profile(ladder);
     profile_bank_map();
     return code;
   };
-  steps.bench = [&](const Ladder<AttentionArgs>& ladder) {
-    return bench_attention(kChapter, ladder, options.bench, shape, causal, type, options.seed);
-  };
-  steps.intro = print_intro;
-  steps.trace = print_trace;
-  steps.report = [&](const Ladder<AttentionArgs>& ladder) {
-    report_errors(options.backend, ladder, shape, options.seed);
-  };
-  steps.next =
-      "Next: chapter 09, Flash-Decoding (chapters/09_flash_decoding, docs page\n\"Chapter 09: "
-      "Flash-Decoding\"): a handful of query rows against a long KV cache, split\nacross blocks "
-      "and merged by chapter 03's monoid.\n";
-  return run_chapter_program(cli, options, steps, make_kernel_ladder);
+  return run_chapter_program(cli, options, {print_intro, print_trace, print_next}, steps,
+                             make_kernel_ladder);
 }

@@ -134,6 +134,14 @@ void print_trace() {
       "and threads per SM)");
 }
 
+// The chapter after this one, printed last.
+void print_next() {
+  std::cout
+      << "Next: chapter 10, the FlashAttention-2 backward pass (chapters/10_fa2_backward, "
+         "docs page\n"
+         "\"Chapter 10\"): the logsumexp this chapter merged lets it recompute P tile by tile.\n";
+}
+
 /// Seeded lengths in [1, lk], the first sequence full: a batch of a KV cache.
 std::vector<int> ragged_lengths(int batch, int lk, std::uint64_t seed) {
   std::mt19937_64 rng(seed);
@@ -264,15 +272,10 @@ int run_profile(const Ladder<DecodeArgs>& ladder, const DecodeShape& shape,
                    options.seed);
   const DecodeBuffers& buffers = kb.buffers;
   // Names for the profile's per-buffer bytes and the access trace.
-  if (kb.table) sim::label_device_buffer(kb.table->data(), "block_table");
-  sim::label_device_buffer(buffers.q.data(), "q");
-  sim::label_device_buffer(buffers.k.data(), "k");
-  sim::label_device_buffer(buffers.v.data(), "v");
-  sim::label_device_buffer(buffers.lengths.data(), "lengths");
-  sim::label_device_buffer(buffers.o.data(), "o");
-  sim::label_device_buffer(buffers.lse.data(), "lse");
-  sim::label_device_buffer(buffers.o_partial.data(), "o_partial");
-  sim::label_device_buffer(buffers.lse_partial.data(), "lse_partial");
+  if (kb.table) name_buffers(*kb.table, "block_table");
+  name_buffers(buffers.q, "q", buffers.k, "k", buffers.v, "v", buffers.lengths, "lengths",
+               buffers.o, "o", buffers.lse, "lse", buffers.o_partial, "o_partial",
+               buffers.lse_partial, "lse_partial");
   return profile_ladder(ladder, buffers.args, shape.rows(), "row",
                         to_string(shape) + ", " + std::to_string(splits) + " splits" +
                             (full ? "" : ", ragged lengths") + (causal ? ", causal" : "") +
@@ -305,12 +308,10 @@ int main(int argc, char** argv) {
             "every sequence uses all lk keys (default: seeded lengths in [1, lk], "
             "the first full; --bench always uses full ones)")
       .flag("--causal", &causal,
-            "with --bench or --profile: the causal mask (the report runs both)")
-      .option("--dot", &g_dot_path,
-              "also write the trace's two merge trees, every node's (lse, O) as it ran, as "
-              "Graphviz DOT to this file (the docs draw them with dot)")
-      .option("--dtype", &dtype, {"fp32", "fp16", "bf16"},
-              "with --bench or --profile: the element type (default fp32)");
+            "with --bench or --profile: the causal mask (the report runs both)");
+  add_dot_option(cli, &g_dot_path, "two merge trees", "(lse, O)");
+  cli.option("--dtype", &dtype, {"fp32", "fp16", "bf16"},
+             "with --bench or --profile: the element type (default fp32)");
   ProgramOptions options;
   if (const int code = parse_program(cli, argc, argv, &options); code >= 0) return code;
   const bool gpu = options.backend == Backend::cuda;
@@ -335,7 +336,8 @@ int main(int argc, char** argv) {
                        " is not a multiple of --hkv = " + std::to_string(shape.hkv));
     if (shape.q_elems() > kMaxBenchElements || shape.kv_elems() > kMaxBenchElements)
       return cli.error("--batch x --hq x --lq x --d or --batch x --hkv x --lk x --d exceeds 2^31");
-    if (const int code = check_mode_options(cli, options, causal, dtype != "fp32"); code >= 0) return code;
+    if (const int code = check_mode_options(cli, options, causal, dtype != "fp32"); code >= 0)
+      return code;
     if (page_keys % kPageKeyMultiple != 0)
       return cli.error("--page-keys = " + std::to_string(page_keys) + " is not a multiple of " +
                        std::to_string(kPageKeyMultiple) + " (a K/V tile would straddle two pages)");
@@ -354,8 +356,6 @@ int main(int argc, char** argv) {
     return run_profile(ladder, shape, lengths, split_count(), page_keys, causal, full, type,
                        options);
   };
-  steps.intro = print_intro;
-  steps.trace = print_trace;
   steps.report = [&](const Ladder<DecodeArgs>& ladder) {
     const AttentionInputs randn = make_attention_inputs(
         ScoreKind::randn, {shape.batch, shape.hq * shape.lq, shape.hkv * shape.lk, shape.d},
@@ -366,8 +366,6 @@ int main(int argc, char** argv) {
         report_table(options.backend, ladder, ch06::round_inputs(randn, t), shape, lengths,
                      n_splits, page_keys, c, t, options.seed);
   };
-  steps.next =
-      "Next: chapter 10, the FlashAttention-2 backward pass (chapters/10_fa2_backward, docs page\n"
-      "\"Chapter 10\"): the logsumexp this chapter merged lets it recompute P tile by tile.\n";
-  return run_chapter_program(cli, options, steps, make_kernel_ladder);
+  return run_chapter_program(cli, options, {print_intro, print_trace, print_next}, steps,
+                             make_kernel_ladder);
 }

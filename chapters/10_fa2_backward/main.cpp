@@ -102,6 +102,13 @@ void print_trace() {
             << ", " << fixed(r.dq[1]) << ")\n\n";
 }
 
+// The chapter after this one, printed last.
+void print_next() {
+  std::cout
+      << "This is the workbook's last chapter so far. The chapter map on the docs main page (and\n"
+         "README.md) leads back to every step, from chapter 01's safe softmax on.\n";
+}
+
 // The extra memory of each CPU step on one head of lq = lk = length, d = 64.
 void print_memory(int length, std::uint64_t seed) {
   const AttentionShape s{1, length, length, 64};
@@ -215,18 +222,9 @@ int run_profile(const Ladder<AttentionBackwardArgs>& ladder, const AttentionShap
       forward_for(make_attention_inputs(ScoreKind::randn, shape, scale, options.seed), shape, scale,
                   causal, options.seed, type);
   AttentionBackwardBuffers buffers(Backend::sim, in, shape, scale, causal, type);
-  for (auto [buffer, name] : {std::pair<const void*, const char*>{buffers.q.data(), "q"},
-                              {buffers.k.data(), "k"},
-                              {buffers.v.data(), "v"},
-                              {buffers.o.data(), "o"},
-                              {buffers.d_o.data(), "d_o"},
-                              {buffers.lse.data(), "lse"},
-                              {buffers.dq.data(), "dq"},
-                              {buffers.dk.data(), "dk"},
-                              {buffers.dv.data(), "dv"},
-                              {buffers.d_row.data(), "d_row"},
-                              {buffers.p.data(), "p"}})
-    sim::label_device_buffer(buffer, name);
+  name_buffers(buffers.q, "q", buffers.k, "k", buffers.v, "v", buffers.o, "o", buffers.d_o, "d_o",
+               buffers.lse, "lse", buffers.dq, "dq", buffers.dk, "dk", buffers.dv, "dv",
+               buffers.d_row, "d_row", buffers.p, "p");
   return profile_ladder(ladder, buffers.args, shape.rows(), "row",
                         attention_shape_string(shape.bh, shape.lq, shape.lk, shape.d, causal),
                         options.bench.csv_path);
@@ -241,9 +239,9 @@ int main(int argc, char** argv) {
   int memory_length = 4096;
   bool causal = false;
   std::string dtype = "fp32";
-  AttentionShapeOptions shape_options{{16, 4096, 4096, 64}, {2, 300, 257, 64}};
-  shape_options.add_to(cli, ch04::kMaxBatchHeads, ch04::kMaxHeadDim,
-                       "; the 16-bit rungs take 64 or 128");
+  AttentionShapeOptions shape_options(cli, {16, 4096, 4096, 64}, {2, 300, 257, 64},
+                                      ch04::kMaxBatchHeads, ch04::kMaxHeadDim,
+                                      "; the 16-bit rungs take 64 or 128");
   cli.option("--memory-length", &memory_length,
              "lq = lk of the CPU memory comparison (default 4096)", 8192)
       .flag("--causal", &causal,
@@ -260,7 +258,8 @@ int main(int argc, char** argv) {
   steps.check = [&] {
     if (shape.q_elems() > kMaxBenchElements || shape.kv_elems() > kMaxBenchElements)
       return cli.error("--bh x --lq x --d or --bh x --lk x --d exceeds 2^31");
-    if (const int code = check_mode_options(cli, options, causal, dtype != "fp32"); code >= 0) return code;
+    if (const int code = check_mode_options(cli, options, causal, dtype != "fp32"); code >= 0)
+      return code;
     if (options.bench.enabled || options.profile) return -1;
     return check_probabilities(cli, shape, 28, "the fp64 reference holds P");
   };
@@ -270,8 +269,6 @@ int main(int argc, char** argv) {
   steps.profile = [&](const Ladder<AttentionBackwardArgs>& ladder) {
     return run_profile(ladder, shape, scale, causal, type, options);
   };
-  steps.intro = print_intro;
-  steps.trace = print_trace;
   steps.report = [&](const Ladder<AttentionBackwardArgs>& ladder) {
     if (memory_length > 0) print_memory(memory_length, options.seed);
     const AttentionInputs qkv = make_attention_inputs(ScoreKind::randn, shape, scale, options.seed);
@@ -280,8 +277,6 @@ int main(int argc, char** argv) {
         report_table(options.backend, ladder, forward_for(qkv, shape, scale, c, options.seed, t),
                      shape, c, t, options.seed);
   };
-  steps.next =
-      "This is the workbook's last chapter so far. The chapter map on the docs main page (and\n"
-      "README.md) leads back to every step, from chapter 01's safe softmax on.\n";
-  return run_chapter_program(cli, options, steps, make_kernel_ladder);
+  return run_chapter_program(cli, options, {print_intro, print_trace, print_next}, steps,
+                             make_kernel_ladder);
 }
