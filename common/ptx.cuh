@@ -47,6 +47,15 @@
 
 namespace wb::ptx {
 
+// The mma instruction for elements of PTX type `type` ("f16" or "bf16"): an asm template is a
+// string literal, so the type is pasted into it here rather than chosen at compile time.
+#define WB_MMA_M16N8K16_ASM(type)                                                             \
+  asm volatile("mma.sync.aligned.m16n8k16.row.col.f32." type "." type                         \
+               ".f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%10, %11, %12, %13};\n"   \
+               : "=f"(d[0]), "=f"(d[1]), "=f"(d[2]), "=f"(d[3])                               \
+               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]), "f"(c[0]), \
+                 "f"(c[1]), "f"(c[2]), "f"(c[3]))
+
 /// d = a b + c over the warp's 16x16x16 product (fragments as above; d may be c).
 template <typename T>
 __device__ __forceinline__ void mma_m16n8k16(float (&d)[4], const std::uint32_t (&a)[4],
@@ -54,21 +63,13 @@ __device__ __forceinline__ void mma_m16n8k16(float (&d)[4], const std::uint32_t 
   static_assert(std::is_same_v<T, __half> || std::is_same_v<T, __nv_bfloat16>,
                 "mma_m16n8k16 takes __half or __nv_bfloat16");
   if constexpr (std::is_same_v<T, __half>) {
-    asm volatile(
-        "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, "
-        "{%4, %5, %6, %7}, {%8, %9}, {%10, %11, %12, %13};\n"
-        : "=f"(d[0]), "=f"(d[1]), "=f"(d[2]), "=f"(d[3])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]), "f"(c[0]), "f"(c[1]),
-          "f"(c[2]), "f"(c[3]));
+    WB_MMA_M16N8K16_ASM("f16");
   } else {
-    asm volatile(
-        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, "
-        "{%4, %5, %6, %7}, {%8, %9}, {%10, %11, %12, %13};\n"
-        : "=f"(d[0]), "=f"(d[1]), "=f"(d[2]), "=f"(d[3])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]), "f"(c[0]), "f"(c[1]),
-          "f"(c[2]), "f"(c[3]));
+    WB_MMA_M16N8K16_ASM("bf16");
   }
 }
+
+#undef WB_MMA_M16N8K16_ASM
 
 /// Shared-memory address of a generic pointer into shared memory (ldmatrix's and cp.async's
 /// operand).
@@ -125,6 +126,14 @@ __device__ __forceinline__ float exp2_approx(float x) {
 
 namespace wb::ptx {
 
+/// The 32 bits at `p` as one register (memcpy is how C++ reads the bytes of one type as
+/// another; it compiles to a single load, or to nothing for a value already in a register).
+__device__ __forceinline__ std::uint32_t register_bits(const void* p) {
+  std::uint32_t bits;
+  memcpy(&bits, p, sizeof bits);
+  return bits;
+}
+
 /// Two floats rounded to the 16-bit type T and packed into one register, `lo` in the low half:
 /// an A or B fragment register made from float values (P~ from S's accumulator).
 template <typename T>
@@ -133,27 +142,20 @@ __device__ __forceinline__ std::uint32_t pack_pair(float lo, float hi);
 template <>
 __device__ __forceinline__ std::uint32_t pack_pair<__half>(float lo, float hi) {
   const __half2 pair = __floats2half2_rn(lo, hi);
-  std::uint32_t bits;
-  memcpy(&bits, &pair, sizeof bits);
-  return bits;
+  return register_bits(&pair);
 }
 
 template <>
 __device__ __forceinline__ std::uint32_t pack_pair<__nv_bfloat16>(float lo, float hi) {
   const __nv_bfloat162 pair = __floats2bfloat162_rn(lo, hi);
-  std::uint32_t bits;
-  memcpy(&bits, &pair, sizeof bits);
-  return bits;
+  return register_bits(&pair);
 }
 
 /// The register holding elements p[0] and p[1] (consecutive, 4-byte aligned) of a 16-bit
-/// matrix: one 32-bit load (memcpy is how C++ reads the bytes of two T as one integer; it
-/// compiles to the single load).
+/// matrix: one 32-bit load.
 template <typename T>
 __device__ __forceinline__ std::uint32_t load_pair(const T* p) {
-  std::uint32_t bits;
-  memcpy(&bits, p, sizeof bits);
-  return bits;
+  return register_bits(p);
 }
 
 /// The register holding two elements that are not adjacent in memory (two rows of one column
