@@ -33,6 +33,24 @@ enum class Stored {
   transposed,  ///< a^T as (depth, rows), b^T as (cols, depth): K in S = Q K^T, P in dV = P^T dO
 };
 
+// One depth chunk of an operand for its shared tile, a's or b's alike: the entries (o0 + o,
+// t0 + t), o < kTile of the `outer` rows of a or columns of b, t < kChunk of the depth, each
+// passed to store(o, t, value), zeros past outer or depth. kOuterMajor: entry (o, t) stored at
+// o depth + t (a plain, b transposed), else at t outer + o (a transposed, b plain). Consecutive
+// lanes load consecutive addresses of global memory (coalesced) either way.
+template <bool kOuterMajor, typename Store>
+__device__ __forceinline__ void load_chunk(const float* __restrict__ x, int outer, int depth,
+                                           int o0, int t0, int tid, Store store) {
+  for (int e = tid; e < kTile * kChunk; e += kMatmulThreads) {
+    const int o = kOuterMajor ? e / kChunk : e % kTile;
+    const int t = kOuterMajor ? e % kChunk : e / kTile;
+    const bool inside = o0 + o < outer && t0 + t < depth;
+    const std::size_t at =
+        kOuterMajor ? std::size_t(o0 + o) * depth + t0 + t : std::size_t(t0 + t) * outer + o0 + o;
+    store(o, t, inside ? x[at] : 0.f);
+  }
+}
+
 // c = alpha a b for head blockIdx.z: a (rows, depth) and b (depth, cols) stored as kA and kB
 // say, c (rows, cols) row-major, heads contiguous. Elements past rows, cols or depth load as
 // zeros, so short tiles compute on zeros and write nothing.
@@ -57,30 +75,10 @@ __global__ void __launch_bounds__(kMatmulThreads)
 
   float acc[kRowsPerThread][kColsPerThread] = {};
   for (int t0 = 0; t0 < depth; t0 += kChunk) {
-    // Consecutive lanes load consecutive addresses of global memory (coalesced) in both
-    // operands, whichever way each is stored.
-    for (int e = tid; e < kTile * kChunk; e += kMatmulThreads) {
-      if constexpr (kA == Stored::transposed) {
-        const int t = e / kTile, r = e % kTile;
-        const bool inside = i0 + r < rows && t0 + t < depth;
-        a_tile[r][t] = inside ? a[std::size_t(t0 + t) * rows + i0 + r] : 0.f;
-      } else {
-        const int r = e / kChunk, t = e % kChunk;
-        const bool inside = i0 + r < rows && t0 + t < depth;
-        a_tile[r][t] = inside ? a[std::size_t(i0 + r) * depth + t0 + t] : 0.f;
-      }
-    }
-    for (int e = tid; e < kTile * kChunk; e += kMatmulThreads) {
-      if constexpr (kB == Stored::transposed) {
-        const int col = e / kChunk, t = e % kChunk;
-        const bool inside = j0 + col < cols && t0 + t < depth;
-        b_tile[t][col] = inside ? b[std::size_t(j0 + col) * depth + t0 + t] : 0.f;
-      } else {
-        const int t = e / kTile, col = e % kTile;
-        const bool inside = j0 + col < cols && t0 + t < depth;
-        b_tile[t][col] = inside ? b[std::size_t(t0 + t) * cols + j0 + col] : 0.f;
-      }
-    }
+    load_chunk<kA == Stored::plain>(a, rows, depth, i0, t0, tid,
+                                    [&](int r, int t, float v) { a_tile[r][t] = v; });
+    load_chunk<kB == Stored::transposed>(b, cols, depth, j0, t0, tid,
+                                         [&](int col, int t, float v) { b_tile[t][col] = v; });
     __syncthreads();  // both tiles are complete
     for (int t = 0; t < kChunk; ++t)
       for (int r = 0; r < kRowsPerThread; ++r)
