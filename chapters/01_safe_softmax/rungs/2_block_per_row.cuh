@@ -12,12 +12,12 @@
 
 #include "common/kernel.cuh"
 
+#include "chapters/01_safe_softmax/block_passes.cuh"
 #include "chapters/01_safe_softmax/softmax.hpp"
 
 namespace wb::ch01 {
 namespace {  // kernels have internal linkage: one copy per backend's translation unit
 
-constexpr int kBlock = 256;  // threads per row
 static_assert((kBlock & (kBlock - 1)) == 0, "the tree halves a power of 2");
 
 // [tree_reduce]
@@ -38,24 +38,14 @@ __device__ float block_tree_reduce(float value, float* scratch, Op op) {
 }
 // [tree_reduce]
 
-// x, y: (rows, cols), row-major. Block b owns row b.
+// x, y: (rows, cols), row-major. Block b owns row b: block_passes.cuh's three passes, the
+// partial results combined by the tree (which needs no identity: every thread holds a value).
 __global__ void __launch_bounds__(kBlock)
     block_per_row_kernel(const float* __restrict__ x, float* __restrict__ y, int cols) {
   __shared__ float scratch[kBlock];
-  const float* xr = x + static_cast<size_t>(blockIdx.x) * cols;
-  float* yr = y + static_cast<size_t>(blockIdx.x) * cols;
-
-  float m = -INFINITY;  // eq. (3): each thread's slice, then the block's reduction
-  for (int c = threadIdx.x; c < cols; c += kBlock) m = fmaxf(m, xr[c]);
-  m = block_tree_reduce(m, scratch, MaxOp{});
-  const float shift = exp_shift(m);
-
-  float d = 0.f;  // eq. (4)
-  for (int c = threadIdx.x; c < cols; c += kBlock) d += expf(xr[c] - shift);
-  d = block_tree_reduce(d, scratch, SumOp{});
-
-  const float inv_d = inverse_or_zero(d);  // eq. (5)
-  for (int c = threadIdx.x; c < cols; c += kBlock) yr[c] = expf(xr[c] - shift) * inv_d;
+  block_softmax_row(x, y, cols, scratch, [](float value, float* shared, auto op, float) {
+    return block_tree_reduce(value, shared, op);
+  });
 }
 
 void launch_block_per_row(const RowArgs& a) {

@@ -12,12 +12,12 @@
 
 #include "common/kernel.cuh"
 
+#include "chapters/01_safe_softmax/block_passes.cuh"
 #include "chapters/01_safe_softmax/softmax.hpp"
 
 namespace wb::ch01 {
 namespace {  // kernels have internal linkage: one copy per backend's translation unit
 
-constexpr int kBlock = 256;  // threads per row
 constexpr int kWarpsPerBlock = kBlock / kWarpSize;
 static_assert(kBlock % kWarpSize == 0, "whole warps only");
 
@@ -49,24 +49,14 @@ __device__ float block_shuffle_reduce(float value, float* scratch, Op op, float 
   return value;
 }
 
-// x, y: (rows, cols), row-major. Block b owns row b.
+// x, y: (rows, cols), row-major. Block b owns row b: block_passes.cuh's three passes, the
+// partial results combined by warp shuffles.
 __global__ void __launch_bounds__(kBlock)
     warp_shuffle_kernel(const float* __restrict__ x, float* __restrict__ y, int cols) {
   __shared__ float scratch[kWarpsPerBlock];
-  const float* xr = x + static_cast<size_t>(blockIdx.x) * cols;
-  float* yr = y + static_cast<size_t>(blockIdx.x) * cols;
-
-  float m = -INFINITY;  // eq. (3): each thread's slice, then the block's reduction
-  for (int c = threadIdx.x; c < cols; c += kBlock) m = fmaxf(m, xr[c]);
-  m = block_shuffle_reduce(m, scratch, MaxOp{}, -INFINITY);
-  const float shift = exp_shift(m);
-
-  float d = 0.f;  // eq. (4)
-  for (int c = threadIdx.x; c < cols; c += kBlock) d += expf(xr[c] - shift);
-  d = block_shuffle_reduce(d, scratch, SumOp{}, 0.f);
-
-  const float inv_d = inverse_or_zero(d);  // eq. (5)
-  for (int c = threadIdx.x; c < cols; c += kBlock) yr[c] = expf(xr[c] - shift) * inv_d;
+  block_softmax_row(x, y, cols, scratch, [](float value, float* shared, auto op, float identity) {
+    return block_shuffle_reduce(value, shared, op, identity);
+  });
 }
 
 void launch_warp_shuffle(const RowArgs& a) {
