@@ -43,4 +43,12 @@ void allow_dynamic_shared_bytes(std::size_t bytes) {
 #endif
 }
 
+/// Launches `Kernel` with `bytes` of dynamic shared memory, opting in first where that is more
+/// than the 48 KiB a launch may use as is.
+template <auto Kernel, typename... Args>
+void launch_opted_in(dim3 grid, dim3 block, std::size_t bytes, Args... args) {
+  if (bytes > kDefaultDynamicSharedBytes) allow_dynamic_shared_bytes<Kernel>(bytes);
+  launch<Kernel>(grid, block, bytes, args...);
+}
+
 }  // namespace wb

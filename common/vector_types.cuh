@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <cstring>
 #include <stdexcept>
+#include <type_traits>
 
 #include "common/dtype.hpp"
 #include "common/kernel.cuh"
@@ -123,6 +124,17 @@ void with_element_type(Dtype dtype, F&& f) {
       return f(__nv_bfloat16{});
   }
   throw std::invalid_argument("unknown element type");
+}
+
+/// with_element_type, and whether a row's accesses are 16-byte vectors (a plan's vectorized())
+/// as a compile-time flag: f(T{}, std::true_type{}) where `vectors`, else
+/// f(T{}, std::false_type{}). In f, `decltype(vec)::value` names the flag.
+template <typename F>
+void with_element_type_and_vectors(Dtype dtype, bool vectors, F&& f) {
+  with_element_type(dtype, [&](auto tag) {
+    if (vectors) return f(tag, std::true_type{});
+    f(tag, std::false_type{});
+  });
 }
 
 }  // namespace

@@ -11,6 +11,7 @@
 #include "common/dtype.hpp"
 #include "common/row_lanes.hpp"
 #include "common/row_plan.hpp"
+#include "common/rung.hpp"
 #include "common/shared_memory.hpp"
 #include "common/warp.hpp"
 
@@ -32,6 +33,12 @@ inline const std::vector<Dtype> kFastDtypes = {Dtype::fp32, Dtype::fp16, Dtype::
 
 /// The longest row block_vec and the dispatcher take (the launches index columns with int).
 inline constexpr int kFastMaxCols = 1 << 30;
+
+/// The limits of block_vec and the dispatcher: rows of up to kFastMaxCols of every fast type;
+/// block_cached's too, with the row's bytes capped at `max_row_bytes` (its shared memory).
+inline RungLimits fast_row_limits(std::size_t max_row_bytes = 0) {
+  return row_limits(kFastMaxCols, kFastDtypes, max_row_bytes);
+}
 
 /// True when both pointers are 16-byte aligned and cols is a multiple of the vector width,
 /// so that every row starts on a 16-byte boundary: then the rungs load and store whole

@@ -1,6 +1,8 @@
 // Chapter 03's (m, d) statistics on the device, in the pieces several rungs share unchanged:
-// eq. (1) for values already in registers (values_stats: rungs 3 to 6), and the merge of a
-// block's pairs (block_merge: rungs 1, 5 and 6) over md_warp_merge.cuh's warp_merge. The
+// eq. (1) for values already in registers (values_stats: rungs 3 to 6; vector_stats for a
+// loaded 16-byte vector: rungs 5 and 6), the merge of a block's pairs (block_merge: rungs 1, 5
+// and 6) over md_warp_merge.cuh's warp_merge, and the block rungs' normalization of a thread's
+// slice of the row (normalize_slice: rungs 5 and 6, from x or from the cached row). The
 // exercise's butterfly, warp_all_merge, is rung 2's own (rungs/2_warp_per_row_online.cuh):
 // its stub replaces that one file, so no other kernel includes it.
 // Only templates: wb_add_chapter compiles this file on its own too (it compiles every .cuh of
@@ -9,8 +11,10 @@
 #pragma once
 
 #include "common/kernel.cuh"
+#include "common/vector_types.cuh"
 
 #include "chapters/01_safe_softmax/softmax.hpp"
+#include "chapters/03_block_merge/fast_plans.hpp"
 #include "chapters/03_block_merge/md_merge.hpp"
 #include "chapters/03_block_merge/md_warp_merge.cuh"
 
@@ -50,6 +54,36 @@ __device__ __forceinline__ MD values_stats(const float* v) {
   return {m, d};
 }
 // [fast_values_stats]
+
+// Eq. (1) for the values of one 16-byte vector as it was loaded, widened to float (exactly).
+template <typename T>
+__device__ __forceinline__ MD vector_stats(const Vec<T>& q) {
+  float v[Vec<T>::kWidth];
+#pragma unroll
+  for (int k = 0; k < Vec<T>::kWidth; ++k) v[k] = to_float(q.v[k]);
+  return values_stats<Vec<T>::kWidth>(v);
+}
+
+// The second pass of a block rung: thread t's entries of the row (the vectors starting at
+// columns kWidth (t + 256 k) with kVec, else the columns t + 256 k) read from `src`, normalized
+// with the row's (m, d), eq. (3) of chapter 01, and stored to yr rounded to T.
+template <typename T, bool kVec>
+__device__ void normalize_slice(const T* src, T* yr, int cols, MD md) {
+  constexpr int kWidth = kVec ? Vec<T>::kWidth : 1;
+  const float shift = ch01::exp_shift(md.m);
+  const float inv_d = ch01::inverse_or_zero(md.d);
+  for (int c = kWidth * static_cast<int>(threadIdx.x); c < cols; c += kWidth * kBlockVecThreads) {
+    if constexpr (kVec) {
+      Vec<T> q = load_vec(src, c);
+#pragma unroll
+      for (int k = 0; k < kWidth; ++k)
+        q.v[k] = from_float<T>(expf(to_float(q.v[k]) - shift) * inv_d);
+      store_vec(yr, c, q);
+    } else {
+      yr[c] = from_float<T>(expf(to_float(src[c]) - shift) * inv_d);
+    }
+  }
+}
 
 }  // namespace
 }  // namespace wb::ch03

@@ -76,17 +76,18 @@ __device__ Welford fold_slice(const T* xr, int cols, T* cache) {
   return s;
 }
 
-// Eq. (1) over thread t's slice, reading the values from `src` (the cache or x itself).
+// Eq. (1) over thread t's slice with the row's statistics, reading the values from `src` (the
+// cache or x itself).
 template <typename T, bool kVec>
-__device__ void normalize_slice(const T* src, T* yr, int cols, float row_mean, float row_rstd,
-                                const T* gamma, const T* beta) {
+__device__ void normalize_slice(const T* src, T* yr, int cols, RowStats row, const T* gamma,
+                                const T* beta) {
   constexpr int kWidth = kVec ? Vec<T>::kWidth : 1;
   for (int c = kWidth * static_cast<int>(threadIdx.x); c < cols; c += kWidth * kBlockThreads) {
     if constexpr (kVec) {
       const Vec<T> q = load_vec(src, c);
-      normalize_store<T, kWidth>(q.v, yr, c, row_mean, row_rstd, gamma, beta);
+      normalize_store<T, kWidth>(q.v, yr, c, row.mean, row.rstd, gamma, beta);
     } else {
-      normalize_store<T, 1>(&src[c], yr, c, row_mean, row_rstd, gamma, beta);
+      normalize_store<T, 1>(&src[c], yr, c, row.mean, row.rstd, gamma, beta);
     }
   }
 }

@@ -74,6 +74,11 @@ inline std::size_t cached_shared_bytes(int cols, std::size_t elem_bytes = sizeof
 /// The element types every strategy takes: x, gamma, beta and y of one type, computed in float.
 inline const std::vector<Dtype> kLayerNormDtypes = {Dtype::fp32, Dtype::fp16, Dtype::bf16};
 
+/// The limits of block_uncached and of the dispatcher: rows of up to kMaxCols of every type.
+inline RungLimits layernorm_limits() {
+  return row_limits(kMaxCols, kLayerNormDtypes);
+}
+
 /// block_cached's limits when one block may opt in to `max_dynamic_shared_bytes`: a row of at
 /// most the bytes the warp states leave (so max_cols_of(t) counts twice as many 16-bit values
 /// as floats), capped at kMaxCols; no row at all where the states alone fill it.

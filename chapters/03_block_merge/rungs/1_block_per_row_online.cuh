@@ -68,9 +68,8 @@ RowPlan block_per_row_online_plan(int /*cols*/, Dtype /*t*/, bool /*vectors*/) {
 
 }  // namespace
 
-WB_RUNG(RowArgs, block_per_row_online,
-        "chapter 02's recurrence split over 256 threads per row, their (m, d) pairs merged",
-        row_limits(kAnyCols), &launch_block_per_row_online, &two_passes,
-        row_facts(&block_per_row_online_plan))
+WB_ROW_RUNG(RowArgs, block_per_row_online,
+            "chapter 02's recurrence split over 256 threads per row, their (m, d) pairs merged",
+            row_limits(kAnyCols), &launch_block_per_row_online, &two_passes)
 
 }  // namespace wb::ch03

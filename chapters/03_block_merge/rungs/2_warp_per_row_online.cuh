@@ -80,8 +80,8 @@ RowPlan warp_per_row_online_plan(int /*cols*/, Dtype /*t*/, bool /*vectors*/) {
 
 }  // namespace
 
-WB_RUNG(RowArgs, warp_per_row_online, "one warp per row: the merge stays in registers, no barrier",
-        row_limits(kAnyCols), &launch_warp_per_row_online, &two_passes,
-        row_facts(&warp_per_row_online_plan))
+WB_ROW_RUNG(RowArgs, warp_per_row_online,
+            "one warp per row: the merge stays in registers, no barrier", row_limits(kAnyCols),
+            &launch_warp_per_row_online, &two_passes)
 
 }  // namespace wb::ch03

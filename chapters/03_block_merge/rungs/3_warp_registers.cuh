@@ -136,9 +136,8 @@ void launch_warp_registers(const RowArgs& a) {
 
 }  // namespace
 
-WB_RUNG(RowArgs, warp_registers,
-        "the row kept in registers: x read once; 16-byte vectors, 16-bit types",
-        row_limits(warp_row_max_cols(2), kFastDtypes, kWarpRowMaxBytes), &launch_warp_registers,
-        &row_in_registers, row_facts(&warp_registers_plan))
+WB_ROW_RUNG(RowArgs, warp_registers,
+            "the row kept in registers: x read once; 16-byte vectors, 16-bit types",
+            warp_row_limits(kFastDtypes), &launch_warp_registers, &row_in_registers)
 
 }  // namespace wb::ch03

@@ -111,10 +111,9 @@ void launch_lane_groups(const RowArgs& a) {
 
 }  // namespace
 
-WB_RUNG(RowArgs, lane_groups,
-        "short rows share a warp: a group of 1 to 16 lanes per row, each lane a whole 16-byte "
-        "vector, so every lane works at 32 to 256 columns",
-        row_limits(warp_row_max_cols(2), kFastDtypes, kWarpRowMaxBytes), &launch_lane_groups,
-        &row_in_registers, row_facts(&lane_groups_plan))
+WB_ROW_RUNG(RowArgs, lane_groups,
+            "short rows share a warp: a group of 1 to 16 lanes per row, each lane a whole 16-byte "
+            "vector, so every lane works at 32 to 256 columns",
+            warp_row_limits(kFastDtypes), &launch_lane_groups, &row_in_registers)
 
 }  // namespace wb::ch03

@@ -48,55 +48,31 @@ __global__ void __launch_bounds__(kBlockVecThreads)
 
   MD md = md_identity();  // pass 1: read x, fold (m, d)
   for (int c = first; c < cols; c += kStride) {
-    if constexpr (kVec) {
-      const Vec<T> q = load_vec(xr, c);
-      float v[kWidth];
-#pragma unroll
-      for (int k = 0; k < kWidth; ++k) v[k] = to_float(q.v[k]);
-      md = md_merge(md, values_stats<kWidth>(v));  // eqs. (1), (2): the vector is a block
-    } else {
+    if constexpr (kVec)
+      md = md_merge(md, vector_stats(load_vec(xr, c)));  // eqs. (1), (2): the vector is a block
+    else
       md = ch02::online_update(md, to_float(xr[c]));  // chapter 02's update, one entry
-    }
   }
   md = block_merge<kWarps>(md, scratch);  // eqs. (2), (4): the whole row's (m, d)
 
-  // pass 2: x again, from global memory (L2 when it can)
-  const float shift = ch01::exp_shift(md.m);
-  const float inv_d = ch01::inverse_or_zero(md.d);
-  for (int c = first; c < cols; c += kStride) {
-    if constexpr (kVec) {
-      Vec<T> q = load_vec(xr, c);
-#pragma unroll
-      for (int k = 0; k < kWidth; ++k)
-        q.v[k] = from_float<T>(expf(to_float(q.v[k]) - shift) * inv_d);
-      store_vec(yr, c, q);
-    } else {
-      yr[c] = from_float<T>(expf(to_float(xr[c]) - shift) * inv_d);
-    }
-  }
+  normalize_slice<T, kVec>(xr, yr, cols, md);  // pass 2: x again, from global memory (L2 if it can)
 }
 // [block_vec]
 
-template <typename T, bool kVec>
-void launch_as(const RowArgs& a) {
-  launch<block_vec_kernel<T, kVec>>(dim3(a.rows), dim3(kBlockVecThreads), 0,
-                                    static_cast<const T*>(a.x), static_cast<T*>(a.y), a.cols);
-}
-
 void launch_block_vec(const RowArgs& a) {
   const RowPlan plan = block_vec_plan(a.cols, a.dtype, can_vectorize(a.x, a.y, a.cols, a.dtype));
-  with_element_type(a.dtype, [&](auto tag) {
-    using T = decltype(tag);
-    if (plan.vectorized()) return launch_as<T, true>(a);
-    launch_as<T, false>(a);
+  with_element_type_and_vectors(a.dtype, plan.vectorized(), [&](auto t, auto vec) {
+    using T = decltype(t);
+    launch<block_vec_kernel<T, decltype(vec)::value>>(dim3(a.rows), dim3(kBlockVecThreads), 0,
+                                                      static_cast<const T*>(a.x),
+                                                      static_cast<T*>(a.y), a.cols);
   });
 }
 
 }  // namespace
 
-WB_RUNG(RowArgs, block_vec,
-        "a block per row for any length, each 16-byte vector one block of eq. (1)",
-        row_limits(kFastMaxCols, kFastDtypes), &launch_block_vec, &two_passes,
-        row_facts(&block_vec_plan))
+WB_ROW_RUNG(RowArgs, block_vec,
+            "a block per row for any length, each 16-byte vector one block of eq. (1)",
+            fast_row_limits(), &launch_block_vec, &two_passes)
 
 }  // namespace wb::ch03

@@ -53,10 +53,7 @@ __global__ void __launch_bounds__(kBlockVecThreads)
     if constexpr (kVec) {
       const Vec<T> q = load_vec(xr, c);
       store_vec(cache, c, q);
-      float v[kWidth];
-#pragma unroll
-      for (int k = 0; k < kWidth; ++k) v[k] = to_float(q.v[k]);
-      md = md_merge(md, values_stats<kWidth>(v));  // eqs. (1), (2): the vector is a block
+      md = md_merge(md, vector_stats(q));  // eqs. (1), (2): the vector is a block
     } else {
       const T e = xr[c];
       cache[c] = e;
@@ -67,40 +64,18 @@ __global__ void __launch_bounds__(kBlockVecThreads)
   // entries visible (a thread reads back only its own anyway: the same columns in pass 2).
   md = block_merge<kWarps>(md, scratch);
 
-  // pass 2: x again, from the cache
-  const T* src = cache;
-  const float shift = ch01::exp_shift(md.m);
-  const float inv_d = ch01::inverse_or_zero(md.d);
-  for (int c = first; c < cols; c += kStride) {
-    if constexpr (kVec) {
-      Vec<T> q = load_vec(src, c);
-#pragma unroll
-      for (int k = 0; k < kWidth; ++k)
-        q.v[k] = from_float<T>(expf(to_float(q.v[k]) - shift) * inv_d);
-      store_vec(yr, c, q);
-    } else {
-      yr[c] = from_float<T>(expf(to_float(src[c]) - shift) * inv_d);
-    }
-  }
+  normalize_slice<T, kVec>(cache, yr, cols, md);  // pass 2: x again, from the cache
 }
 // [block_cached]
 
 // The row in dynamic shared memory, opted in above 48 KiB.
-template <typename T, bool kVec>
-void launch_as(const RowArgs& a) {
-  constexpr auto kKernel = block_cached_kernel<T, kVec>;
-  const std::size_t bytes = cached_shared_bytes(a.cols, sizeof(T));
-  if (bytes > kDefaultDynamicSharedBytes) allow_dynamic_shared_bytes<kKernel>(bytes);
-  launch<kKernel>(dim3(a.rows), dim3(kBlockVecThreads), bytes, static_cast<const T*>(a.x),
-                  static_cast<T*>(a.y), a.cols);
-}
-
 void launch_block_cached(const RowArgs& a) {
   const RowPlan plan = block_cached_plan(a.cols, a.dtype, can_vectorize(a.x, a.y, a.cols, a.dtype));
-  with_element_type(a.dtype, [&](auto tag) {
-    using T = decltype(tag);
-    if (plan.vectorized()) return launch_as<T, true>(a);
-    launch_as<T, false>(a);
+  with_element_type_and_vectors(a.dtype, plan.vectorized(), [&](auto t, auto vec) {
+    using T = decltype(t);
+    launch_opted_in<block_cached_kernel<T, decltype(vec)::value>>(
+        dim3(a.rows), dim3(kBlockVecThreads), cached_shared_bytes(a.cols, sizeof(T)),
+        static_cast<const T*>(a.x), static_cast<T*>(a.y), a.cols);
   });
 }
 
@@ -113,11 +88,11 @@ std::size_t Kernels<kThisBackend>::max_dynamic_shared_bytes() {
   return max_dynamic_shared_bytes_optin();
 }
 
-WB_RUNG(RowArgs, block_cached,
-        "block_vec with the row cached in shared memory (opted in up to the device's limit): x "
-        "read once",
-        row_limits(kFastMaxCols, kFastDtypes,
-                   Kernels<kThisBackend>::max_dynamic_shared_bytes() - kCachedScratchBytes),
-        &launch_block_cached, &row_in_shared, row_facts(&block_cached_plan))
+WB_ROW_RUNG(RowArgs, block_cached,
+            "block_vec with the row cached in shared memory (opted in up to the device's limit): x "
+            "read once",
+            fast_row_limits(Kernels<kThisBackend>::max_dynamic_shared_bytes() -
+                            kCachedScratchBytes),
+            &launch_block_cached, &row_in_shared)
 
 }  // namespace wb::ch03

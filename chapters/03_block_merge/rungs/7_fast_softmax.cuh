@@ -31,32 +31,16 @@ RowPlan fast_softmax_plan(int cols, Dtype t, bool vectors) {
 // The rung the dispatcher runs on `a`: the one whose plan its own is.
 Rung<RowArgs> picked_rung(const RowArgs& a) {
   const RowPlan plan = fast_softmax_plan(a.cols, a.dtype, can_vectorize(a.x, a.y, a.cols, a.dtype));
-  switch (plan.cache) {
-    case RowCache::registers:
-      return Rungs<kThisBackend>::lane_groups();
-    case RowCache::shared:
-      return Rungs<kThisBackend>::block_cached();
-    case RowCache::none:
-      break;
-  }
-  return Rungs<kThisBackend>::block_vec();
-}
-
-void launch_fast_softmax(const RowArgs& a) {
-  picked_rung(a).launch(a);
-}
-
-// It moves what the rung it picks moves.
-Traffic dispatched(const RowArgs& a) {
-  return picked_rung(a).traffic(a);
+  return rung_keeping_the_row(plan.cache, &Rungs<kThisBackend>::lane_groups,
+                              &Rungs<kThisBackend>::block_cached, &Rungs<kThisBackend>::block_vec);
 }
 
 }  // namespace
 
-WB_RUNG(RowArgs, fast_softmax,
-        "the dispatcher: lane_groups up to 4 KiB rows, block_cached while two blocks' rows fit in "
-        "an SM's shared memory, block_vec beyond",
-        row_limits(kFastMaxCols, kFastDtypes), &launch_fast_softmax, &dispatched,
-        row_facts(&fast_softmax_plan))
+WB_ROW_RUNG(
+    RowArgs, fast_softmax,
+    "the dispatcher: lane_groups up to 4 KiB rows, block_cached while two blocks' rows fit in "
+    "an SM's shared memory, block_vec beyond",
+    fast_row_limits(), &launch_picked<RowArgs, picked_rung>, &picked_traffic<RowArgs, picked_rung>)
 
 }  // namespace wb::ch03

@@ -208,9 +208,8 @@ void launch_warp_per_row(const LayerNormArgs& a) {
 
 }  // namespace
 
-WB_RUNG(LayerNormArgs, warp_per_row,
-        "the row in registers, Chan's combine by warp shuffles: x read once",
-        row_limits(warp_row_max_cols(2), kLayerNormDtypes, kWarpRowMaxBytes), &launch_warp_per_row,
-        &x_read_once, row_facts(&warp_per_row_plan))
+WB_ROW_RUNG(LayerNormArgs, warp_per_row,
+            "the row in registers, Chan's combine by warp shuffles: x read once",
+            warp_row_limits(kLayerNormDtypes), &launch_warp_per_row, &x_read_once)
 
 }  // namespace wb::ch07

@@ -50,35 +50,22 @@ __global__ void __launch_bounds__(kBlockThreads)
   T* cache = reinterpret_cast<T*>(shared + kCachedScratchBytes);
   const size_t offset = static_cast<size_t>(blockIdx.x) * cols;
 
-  Welford s = fold_slice<T, kVec>(x + offset, cols, cache);  // eqs. (7)-(9), the one read of x
-  s = block_all_reduce(s, scratch);                          // eqs. (10)-(13)
-  const float row_rstd = rstd_of(welford_variance(s), eps);
-  if (threadIdx.x == 0) {
-    mean[blockIdx.x] = s.mean;
-    rstd[blockIdx.x] = row_rstd;
-  }
-  normalize_slice<T, kVec>(cache, y + offset, cols, s.mean, row_rstd, gamma, beta);  // eq. (1)
+  const Welford s = fold_slice<T, kVec>(x + offset, cols, cache);       // eqs. (7)-(9), x read once
+  const RowStats row = block_row_stats(s, scratch, eps, mean, rstd);    // eqs. (10)-(13), (3)-(4)
+  normalize_slice<T, kVec>(cache, y + offset, cols, row, gamma, beta);  // eq. (1)
 }
 // [block_cached]
 
-// The row in dynamic shared memory, opted in above 48 KiB.
-template <typename T, bool kVec>
-void launch_as(const LayerNormArgs& a) {
-  constexpr auto kKernel = block_cached_kernel<T, kVec>;
-  const std::size_t bytes = cached_shared_bytes(a.cols, sizeof(T));
-  if (bytes > kDefaultDynamicSharedBytes) allow_dynamic_shared_bytes<kKernel>(bytes);
-  launch<kKernel>(dim3(a.rows), dim3(kBlockThreads), bytes, static_cast<const T*>(a.x),
-                  static_cast<const T*>(a.gamma), static_cast<const T*>(a.beta),
-                  static_cast<T*>(a.y), a.mean, a.rstd, a.cols, a.eps);
-}
-
-// The arguments are within the rung's limits, checked before the launch by run_rung.
+// The arguments are within the rung's limits, checked before the launch by run_rung. The row in
+// dynamic shared memory, opted in above 48 KiB.
 void launch_block_cached(const LayerNormArgs& a) {
   const RowPlan plan = block_cached_plan(a.cols, a.dtype, can_vectorize(a));
-  with_element_type(a.dtype, [&](auto tag) {
-    using T = decltype(tag);
-    if (plan.vectorized()) return launch_as<T, true>(a);
-    launch_as<T, false>(a);
+  with_element_type_and_vectors(a.dtype, plan.vectorized(), [&](auto t, auto vec) {
+    using T = decltype(t);
+    launch_opted_in<block_cached_kernel<T, decltype(vec)::value>>(
+        dim3(a.rows), dim3(kBlockThreads), cached_shared_bytes(a.cols, sizeof(T)),
+        static_cast<const T*>(a.x), static_cast<const T*>(a.gamma), static_cast<const T*>(a.beta),
+        static_cast<T*>(a.y), a.mean, a.rstd, a.cols, a.eps);
   });
 }
 
@@ -91,9 +78,9 @@ std::size_t Kernels<kThisBackend>::max_dynamic_shared_bytes() {
   return max_dynamic_shared_bytes_optin();
 }
 
-WB_RUNG(LayerNormArgs, block_cached,
-        "256 threads per row, the row cached in shared memory: x read once",
-        cached_limits(Kernels<kThisBackend>::max_dynamic_shared_bytes()), &launch_block_cached,
-        &x_read_once, row_facts(&block_cached_plan))
+WB_ROW_RUNG(LayerNormArgs, block_cached,
+            "256 threads per row, the row cached in shared memory: x read once",
+            cached_limits(Kernels<kThisBackend>::max_dynamic_shared_bytes()), &launch_block_cached,
+            &x_read_once)
 
 }  // namespace wb::ch07

@@ -37,40 +37,28 @@ __global__ void __launch_bounds__(kBlockThreads)
   __shared__ Welford scratch[kBlockWarps];
   const size_t offset = static_cast<size_t>(blockIdx.x) * cols;
 
-  Welford s = fold_slice<T, kVec>(x + offset, cols, nullptr);  // eqs. (7)-(9), read 1
-  s = block_all_reduce(s, scratch);                            // eqs. (10)-(13)
-  const float row_rstd = rstd_of(welford_variance(s), eps);
-  if (threadIdx.x == 0) {
-    mean[blockIdx.x] = s.mean;
-    rstd[blockIdx.x] = row_rstd;
-  }
-  normalize_slice<T, kVec>(x + offset, y + offset, cols, s.mean, row_rstd, gamma, beta);  // read 2
+  const Welford s = fold_slice<T, kVec>(x + offset, cols, nullptr);   // eqs. (7)-(9), read 1
+  const RowStats row = block_row_stats(s, scratch, eps, mean, rstd);  // eqs. (10)-(13), (3)-(4)
+  normalize_slice<T, kVec>(x + offset, y + offset, cols, row, gamma, beta);  // read 2
 }
 // [block_uncached]
-
-template <typename T, bool kVec>
-void launch_as(const LayerNormArgs& a) {
-  launch<block_uncached_kernel<T, kVec>>(dim3(a.rows), dim3(kBlockThreads), 0,
-                                         static_cast<const T*>(a.x), static_cast<const T*>(a.gamma),
-                                         static_cast<const T*>(a.beta), static_cast<T*>(a.y),
-                                         a.mean, a.rstd, a.cols, a.eps);
-}
 
 // The arguments are within the rung's limits, checked before the launch by run_rung.
 void launch_block_uncached(const LayerNormArgs& a) {
   const RowPlan plan = block_uncached_plan(a.cols, a.dtype, can_vectorize(a));
-  with_element_type(a.dtype, [&](auto tag) {
-    using T = decltype(tag);
-    if (plan.vectorized()) return launch_as<T, true>(a);
-    launch_as<T, false>(a);
+  with_element_type_and_vectors(a.dtype, plan.vectorized(), [&](auto t, auto vec) {
+    using T = decltype(t);
+    launch<block_uncached_kernel<T, decltype(vec)::value>>(
+        dim3(a.rows), dim3(kBlockThreads), 0, static_cast<const T*>(a.x),
+        static_cast<const T*>(a.gamma), static_cast<const T*>(a.beta), static_cast<T*>(a.y), a.mean,
+        a.rstd, a.cols, a.eps);
   });
 }
 
 }  // namespace
 
-WB_RUNG(LayerNormArgs, block_uncached,
-        "no row cache: x read twice, for rows shared memory cannot hold",
-        row_limits(kMaxCols, kLayerNormDtypes), &launch_block_uncached, &x_read_twice,
-        row_facts(&block_uncached_plan))
+WB_ROW_RUNG(LayerNormArgs, block_uncached,
+            "no row cache: x read twice, for rows shared memory cannot hold", layernorm_limits(),
+            &launch_block_uncached, &x_read_twice)
 
 }  // namespace wb::ch07

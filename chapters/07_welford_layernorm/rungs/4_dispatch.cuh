@@ -32,33 +32,18 @@ RowPlan dispatch_plan(int cols, Dtype t, bool vectors) {
   return strategy_plan(dispatched_strategy(cols, t), cols, t, vectors);
 }
 
-// The rung the dispatcher runs on `a`.
+// The rung the dispatcher runs on `a`: the strategy the rule picks, by where its plan keeps the
+// row (registers: warp_per_row, shared memory: block_cached, nowhere: block_uncached).
 Rung<LayerNormArgs> picked_rung(const LayerNormArgs& a) {
-  switch (dispatched_strategy(a.cols, a.dtype)) {
-    case Strategy::warp_per_row:
-      return Rungs<kThisBackend>::warp_per_row();
-    case Strategy::block_cached:
-      return Rungs<kThisBackend>::block_cached();
-    case Strategy::block_uncached:
-      break;
-  }
-  return Rungs<kThisBackend>::block_uncached();
-}
-
-void launch_dispatch(const LayerNormArgs& a) {
-  picked_rung(a).launch(a);
-}
-
-// It moves what the strategy it picks moves.
-Traffic dispatched(const LayerNormArgs& a) {
-  return picked_rung(a).traffic(a);
+  return rung_keeping_the_row(
+      dispatch_plan(a.cols, a.dtype, can_vectorize(a)).cache, &Rungs<kThisBackend>::warp_per_row,
+      &Rungs<kThisBackend>::block_cached, &Rungs<kThisBackend>::block_uncached);
 }
 
 }  // namespace
 
-WB_RUNG(LayerNormArgs, dispatch,
-        "picks the first of the three that holds the row (choose_strategy)",
-        row_limits(kMaxCols, kLayerNormDtypes), &launch_dispatch, &dispatched,
-        row_facts(&dispatch_plan))
+WB_ROW_RUNG(LayerNormArgs, dispatch,
+            "picks the first of the three that holds the row (choose_strategy)", layernorm_limits(),
+            &launch_picked<LayerNormArgs, picked_rung>, &picked_traffic<LayerNormArgs, picked_rung>)
 
 }  // namespace wb::ch07
