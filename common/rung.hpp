@@ -68,6 +68,9 @@ struct RungLimits {
   int max_bh = 0;
   bool causal = false;
   unsigned outputs = 0;
+  /// Attention: the softmax scale must be > 0 (a rung that takes the row max over unscaled
+  /// scores and folds the scale into exp2, chapter 08's eq. 5: with scale <= 0 it is the min).
+  bool positive_scale = false;
 
   bool takes(Dtype t) const {
     for (Dtype d : dtypes)
@@ -202,6 +205,15 @@ template <typename Args>
 const Rung<Args>* find_rung(const Ladder<Args>& ladder, const std::string& name) {
   for (const Rung<Args>& r : ladder)
     if (name == r.name) return &r;
+  return nullptr;
+}
+
+/// The rung whose record holds the launcher `launch`, or nullptr: a launcher that several rungs
+/// share, each with its own template arguments, names the one it serves in its refusals.
+template <typename Args>
+const Rung<Args>* rung_launching(const Ladder<Args>& ladder, void (*launch)(const Args&)) {
+  for (const Rung<Args>& r : ladder)
+    if (r.launch == launch) return &r;
   return nullptr;
 }
 

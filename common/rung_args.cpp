@@ -88,6 +88,8 @@ std::string refusal(const RungLimits& limits, const AttentionArgs& a) {
       ((need & kWritesLse) && !a.lse) || ((need & kWritesMd) && !a.md) ||
       ((need & kWritesP) && !a.p))
     return "an input or an output it writes is null";
+  if (limits.positive_scale && !(a.scale > 0.f))
+    return "the softmax scale must be positive (the row max is taken over unscaled scores)";
   return "";
 }
 

@@ -18,8 +18,11 @@
 //                  from shared memory at each tile (registers hold the second row tile's O)
 //                  eq. (7)
 // What the rungs share: the tiles' layouts (tile_layout.hpp), the tile and fragment loads
-// (fast_tiles.cuh), the warp's products, online softmax and epilogue (warp_tile.cuh), the
-// launch of a kernel (fast_launch.cuh), and their limits, traffic and facts (below).
+// (fast_tiles.cuh), the warp's products, online softmax, re-pack of eq. (1) and epilogue
+// (warp_tile.cuh), what every kernel does around its loop (fast_block.cuh), the kernel of rungs
+// 2 to 4, whose fragments are its template parameter (mma_kernel.cuh), the double-buffered loop
+// of rungs 5 to 7 (kv_pipeline.cuh), the launch of a kernel (fast_launch.cuh), and their limits,
+// traffic and facts (below).
 #pragma once
 
 #include <cstdint>
@@ -68,11 +71,17 @@ struct Kernels {
 // in `a.dtype`; lse (bh, lq) float; tiles_visited nullptr or (bh, ceil(lq / Br)) ints, the K/V
 // tiles each block loaded.
 
-/// What every rung of this chapter takes (the 16-byte alignment and, for fa2_scheduled and
-/// fa2_register_blocked, a positive scale are checked by their launchers).
+/// What every rung of this chapter takes (the 16-byte alignment is checked by its launcher).
 inline RungLimits fast_limits() {
   return attention_limits({Dtype::fp16, Dtype::bf16}, 0, {64, 128}, ch04::kMaxBatchHeads,
                           /*causal=*/true, kWritesO | kWritesLse);
+}
+
+/// What a rung with the scale folded into exp2 takes (eq. 5): fast_limits and a positive scale.
+inline RungLimits folded_scale_limits() {
+  RungLimits l = fast_limits();
+  l.positive_scale = true;
+  return l;
 }
 
 /// What every rung of this chapter moves: chapter 06's per-Q-tile traffic with kBr query rows

@@ -115,7 +115,7 @@ struct PairFragments {
   /// memory.
   template <typename T>
   __device__ __forceinline__ static void load_b_of_k(std::uint32_t (&b0)[2], std::uint32_t (&b1)[2],
-                                                const T* tile, int key0, int col0, int lane) {
+                                                     const T* tile, int key0, int col0, int lane) {
     const int g = lane / 4, t = lane % 4;
     b0[0] = ptx::load_pair(tile + Layout::offset(key0 + g, col0 + 2 * t));
     b0[1] = ptx::load_pair(tile + Layout::offset(key0 + g, col0 + 2 * t + 8));
@@ -129,7 +129,7 @@ struct PairFragments {
   /// stride apart in memory.
   template <typename T>
   __device__ __forceinline__ static void load_b_of_v(std::uint32_t (&b0)[2], std::uint32_t (&b1)[2],
-                                                const T* tile, int key0, int col0, int lane) {
+                                                     const T* tile, int key0, int col0, int lane) {
     const int g = lane / 4, t = lane % 4;
     for (int group = 0; group < 2; ++group) {
       std::uint32_t(&b)[2] = group == 0 ? b0 : b1;
@@ -157,7 +157,7 @@ struct LdmatrixFragments {
 
   template <typename T>
   __device__ __forceinline__ static void load_b_of_k(std::uint32_t (&b0)[2], std::uint32_t (&b1)[2],
-                                                const T* tile, int key0, int col0, int lane) {
+                                                     const T* tile, int key0, int col0, int lane) {
     // Matrices (keys 0-7, cols 0-7), (0-7, 8-15), (8-15, 0-7), (8-15, 8-15) = b0, b1.
     std::uint32_t r[4];
     ptx::ldmatrix_x4(r, tile + Layout::fragment_offset(key0, col0, lane % 8 + 8 * (lane / 16),
@@ -167,7 +167,7 @@ struct LdmatrixFragments {
 
   template <typename T>
   __device__ __forceinline__ static void load_b_of_v(std::uint32_t (&b0)[2], std::uint32_t (&b1)[2],
-                                                const T* tile, int key0, int col0, int lane) {
+                                                     const T* tile, int key0, int col0, int lane) {
     // Matrices (keys 0-7, cols 0-7), (8-15, 0-7), (0-7, 8-15), (8-15, 8-15), each transposed.
     std::uint32_t r[4];
     ptx::ldmatrix_x4_trans(

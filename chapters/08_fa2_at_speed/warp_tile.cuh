@@ -3,9 +3,9 @@
 // eq. 3, the row statistics by two shuffles; its exponentials scaled or, eq. 5, folded into
 // exp2), O += P~ V from a shared V tile, and the epilogue that writes O and the logsumexp;
 // the products for one tile of 16 query rows or several (fa2_register_blocked: two, eq. 7),
-// their fragments read as the rung says (fast_tiles.cuh). Each rung's attend_tile
-// (rungs/N_name.cuh) puts them together with the re-pack of eq. (1); chapter 09's tensor-core
-// decode kernel does the same with 16 keys per warp. Device code only (this file compiles to
+// their fragments read as the rung says (fast_tiles.cuh); the re-pack of eq. (1) and
+// attend_keys, one step of keys put together (chapter 09's tensor-core decode kernel does the
+// same with 16 keys per warp). Device code only (this file compiles to
 // nothing by itself).
 // Test: ctest --test-dir build -R "08_fa2_at_speed|09_flash_decoding" --output-on-failure
 #pragma once
@@ -162,8 +162,8 @@ struct FoldedExp2 {
 /// rescaled, and s overwritten by P~ = e^{s - m_new}. s[n][e] is row g + 8 (e / 2), key
 /// 8n + 2t + e % 2.
 template <typename Exp, int kGroups, int D, typename IsMasked>
-__device__ __forceinline__ void softmax_on_scores(float (&s)[kGroups][4], WarpState<D>& st,
-                                                  Exp exp, bool masked, IsMasked is_masked) {
+__device__ __forceinline__ void softmax_on_scores(float (&s)[kGroups][4], WarpState<D>& st, Exp exp,
+                                                  bool masked, IsMasked is_masked) {
   const int lane = threadIdx.x, g = lane / 4, t = lane % 4;
   float m_tile[2] = {-INFINITY, -INFINITY};
   for (int n = 0; n < kGroups; ++n) {
@@ -196,6 +196,61 @@ __device__ __forceinline__ void softmax_on_scores(float (&s)[kGroups][4], WarpSt
 // [register_softmax]
 
 // ------------------------------------------------------------------------------------------
+// P~ back into the products, eq. (1), and one step of keys put together
+// ------------------------------------------------------------------------------------------
+
+/// Chapter 06's eq. (6) on a block of S~: row row0 + r against key key0 + c is masked when the
+/// key is past lk or, under the causal mask, the row does not see it.
+struct KeyMask {
+  AttentionShape shape;
+  bool causal;
+  int row0, key0;
+  __device__ bool operator()(int r, int c) const {
+    const int i = row0 + r, j = key0 + c;
+    return j >= shape.lk || (causal && !ch04::causal_visible(i, j, shape.lq, shape.lk));
+  }
+};
+
+// [repack]
+/// Eq. (1): P~'s A fragment pa of 16 keys, from the accumulators of their two groups of 8, lo
+/// (columns 0-7 of A) and hi (columns 8-15), each row pair rounded to T and packed. A's
+/// registers (g, 2t..), (g + 8, 2t..), (g, 2t + 8..), (g + 8, 2t + 8..) are exactly the
+/// accumulators' (g, 2t..) and (g + 8, 2t..) of lo and then of hi: no lane needs another's.
+template <typename T>
+__device__ __forceinline__ void pack_p(const float (&lo)[4], const float (&hi)[4],
+                                       std::uint32_t (&pa)[4]) {
+  // [exercise]
+  pa[0] = ptx::pack_pair<T>(lo[0], lo[1]);
+  pa[1] = ptx::pack_pair<T>(lo[2], lo[3]);
+  pa[2] = ptx::pack_pair<T>(hi[0], hi[1]);
+  pa[3] = ptx::pack_pair<T>(hi[2], hi[3]);
+  // [exercise]
+}
+// [repack]
+
+/// Keys [key0, key0 + kStepKeys) of a K/V tile for the warp's 16 rows: S~ = Q K^T into
+/// registers, the online softmax on them with the exponentials of Exp, every score compared
+/// with `mask` (chapter 06's eqs. 3 and 6), then O += P~ V with P~ re-packed from the same
+/// registers (eq. 1): the step of the rungs up to fa2_cp_async. qa: the warp's Q fragments;
+/// k_tile, v_tile: (kKeys, D) in shared memory; st: the warp's state.
+template <typename T, typename Fragments, int kStepKeys, typename Exp, int D>
+__device__ __forceinline__ void attend_keys(const std::uint32_t (&qa)[D / 16][4], const T* k_tile,
+                                            const T* v_tile, int key0, Exp exp, KeyMask mask,
+                                            WarpState<D>& st) {
+  // S~ = Q K^T: s[n] is the 16 x 8 block of keys key0 + [8n, 8n + 8).
+  float s[kStepKeys / 8][4] = {};
+  tile_scores<T, Fragments>(qa, k_tile, key0, s);
+  softmax_on_scores(s, st, exp, /*masked=*/true, mask);
+  // + P~ V, 16 keys at a time: keys [16 kk, 16 kk + 16) are the groups 2 kk and 2 kk + 1.
+#pragma unroll
+  for (int kk = 0; kk < kStepKeys / 16; ++kk) {
+    std::uint32_t pa[4] = {};
+    pack_p<T>(s[2 * kk], s[2 * kk + 1], pa);
+    accumulate_pv<T, Fragments>(pa, v_tile, key0 + 16 * kk, st);
+  }
+}
+
+// ------------------------------------------------------------------------------------------
 // The epilogue: chapter 06's eqs. (4), (5)
 // ------------------------------------------------------------------------------------------
 
@@ -203,8 +258,8 @@ __device__ __forceinline__ void softmax_on_scores(float (&s)[kGroups][4], WarpSt
 /// from r0 of head b, with state st (its m the max of scaled scores), in lane (g, t) of the
 /// warp. o: (bh, lq, D); lse: (bh, lq); the rows at or past lq are not written.
 template <typename T, int D>
-__device__ __forceinline__ void store_rows(const WarpState<D>& st, T* o, float* lse, int b,
-                                           int r0, int lq, int g, int t) {
+__device__ __forceinline__ void store_rows(const WarpState<D>& st, T* o, float* lse, int b, int r0,
+                                           int lq, int g, int t) {
   for (int h = 0; h < 2; ++h) {
     const float l = group_sum(st.l[h]);            // the 4 lanes' shares of the row
     const float inv_l = ch01::inverse_or_zero(l);  // 0 for a fully masked row

@@ -5,10 +5,28 @@ include_guard(GLOBAL)
 # and a cuda one when nvcc is there. The untouched stub only has to fail its sim checks
 # (exercise-stub-fails runs the sim suite): its cuda side is the reference kernels, which
 # saves CI an nvcc build of every chapter's kernels; a learner's file gets both.
-function(_wb_exercise_kernels ch suffix kernels exercise_kernel exercise_header)
+# An exercise file that the chapter's other kernel files include (a helper every rung calls,
+# chapter 08's warp_tile.cuh) is swapped where they include it: every kernel file is compiled
+# again, with a folder first on the include path that holds `exercise_header` under the
+# exercise file's own path (`rel`, from the project's root).
+function(_wb_exercise_kernels ch suffix kernels exercise_kernel exercise_header rel)
   set(headers ${kernels})
   list(TRANSFORM headers REPLACE "^${exercise_kernel}$" "${exercise_header}")
-  if(TARGET ${ch}_sim_shared)  # only the exercise's file compiled again
+  set(shadow)
+  foreach(kernel IN LISTS kernels)
+    file(STRINGS ${kernel} includes_it REGEX "#include \"${rel}\"")
+    if(includes_it)
+      set(shadow ${CMAKE_CURRENT_BINARY_DIR}/exercise_${suffix}_include)
+    endif()
+  endforeach()
+  if(shadow)
+    get_filename_component(shadow_dir ${shadow}/${rel} DIRECTORY)
+    file(MAKE_DIRECTORY ${shadow_dir})
+    file(CREATE_LINK ${exercise_header} ${shadow}/${rel} SYMBOLIC)
+    _wb_kernel_library(${ch}_sim_${suffix} CXX sim_${suffix} "${headers}")
+    target_include_directories(${ch}_sim_${suffix} BEFORE PRIVATE ${shadow})
+    set(compiled ${ch}_sim_${suffix})
+  elseif(TARGET ${ch}_sim_shared)  # only the exercise's file compiled again
     _wb_kernel_library(${ch}_sim_${suffix}_file CXX sim_${suffix} "${exercise_header}")
     add_library(${ch}_sim_${suffix} INTERFACE)
     _wb_link_kernel_group(${ch}_sim_${suffix} ${ch}_sim_${suffix}_file ${ch}_sim_shared)
@@ -22,6 +40,9 @@ function(_wb_exercise_kernels ch suffix kernels exercise_kernel exercise_header)
     list(APPEND libs ${ch}_cuda)
   elseif(WB_HAVE_CUDA)
     _wb_kernel_library(${ch}_cuda_${suffix} CUDA cuda_${suffix} "${headers}")
+    if(shadow)
+      target_include_directories(${ch}_cuda_${suffix} BEFORE PRIVATE ${shadow})
+    endif()
     # A stub leaves variables the missing lines would use: nvcc's "declared but never
     # referenced" (177) is expected there.
     target_compile_options(${ch}_cuda_${suffix} PRIVATE -diag-suppress=177)
@@ -77,7 +98,7 @@ function(_wb_add_chapter_exercise chapter ch test_sources kernels)
     COMMENT "exercise ${chapter}: stub from ${rel}" VERBATIM)
   add_custom_target(${ch}_exercise_stub DEPENDS ${stub})
 
-  _wb_exercise_kernels(${ch} stub "${kernels}" ${exercise_kernel} ${stub})
+  _wb_exercise_kernels(${ch} stub "${kernels}" ${exercise_kernel} ${stub} ${rel})
   add_executable(test_${chapter}_stub ${test_sources})
   target_link_libraries(test_${chapter}_stub PRIVATE ${ch}_base ${exercise_libs} wb_test_main wb_warnings)
   add_test(NAME ${chapter}/exercise-stub-fails
@@ -86,7 +107,7 @@ function(_wb_add_chapter_exercise chapter ch test_sources kernels)
     PASS_REGULAR_EXPRESSION "\\[FAIL\\]" FAIL_REGULAR_EXPRESSION "exception:")
 
   _wb_exercise_kernels(${ch} learner "${kernels}" ${exercise_kernel}
-                       ${PROJECT_SOURCE_DIR}/exercises/${chapter}/${name})
+                       ${PROJECT_SOURCE_DIR}/exercises/${chapter}/${name} ${rel})
   add_executable(test_${chapter}_learner EXCLUDE_FROM_ALL ${test_sources})
   target_link_libraries(test_${chapter}_learner PRIVATE ${ch}_base ${exercise_libs} wb_test_main)
   foreach(lib IN LISTS exercise_libs exercise_compiled)

@@ -170,6 +170,23 @@ def comparable(kernels, text, page, nvcc_version, archs):
     return "yes"
 
 
+# Rungs 2 to 4 of chapter 08 are one kernel, fa2_mma_kernel<T, D, Fragments>: the fragments it
+# reads and the layout of their tiles (its third argument) say which rung an instance is.
+MMA_RUNGS = {("PairFragments", "false"): "fa2_mma", ("LdmatrixFragments", "false"): "fa2_ldmatrix",
+             ("LdmatrixFragments", "true"): "fa2_swizzle"}
+
+
+def page_rung(name):
+    """(rung, D) of a kernel of chapter 08's rung table, or None."""
+    m = re.fullmatch(r"ch08::fa2_mma_kernel<[^,]+, (\d+), ch08::(\w+)<ch08::TileLayout<\d+, "
+                     r"(true|false)> ?> ?>", name)
+    if m:
+        rung = MMA_RUNGS.get((m.group(2), m.group(3)))
+        return (rung, int(m.group(1))) if rung else None
+    m = re.fullmatch(r"ch08::(fa2_\w+)_kernel<[^,]+, (\d+)>", name)
+    return (m.group(1), int(m.group(2))) if m else None
+
+
 def check_page(kernels, names, page, nvcc_version):
     """The page's rung table against sm_90's registers (fp16 and bf16 alike)."""
     text = page.read_text()
@@ -178,9 +195,9 @@ def check_page(kernels, names, page, nvcc_version):
         return int(verdict == "error")
     measured = {}  # (rung, D) -> set of sm_90 registers
     for mangled, k in kernels.items():
-        m = re.fullmatch(r"ch08::(fa2_\w+)_kernel<[^,]+, (\d+)>", names[mangled])
-        if m and "sm_90" in k.registers:
-            measured.setdefault((m.group(1), int(m.group(2))), set()).add(k.registers["sm_90"])
+        rung_and_d = page_rung(names[mangled])
+        if rung_and_d and "sm_90" in k.registers:
+            measured.setdefault(rung_and_d, set()).add(k.registers["sm_90"])
     # The register table's rows: rung | registers | blocks (warps) | registers | blocks (warps);
     # the measured ladder's rows (TFLOP/s) have no "(warps)" column and are not matched.
     row = re.compile(r"^\| `(fa2_\w+)` \| (\d+) \| \d+ \(\d+\) \| (\d+) \| \d+ \(\d+\) \|", re.M)

@@ -8,7 +8,8 @@
 // Changed since rung 4 (fa2_swizzle): the K/V tiles have two buffers and are copied by
 //           cp.async, without passing through registers: tile j + 1 is in flight while tile j
 //           is computed, eq. (4) of fa2_at_speed.md (wait_group 1, then a barrier; a barrier
-//           again before a buffer is refilled).
+//           again before a buffer is refilled: for_each_kv_tile in kv_pipeline.cuh, which the
+//           later rungs keep). Its own kernel from here on: the loop is no longer rung 2's.
 // Launch shape: grid (ceil(lq / 64), bh), block (32, 4): warp y owns query rows
 //           [64 x + 16 y, 64 x + 16 y + 16) of block x's Q tile of Br = 64 rows; K/V tiles of
 //           Bc = 64 keys. Dynamic shared memory: two buffers of one K and one V tile of 64 rows
@@ -27,10 +28,11 @@
 #include <cstdint>
 
 #include "chapters/08_fa2_at_speed/fa2_at_speed.hpp"
+#include "chapters/08_fa2_at_speed/fast_block.cuh"
 #include "chapters/08_fa2_at_speed/fast_launch.cuh"
 #include "chapters/08_fa2_at_speed/fast_tiles.cuh"
+#include "chapters/08_fa2_at_speed/kv_pipeline.cuh"
 #include "chapters/08_fa2_at_speed/warp_tile.cuh"
-#include "common/ptx.cuh"
 #include "common/tile_shape.cuh"
 
 namespace wb::ch08 {
@@ -39,47 +41,7 @@ namespace {  // kernels have internal linkage: one copy per backend's translatio
 constexpr int kWarps = 4;                // a warp per 16 query rows
 constexpr int kBr = kWarps * kWarpRows;  // query rows per block
 constexpr int kThreads = kWarps * kWarpSize;
-template <int D>
-using Tile = SwizzledTile<D>;  // rows unpadded, 16-byte chunks XOR-swizzled, eq. (3)
-template <int D>
-using Fragments = LdmatrixFragments<Tile<D>>;  // by ldmatrix .x4, eq. (2)
-constexpr int kBuffers = 2;                    // of one K and one V tile each, eq. (4)
-/// The K/V buffers; the Q tile is staged in buffer 1 before the loop.
-template <int D>
-constexpr int kSharedBytes = kBuffers * 2 * (kKeys * Tile<D>::kRowBytes);
-static_assert(kBr <= 2 * kKeys, "the Q tile is staged in one K/V pair");
-
-/// One K/V tile for the warp's 16 rows from w0: S~ = Q K^T into registers, the online softmax
-/// on them (chapter 06's eq. 3), then O += P~ V with P~ re-packed from the same registers.
-/// qa: the warp's Q fragments; k_tile, v_tile: (kKeys, D) in shared memory; j0: the tile's
-/// first key; st: the warp's state.
-template <typename T, int D>
-__device__ __forceinline__ void attend_tile(const std::uint32_t (&qa)[D / 16][4], const T* k_tile,
-                                            const T* v_tile, int w0, int j0, AttentionShape shape,
-                                            float scale, bool causal, WarpState<D>& st) {
-  // S~ = Q K^T: s[n] is the 16 x 8 block of keys j0 + [8n, 8n + 8).
-  float s[kKeys / 8][4] = {};
-  tile_scores<T, Fragments<D>>(qa, k_tile, 0, s);
-  // Eq. (6) of chapter 06: row w0 + r against key j0 + c, and the keys past lk.
-  softmax_on_scores(s, st, ScaledExp{scale}, /*masked=*/true, [&](int r, int c) {
-    const int i = w0 + r, j = j0 + c;
-    return j >= shape.lk || (causal && !ch04::causal_visible(i, j, shape.lq, shape.lk));
-  });
-
-  // + P~ V, 16 keys at a time. Eq. (1): the A fragment of keys [16 kk, 16 kk + 16) is the
-  // accumulators of key groups 2 kk (columns 0-7 of A) and 2 kk + 1 (columns 8-15), each row
-  // pair rounded and packed: A's registers (g, 2t..), (g + 8, 2t..), (g, 2t + 8..),
-  // (g + 8, 2t + 8..) are exactly S's (g, 2t..) and (g + 8, 2t..) of the two groups.
-#pragma unroll
-  for (int kk = 0; kk < kKeys / 16; ++kk) {
-    std::uint32_t pa[4] = {};
-    pa[0] = ptx::pack_pair<T>(s[2 * kk][0], s[2 * kk][1]);
-    pa[1] = ptx::pack_pair<T>(s[2 * kk][2], s[2 * kk][3]);
-    pa[2] = ptx::pack_pair<T>(s[2 * kk + 1][0], s[2 * kk + 1][1]);
-    pa[3] = ptx::pack_pair<T>(s[2 * kk + 1][2], s[2 * kk + 1][3]);
-    accumulate_pv<T, Fragments<D>>(pa, v_tile, 16 * kk, st);
-  }
-}
+static_assert(kBr <= 2 * kKeys, "the Q tile is staged in one K/V pair of buffer 1");
 
 // q: (bh, lq, D); k, v: (bh, lk, D); o: (bh, lq, D), all of type T; lse: (bh, lq) float;
 // scale: the softmax scale; causal: apply eq. (6) of chapter 06; tiles_visited: nullptr or
@@ -91,75 +53,45 @@ __global__ void __launch_bounds__(kThreads)
     fa2_cp_async_kernel(const T* __restrict__ q, const T* __restrict__ k, const T* __restrict__ v,
                         T* __restrict__ o, float* __restrict__ lse, AttentionShape shape,
                         float scale, bool causal, int* __restrict__ tiles_visited) {
-  constexpr int kTileElements = kKeys * Tile<D>::kLd;  // one K or V tile
-  const int lq = shape.lq, lk = shape.lk, b = blockIdx.y;
-  const int i0 = blockIdx.x * kBr;
+  const int b = blockIdx.y, i0 = blockIdx.x * kBr;
   const int warp = threadIdx.y, lane = threadIdx.x, g = lane / 4, t = lane % 4;
   const int w0 = i0 + warp * kWarpRows;  // the warp's first query row
-  const T* q_b = q + std::size_t(b) * lq * D;
-  const T* k_b = k + std::size_t(b) * lk * D;
-  const T* v_b = v + std::size_t(b) * lk * D;
+  const HeadInputs<T, D> head(q, k, v, shape, b);
 
   // Buffer u: K at 2u kTileElements, V right after it; the Q tile staged in buffer 1 before
-  // the loop.
-  T* smem = dynamic_shared<T>();
-  T* q_tile = smem + 2 * kTileElements;
-  const int rows = min(kBr, lq - i0);
-  const int tiles = ch06::kv_tiles_to_visit(i0, rows, lq, lk, kKeys, causal);  // eq. (7), ch. 06
-
-  // Q and the first K/V tile in one group.
-  load_tile_async<Tile<D>, kThreads, kBr>(q_b, i0, lq, q_tile);
-  if (tiles > 0) {
-    load_tile_async<Tile<D>, kThreads, kKeys>(k_b, 0, lk, smem);
-    load_tile_async<Tile<D>, kThreads, kKeys>(v_b, 0, lk, smem + kTileElements);
-  }
-  ptx::cp_async_commit();
-  ptx::cp_async_wait<0>();
-  __syncthreads();  // the Q tile is complete
-  // The warp's 16 rows of Q as A fragments, kept in registers for the whole loop.
+  // the loop, copied with K/V tile 0 in one group.
+  T* kv = dynamic_shared<T>();
+  T* q_tile = kv + 2 * kKeys * SwizzledTile<D>::kLd;
+  const int rows = min(kBr, shape.lq - i0);
+  const int tiles =
+      ch06::kv_tiles_to_visit(i0, rows, shape.lq, shape.lk, kKeys, causal);  // eq. (7)
+  load_q_and_first_kv<SwizzledTile<D>, kThreads, kBr>(head, i0, shape, tiles, q_tile, kv);
   std::uint32_t qa[D / 16][4];
-  for (int ks = 0; ks < D / 16; ++ks)
-    Fragments<D>::load_a(qa[ks], q_tile, warp * kWarpRows, 16 * ks, lane);
-
+  load_q_fragments<SwizzledFragments<D>>(qa, q_tile, warp * kWarpRows, lane);
   WarpState<D> st;
   st.clear();
-
-  // The last key the warp's last row sees (eq. 6): a tile past it is masked for all its rows.
-  const int warp_last_key = causal ? w0 + kWarpRows - 1 + (lk - lq) : lk - 1;
-  const bool warp_has_rows = w0 < lq;
   __syncthreads();  // every warp holds its Q: buffer 1 is free
-  // [cp_async_loop]
-  for (int jt = 0; jt < tiles; ++jt) {
-    const int j0 = jt * kKeys;
-    // Eq. (4): tile jt + 1 is copied into the other buffer while tile jt is computed.
-    if (jt + 1 < tiles) {
-      T* next = smem + (jt + 1) % 2 * 2 * kTileElements;
-      load_tile_async<Tile<D>, kThreads, kKeys>(k_b, j0 + kKeys, lk, next);
-      load_tile_async<Tile<D>, kThreads, kKeys>(v_b, j0 + kKeys, lk, next + kTileElements);
-    }
-    ptx::cp_async_commit();
-    ptx::cp_async_wait<1>();  // all but the newest group: tile jt has landed
-    __syncthreads();          // ... for every thread's copies
-    const T* k_tile = smem + jt % 2 * 2 * kTileElements;
-    // A warp with no row below lq, or whose rows all mask this tile, would add exactly 0: it
-    // skips the products (the condition is the same in all its lanes).
-    if (warp_has_rows && j0 <= warp_last_key)
-      attend_tile<T, D>(qa, k_tile, k_tile + kTileElements, w0, j0, shape, scale, causal, st);
-    __syncthreads();  // tile jt read: its buffer may be refilled
-  }
-  // [cp_async_loop]
 
-  store_rows<T, D>(st, o, lse, b, w0, lq, g, t);  // chapter 06's eqs. (4), (5)
-  if (tiles_visited != nullptr && threadIdx.x == 0 && threadIdx.y == 0)
-    tiles_visited[std::size_t(b) * gridDim.x + blockIdx.x] = tiles;
+  const int warp_last_key = last_visible_key(w0, kWarpRows, shape, causal);
+  for_each_kv_tile<SwizzledTile<D>, kThreads>(
+      head, shape.lk, tiles, kv, [&](int j0, const T* k_tile, const T* v_tile) {
+        // A warp with no row below lq, or whose rows all mask this tile, would add exactly 0: it
+        // skips the products (the condition is the same in all its lanes).
+        if (w0 < shape.lq && j0 <= warp_last_key)
+          attend_keys<T, SwizzledFragments<D>, kKeys>(qa, k_tile, v_tile, 0, ScaledExp{scale},
+                                                      KeyMask{shape, causal, w0, j0}, st);
+      });
+
+  store_rows<T, D>(st, o, lse, b, w0, shape.lq, g, t);  // ch. 06's eqs. (4), (5)
+  record_tiles_visited(tiles_visited, b, blockIdx.x, tiles);
 }
 
 void launch_fa2_cp_async(const AttentionArgs& a) {
   with_tile_shape("fa2_cp_async", a.dtype, a.shape.d, {a.q, a.k, a.v, a.o}, "q, k, v and o",
                   [&](auto t, auto d) {
-                    using T = decltype(t);
                     constexpr int D = decltype(d)::value;
-                    launch_fast<fa2_cp_async_kernel<T, D>, T>(a, kBr, kWarps, kSharedBytes<D>);
+                    launch_fast<fa2_cp_async_kernel<decltype(t), D>>(
+                        a, kBr, kWarps, kKvBufferBytes<SwizzledTile<D>>);
                   });
 }
 

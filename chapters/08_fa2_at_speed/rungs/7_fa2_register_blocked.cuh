@@ -28,13 +28,13 @@
 #include "common/kernel.cuh"
 
 #include <cstdint>
-#include <stdexcept>
 
 #include "chapters/08_fa2_at_speed/fa2_at_speed.hpp"
+#include "chapters/08_fa2_at_speed/fast_block.cuh"
 #include "chapters/08_fa2_at_speed/fast_launch.cuh"
 #include "chapters/08_fa2_at_speed/fast_tiles.cuh"
+#include "chapters/08_fa2_at_speed/kv_pipeline.cuh"
 #include "chapters/08_fa2_at_speed/warp_tile.cuh"
-#include "common/ptx.cuh"
 #include "common/tile_shape.cuh"
 
 namespace wb::ch08 {
@@ -45,14 +45,9 @@ constexpr int kRowTiles = 2;  // of 16 rows per warp, eq. (7)
 constexpr int kRowsPerWarp = kRowTiles * kWarpRows;
 constexpr int kBr = kWarps * kRowsPerWarp;  // query rows per block
 constexpr int kThreads = kWarps * kWarpSize;
+/// The K/V buffers of eq. (4), then the Q tile.
 template <int D>
-using Tile = SwizzledTile<D>;  // rows unpadded, 16-byte chunks XOR-swizzled, eq. (3)
-template <int D>
-using Fragments = LdmatrixFragments<Tile<D>>;  // by ldmatrix .x4, eq. (2)
-constexpr int kBuffers = 2;                    // of one K and one V tile each, eq. (4)
-/// The K/V buffers, then the Q tile.
-template <int D>
-constexpr int kSharedBytes = (kBuffers * 2 * kKeys + kBr) * Tile<D>::kRowBytes;
+constexpr int kSharedBytes = kKvBufferBytes<SwizzledTile<D>> + kBr* SwizzledTile<D>::kRowBytes;
 
 /// Keys per online-softmax step within a K/V tile (chapter 06's eq. 3 does not care how the keys
 /// are grouped): all kKeys, but 32 at d = 128, where a warp holds O for 32 rows (128 registers)
@@ -62,8 +57,8 @@ constexpr int kStepKeys = D > 64 ? kKeys / 2 : kKeys;
 
 /// One K/V tile for the warp's kRowTiles tiles of 16 rows from w0, kStepKeys<D> keys at a
 /// time: S~ = Q K^T into registers, the online softmax on them (chapter 06's eq. 3), then
-/// O += P~ V with P~ re-packed from the same registers; each K or V fragment read serves both
-/// row tiles. q_fragment(mt, ks, a): row tile mt's Q fragment of head columns
+/// O += P~ V with P~ re-packed from the same registers (eq. 1); each K or V fragment read
+/// serves both row tiles. q_fragment(mt, ks, a): row tile mt's Q fragment of head columns
 /// [16 ks, 16 ks + 16); k_tile, v_tile: (kKeys, D) in shared memory; j0: the tile's first key;
 /// st[mt]: row tile mt's state.
 template <typename T, int D, typename QFragment>
@@ -77,35 +72,23 @@ __device__ __forceinline__ void attend_tile(QFragment q_fragment, const T* k_til
     const int j_first = j0 + key0;  // the step's first key
     // S~ = Q K^T: s[mt][n] is the 16 x 8 block of keys j_first + [8n, 8n + 8), row tile mt.
     float s[kRowTiles][kStep / 8][4] = {};
-    row_tiles_scores<T, Fragments<D>, kRowTiles>(q_fragment, k_tile, key0, s);
+    row_tiles_scores<T, SwizzledFragments<D>, kRowTiles>(q_fragment, k_tile, key0, s);
 #pragma unroll
     for (int mt = 0; mt < kRowTiles; ++mt) {
       const int r0 = w0 + kWarpRows * mt;  // the row tile's first row
       // Eq. (6): without the row tile's diagonal and the end of the keys in the step, no mask.
       const bool masked = j_first + kStep > shape.lk ||
                           (causal && j_first + kStep - 1 > r0 + (shape.lk - shape.lq));
-      // Eq. (6) of chapter 06: row r0 + r against key j_first + c, and the keys past lk.
-      softmax_on_scores(s[mt], st[mt], FoldedExp2{scale * kLog2e}, masked, [&](int r, int c) {
-        const int i = r0 + r, j = j_first + c;
-        return j >= shape.lk || (causal && !ch04::causal_visible(i, j, shape.lq, shape.lk));
-      });
+      softmax_on_scores(s[mt], st[mt], FoldedExp2{scale * kLog2e}, masked,
+                        KeyMask{shape, causal, r0, j_first});
     }
-
-    // + P~ V, 16 keys at a time. Eq. (1): the A fragment of keys [16 kk, 16 kk + 16) is the
-    // accumulators of key groups 2 kk (columns 0-7 of A) and 2 kk + 1 (columns 8-15), each row
-    // pair rounded and packed: A's registers (g, 2t..), (g + 8, 2t..), (g, 2t + 8..),
-    // (g + 8, 2t + 8..) are exactly S's (g, 2t..) and (g + 8, 2t..) of the two groups.
+    // + P~ V, 16 keys at a time, both row tiles' P~ against each V fragment read.
 #pragma unroll
     for (int kk = 0; kk < kStep / 16; ++kk) {
       std::uint32_t pa[kRowTiles][4] = {};
 #pragma unroll
-      for (int mt = 0; mt < kRowTiles; ++mt) {
-        pa[mt][0] = ptx::pack_pair<T>(s[mt][2 * kk][0], s[mt][2 * kk][1]);
-        pa[mt][1] = ptx::pack_pair<T>(s[mt][2 * kk][2], s[mt][2 * kk][3]);
-        pa[mt][2] = ptx::pack_pair<T>(s[mt][2 * kk + 1][0], s[mt][2 * kk + 1][1]);
-        pa[mt][3] = ptx::pack_pair<T>(s[mt][2 * kk + 1][2], s[mt][2 * kk + 1][3]);
-      }
-      row_tiles_pv<T, Fragments<D>, kRowTiles>(pa, v_tile, key0 + 16 * kk, st);
+      for (int mt = 0; mt < kRowTiles; ++mt) pack_p<T>(s[mt][2 * kk], s[mt][2 * kk + 1], pa[mt]);
+      row_tiles_pv<T, SwizzledFragments<D>, kRowTiles>(pa, v_tile, key0 + 16 * kk, st);
     }
   }
   // [register_blocked_step]
@@ -122,84 +105,53 @@ __global__ void __launch_bounds__(kThreads)
                                 const T* __restrict__ v, T* __restrict__ o, float* __restrict__ lse,
                                 AttentionShape shape, float scale, bool causal,
                                 int* __restrict__ tiles_visited) {
-  constexpr int kTileElements = kKeys * Tile<D>::kLd;  // one K or V tile
-  const int lq = shape.lq, lk = shape.lk, b = blockIdx.y;
+  const int warp = threadIdx.y, lane = threadIdx.x, g = lane / 4, t = lane % 4;
   // Chapter 06's eq. (7): under the mask the last Q tiles see the most keys; they start first.
   const int x = causal ? int(gridDim.x - 1 - blockIdx.x) : int(blockIdx.x);
-  const int i0 = x * kBr;
-  const int warp = threadIdx.y, lane = threadIdx.x, g = lane / 4, t = lane % 4;
+  const int b = blockIdx.y, i0 = x * kBr;
   const int w0 = i0 + warp * kRowsPerWarp;  // the warp's first query row
-  const T* q_b = q + std::size_t(b) * lq * D;
-  const T* k_b = k + std::size_t(b) * lk * D;
-  const T* v_b = v + std::size_t(b) * lk * D;
+  const HeadInputs<T, D> head(q, k, v, shape, b);
 
-  // Buffer u: K at 2u kTileElements, V right after it; the Q tile after the buffers.
-  T* smem = dynamic_shared<T>();
-  T* q_tile = smem + kBuffers * 2 * kTileElements;
-  const int rows = min(kBr, lq - i0);
-  const int tiles = ch06::kv_tiles_to_visit(i0, rows, lq, lk, kKeys, causal);  // eq. (7), ch. 06
-
-  // Q and the first K/V tile in one group.
-  load_tile_async<Tile<D>, kThreads, kBr>(q_b, i0, lq, q_tile);
-  if (tiles > 0) {
-    load_tile_async<Tile<D>, kThreads, kKeys>(k_b, 0, lk, smem);
-    load_tile_async<Tile<D>, kThreads, kKeys>(v_b, 0, lk, smem + kTileElements);
-  }
-  ptx::cp_async_commit();
-  ptx::cp_async_wait<0>();
-  __syncthreads();  // the Q tile is complete
+  // Buffer u: K at 2u kTileElements, V right after it; the Q tile after the buffers, copied
+  // with K/V tile 0 in one group.
+  T* kv = dynamic_shared<T>();
+  T* q_tile = kv + 2 * 2 * kKeys * SwizzledTile<D>::kLd;
+  const int rows = min(kBr, shape.lq - i0);
+  const int tiles =
+      ch06::kv_tiles_to_visit(i0, rows, shape.lq, shape.lk, kKeys, causal);  // eq. (7)
+  load_q_and_first_kv<SwizzledTile<D>, kThreads, kBr>(head, i0, shape, tiles, q_tile, kv);
   // Each row tile's Q fragments, read from the Q tile whenever a key step needs them (eq. 7).
   const auto q_fragment = [&](int mt, int ks, std::uint32_t(&a)[4]) {
-    Fragments<D>::load_a(a, q_tile, warp * kRowsPerWarp + kWarpRows * mt, 16 * ks, lane);
+    SwizzledFragments<D>::load_a(a, q_tile, warp * kRowsPerWarp + kWarpRows * mt, 16 * ks, lane);
   };
-
   WarpState<D> st[kRowTiles];
   for (int mt = 0; mt < kRowTiles; ++mt) st[mt].clear();
 
-  // The last key the warp's last row sees (eq. 6): a tile past it is masked for all its rows.
-  const int warp_last_key = causal ? w0 + kRowsPerWarp - 1 + (lk - lq) : lk - 1;
-  const bool warp_has_rows = w0 < lq;
-  for (int jt = 0; jt < tiles; ++jt) {
-    const int j0 = jt * kKeys;
-    // Eq. (4): tile jt + 1 is copied into the other buffer while tile jt is computed.
-    if (jt + 1 < tiles) {
-      T* next = smem + (jt + 1) % 2 * 2 * kTileElements;
-      load_tile_async<Tile<D>, kThreads, kKeys>(k_b, j0 + kKeys, lk, next);
-      load_tile_async<Tile<D>, kThreads, kKeys>(v_b, j0 + kKeys, lk, next + kTileElements);
-    }
-    ptx::cp_async_commit();
-    ptx::cp_async_wait<1>();  // all but the newest group: tile jt has landed
-    __syncthreads();          // ... for every thread's copies
-    const T* k_tile = smem + jt % 2 * 2 * kTileElements;
-    // A warp with no row below lq, or whose rows all mask this tile, would add exactly 0: it
-    // skips the products (the condition is the same in all its lanes).
-    if (warp_has_rows && j0 <= warp_last_key)
-      attend_tile<T, D>(q_fragment, k_tile, k_tile + kTileElements, w0, j0, shape, scale, causal,
-                        st);
-    __syncthreads();  // tile jt read: its buffer may be refilled
-  }
+  // The last key the warp's last row sees (eq. 6), written out as in fa2_scheduled: nvcc 13.0
+  // gives the kernel 236 registers instead of 225 at d = 64 (sm_90) when it is a call.
+  const int warp_last_key = causal ? w0 + kRowsPerWarp - 1 + (shape.lk - shape.lq) : shape.lk - 1;
+  for_each_kv_tile<SwizzledTile<D>, kThreads>(
+      head, shape.lk, tiles, kv, [&](int j0, const T* k_tile, const T* v_tile) {
+        // A warp with no row below lq, or whose rows all mask this tile, would add exactly 0: it
+        // skips the products (the condition is the same in all its lanes).
+        if (w0 < shape.lq && j0 <= warp_last_key)
+          attend_tile<T, D>(q_fragment, k_tile, v_tile, w0, j0, shape, scale, causal, st);
+      });
 
   for (int mt = 0; mt < kRowTiles; ++mt) {
     // Eq. (5): m is of unscaled scores; the logsumexp's is m scale (scale > 0).
     for (int h = 0; h < 2; ++h) st[mt].m[h] *= scale;
-    store_rows<T, D>(st[mt], o, lse, b, w0 + kWarpRows * mt, lq, g, t);  // ch. 06's eqs. (4), (5)
+    store_rows<T, D>(st[mt], o, lse, b, w0 + kWarpRows * mt, shape.lq, g, t);
   }
-  if (tiles_visited != nullptr && threadIdx.x == 0 && threadIdx.y == 0)
-    tiles_visited[std::size_t(b) * gridDim.x + x] = tiles;
+  record_tiles_visited(tiles_visited, b, x, tiles);
 }
 
 void launch_fa2_register_blocked(const AttentionArgs& a) {
-  if (!(a.scale > 0.f))
-    throw std::invalid_argument(
-        "fa2_register_blocked: the softmax scale must be positive (the row max is taken over "
-        "unscaled "
-        "scores)");
   with_tile_shape("fa2_register_blocked", a.dtype, a.shape.d, {a.q, a.k, a.v, a.o}, "q, k, v and o",
                   [&](auto t, auto d) {
-                    using T = decltype(t);
                     constexpr int D = decltype(d)::value;
-                    launch_fast<fa2_register_blocked_kernel<T, D>, T>(a, kBr, kWarps,
-                                                                      kSharedBytes<D>);
+                    launch_fast<fa2_register_blocked_kernel<decltype(t), D>>(a, kBr, kWarps,
+                                                                             kSharedBytes<D>);
                   });
 }
 
@@ -208,6 +160,6 @@ void launch_fa2_register_blocked(const AttentionArgs& a) {
 WB_RUNG(AttentionArgs, fa2_register_blocked,
         "register blocking: Br = 128 over 4 warps of 32 rows, each K/V fragment read from "
         "shared memory feeds two mma; Q's fragments read from shared memory at each tile",
-        fast_limits(), &launch_fa2_register_blocked, &fast_traffic<kBr>, fast_facts<kBr>())
+        folded_scale_limits(), &launch_fa2_register_blocked, &fast_traffic<kBr>, fast_facts<kBr>())
 
 }  // namespace wb::ch08
