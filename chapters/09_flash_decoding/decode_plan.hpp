@@ -9,6 +9,7 @@
 
 #include "common/hd.hpp"
 #include "common/rung_args.hpp"
+#include "common/warp.hpp"
 
 namespace wb::ch09 {
 
@@ -17,9 +18,10 @@ namespace wb::ch09 {
 inline constexpr int kTileKeys = 32;
 /// Query rows of one block of the split kernel: up to 16 rows of a KV head's group.
 inline constexpr int kBlockRows = 16;
-/// Threads of one block of the split kernels (4 warps): the traffic formulas count what each
-/// thread reads of a paged cache's table.
-inline constexpr int kBlockThreads = 128;
+/// Warps of one block of the split kernels (split_kernel.cuh, rungs/4_mma_kv.cuh), and their
+/// threads: the traffic formulas count what each thread reads of a paged cache's table.
+inline constexpr int kBlockWarps = 4;
+inline constexpr int kBlockThreads = kBlockWarps * kWarpSize;
 /// The most query rows of one block of the streaming kernel (stream_kv): each lane holds its
 /// columns of every row's output in registers, 16 per row in fp16.
 inline constexpr int kStreamMaxRows = 4;

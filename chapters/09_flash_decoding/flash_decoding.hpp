@@ -112,6 +112,21 @@ __host__ __device__ inline KeyRange block_keys(int length, int splits, int s, in
   return k;
 }
 
+/// The grid of the split kernels (split_kernel.cuh, rungs/3_stream_kv.cuh, rungs/4_mma_kv.cuh),
+/// `splits` x row_tiles by batch x hkv blocks of R group rows each: block (x, y) takes split
+/// x / row_tiles and the group rows [R (x % row_tiles), + R) of KV head y % hkv of sequence
+/// y / hkv.
+struct SplitGrid {
+  DecodeShape shape;
+  int splits;
+  int row_tiles;  ///< ceil(g lq / R)
+};
+
+/// The grid for blocks of `block_rows` group rows.
+inline SplitGrid split_grid(const DecodeShape& shape, int splits, int block_rows) {
+  return {shape, splits, (shape.group() * shape.lq + block_rows - 1) / block_rows};
+}
+
 /// `splits` ranges cut at random points (any length, empty ones included), for the laws.
 inline std::vector<int> random_splits(int length, int splits, std::mt19937_64& rng) {
   std::vector<int> bounds = {0, length};

@@ -37,12 +37,9 @@ namespace {  // kernels have internal linkage: one copy per backend's translatio
 
 using ch04::kColumnsPerLane;  // output columns of a lane: c = lane + 32 t
 
-constexpr int kWarps = 4;
-constexpr int kRowsPerWarp = kBlockRows / kWarps;
-constexpr int kThreads = kWarps * kWarpSize;
-static_assert(kThreads == kBlockThreads, "the table reads of the traffic formula");
+constexpr int kRowsPerWarp = kBlockRows / kBlockWarps;
 static_assert(kTileKeys == ch04::kTileKeys, "the K/V tile of ch04::SharedTiles");
-static_assert(kRowsPerWarp * kWarps == kBlockRows, "every block row has a warp");
+static_assert(kRowsPerWarp * kBlockWarps == kBlockRows, "every block row has a warp");
 
 // q: (batch, hq, lq, d) of T; k, v: the cache, rows addressed by `cache` (eq. 9) of T;
 // lengths: (batch) or nullptr.
@@ -52,16 +49,16 @@ static_assert(kRowsPerWarp * kWarps == kBlockRows, "every block row has a warp")
 // [16 (blockIdx.x % row_tiles), + 16) of the group of KV head blockIdx.y % hkv of sequence
 // blockIdx.y / hkv; group row r is query head kv x g + r / lq, row r % lq.
 template <typename T, bool kPartial>
-__global__ void __launch_bounds__(kThreads)
+__global__ void __launch_bounds__(kBlockThreads)
     split_kernel(const T* __restrict__ q, const T* __restrict__ k, const T* __restrict__ v,
                  CacheRows cache, const int* __restrict__ lengths, void* __restrict__ o_out,
-                 float* __restrict__ lse_out, DecodeShape shape, int splits, int row_tiles,
-                 float scale, bool causal) {
+                 float* __restrict__ lse_out, SplitGrid grid, float scale, bool causal) {
   using Out = typename std::conditional<kPartial, float, T>::type;
   Out* o = static_cast<Out*>(o_out);
+  const DecodeShape& shape = grid.shape;
   const int d = shape.d, lq = shape.lq, g = shape.group();
-  const int s = blockIdx.x / row_tiles;
-  const int r0 = (blockIdx.x % row_tiles) * kBlockRows;
+  const int s = blockIdx.x / grid.row_tiles;
+  const int r0 = (blockIdx.x % grid.row_tiles) * kBlockRows;
   const int b = blockIdx.y / shape.hkv, kv = blockIdx.y % shape.hkv;
   const int group_rows = g * lq;
   const int rows = min(kBlockRows, group_rows - r0);
@@ -75,7 +72,7 @@ __global__ void __launch_bounds__(kThreads)
   load_rows(q + group_row0 * d, r0, kBlockRows, group_rows, d, d, smem.q);
   __syncthreads();  // length (and the Q tile) visible to every thread
   const int len = length[0];
-  const KeyRange keys = block_keys(len, splits, s, r0, rows, lq, causal);
+  const KeyRange keys = block_keys(len, grid.splits, s, r0, rows, lq, causal);
 
   float m[kRowsPerWarp], l[kRowsPerWarp];
   float ss[kRowsPerWarp][kColumnsPerLane] = {};  // SS of each owned row, eq. (1) of ch06
@@ -89,7 +86,7 @@ __global__ void __launch_bounds__(kThreads)
     const int j = j0 + lane;
 #pragma unroll
     for (int t = 0; t < kRowsPerWarp; ++t) {
-      const int rr = warp + t * kWarps;  // the block row; the same for the whole warp
+      const int rr = warp + t * kBlockWarps;  // the block row; the same for the whole warp
       if (rr >= rows) continue;
       const int i = (r0 + rr) % lq;
       float x = ch04::score(smem.q + rr * d, smem.k + lane * odd_stride(d), d, scale);
@@ -115,10 +112,10 @@ __global__ void __launch_bounds__(kThreads)
   }
 
   // eq. (1): the range's O normalized by its own l, and its logsumexp
-  const std::size_t out_rows = kPartial ? std::size_t(splits) : 1;
+  const std::size_t out_rows = kPartial ? std::size_t(grid.splits) : 1;
 #pragma unroll
   for (int t = 0; t < kRowsPerWarp; ++t) {
-    const int rr = warp + t * kWarps;
+    const int rr = warp + t * kBlockWarps;
     if (rr >= rows) continue;
     const std::size_t row = group_row0 + r0 + rr;
     const std::size_t at = row * out_rows + (kPartial ? s : 0);
@@ -138,13 +135,13 @@ __global__ void __launch_bounds__(kThreads)
 template <typename T, bool kPartial>
 void launch_split(const DecodeArgs& a, int splits) {
   const DecodeShape& s = a.shape;
-  const int row_tiles = ceil_div(s.group() * s.lq, kBlockRows);
+  const SplitGrid grid = split_grid(s, splits, kBlockRows);
   launch<split_kernel<T, kPartial>>(
-      dim3(splits * row_tiles, s.batch * s.hkv), dim3(kWarpSize, kWarps),
+      dim3(grid.splits * grid.row_tiles, s.batch * s.hkv), dim3(kWarpSize, kBlockWarps),
       ch04::SharedTiles::bytes(kBlockRows, s.d), static_cast<const T*>(a.q),
       static_cast<const T*>(a.k), static_cast<const T*>(a.v), cache_rows(a), a.lengths,
-      kPartial ? static_cast<void*>(a.o_partial) : a.o, kPartial ? a.lse_partial : a.lse, s, splits,
-      row_tiles, a.scale, a.causal);
+      kPartial ? static_cast<void*>(a.o_partial) : a.o, kPartial ? a.lse_partial : a.lse, grid,
+      a.scale, a.causal);
 }
 
 }  // namespace

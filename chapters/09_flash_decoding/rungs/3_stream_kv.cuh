@@ -80,13 +80,13 @@ template <typename T, int R>
 __global__ void __launch_bounds__(kStreamThreads)
     stream_kernel(const T* __restrict__ q, const T* __restrict__ k, const T* __restrict__ v,
                   CacheRows cache, const int* __restrict__ lengths, float* __restrict__ o_partial,
-                  float* __restrict__ lse_partial, DecodeShape shape, int splits, int row_tiles,
-                  float scale, bool causal) {
+                  float* __restrict__ lse_partial, SplitGrid grid, float scale, bool causal) {
   constexpr int W = Vec<T>::kWidth;   // elements of one 16-byte load
   constexpr int C = kStreamVecs * W;  // columns of a lane
+  const DecodeShape& shape = grid.shape;
   const int d = shape.d, lq = shape.lq, g = shape.group();
-  const int s = blockIdx.x / row_tiles;
-  const int r0 = (blockIdx.x % row_tiles) * R;
+  const int s = blockIdx.x / grid.row_tiles;
+  const int r0 = (blockIdx.x % grid.row_tiles) * R;
   const int b = blockIdx.y / shape.hkv, kv = blockIdx.y % shape.hkv;
   const int rows = min(R, g * lq - r0);
   const int warp = threadIdx.y, lane = threadIdx.x, tid = warp * kWarpSize + lane;
@@ -109,7 +109,7 @@ __global__ void __launch_bounds__(kStreamThreads)
   }
   __syncthreads();  // the length and the Q tile visible to every thread
   const int len = length[0];
-  const KeyRange keys = block_keys(len, splits, s, r0, rows, lq, causal);
+  const KeyRange keys = block_keys(len, grid.splits, s, r0, rows, lq, causal);
 
   float m[R], l[R], ss[R][C];  // each row's state over the slot's keys, eq. (3) of ch06
 #pragma unroll
@@ -197,7 +197,8 @@ __global__ void __launch_bounds__(kStreamThreads)
 #pragma unroll
         for (int w = 0; w < W; ++w) st[2 + col[e] + w] = ss[r][e * W + w];
   }
-  write_block_partial(states, n_states, R, rows, d, d + 2, row0, splits, s, o_partial, lse_partial);
+  write_block_partial(states, n_states, R, rows, d, d + 2, row0, grid.splits, s, o_partial,
+                      lse_partial);
 }
 
 /// Calls f(std::integral_constant<int, R>{}) for R = stream_rows(group_rows).
@@ -221,12 +222,12 @@ void launch_stream_kv(const DecodeArgs& a) {
     using T = decltype(tag);
     with_stream_rows(s.group() * s.lq, [&](auto rows) {
       constexpr int R = decltype(rows)::value;
-      const int row_tiles = ceil_div(s.group() * s.lq, R);
-      launch<stream_kernel<T, R>>(
-          dim3(a.splits * row_tiles, s.batch * s.hkv), dim3(kWarpSize, kStreamWarps),
-          stream_shared_bytes<T>(R, s.d), static_cast<const T*>(a.q), static_cast<const T*>(a.k),
-          static_cast<const T*>(a.v), cache_rows(a), a.lengths, a.o_partial, a.lse_partial, s,
-          a.splits, row_tiles, a.scale, a.causal);
+      const SplitGrid grid = split_grid(s, a.splits, R);
+      launch<stream_kernel<T, R>>(dim3(grid.splits * grid.row_tiles, s.batch * s.hkv),
+                                  dim3(kWarpSize, kStreamWarps), stream_shared_bytes<T>(R, s.d),
+                                  static_cast<const T*>(a.q), static_cast<const T*>(a.k),
+                                  static_cast<const T*>(a.v), cache_rows(a), a.lengths, a.o_partial,
+                                  a.lse_partial, grid, a.scale, a.causal);
     });
   });
   Kernels<kThisBackend>::combine(a);

@@ -49,11 +49,8 @@ using Tile = ch08::SwizzledTile<D>;
 template <int D>
 using Fragments = ch08::LdmatrixFragments<Tile<D>>;
 
-constexpr int kMmaWarps = 4;
-constexpr int kMmaThreads = kMmaWarps * kWarpSize;
-static_assert(kMmaThreads == kBlockThreads, "the table reads of the traffic formula");
-constexpr int kMmaKeys = ch08::kKeys;            // keys of a K/V tile: 16 per warp
-constexpr int kWarpKeys = kMmaKeys / kMmaWarps;  // a warp's keys of each tile
+constexpr int kMmaKeys = ch08::kKeys;              // keys of a K/V tile: 16 per warp
+constexpr int kWarpKeys = kMmaKeys / kBlockWarps;  // a warp's keys of each tile
 static_assert(kWarpKeys == 16, "a warp's keys are one k16 step of P~ V");
 static_assert(kMmaRows == ch08::kWarpRows, "the block's rows are one m16 tile");
 
@@ -71,7 +68,7 @@ __device__ void load_cache_tile_async(const T* __restrict__ base, const CacheRow
   for (int h = 0; h < kMmaKeys; h += kTileKeys) {
     const int j = t0 + h;
     const T* src = j < j1 ? base + cache(b, kv, j) : base;  // past j1: read nothing
-    ch08::load_tile_async<Tile<D>, kMmaThreads, kTileKeys>(src, 0, j1 - j, tile, h);
+    ch08::load_tile_async<Tile<D>, kBlockThreads, kTileKeys>(src, 0, j1 - j, tile, h);
   }
 }
 
@@ -82,15 +79,15 @@ __device__ void load_cache_tile_async(const T* __restrict__ base, const CacheRow
 // [16 (blockIdx.x % row_tiles), + 16) of KV head blockIdx.y % hkv of sequence blockIdx.y / hkv;
 // warp w takes keys [16 w, 16 w + 16) of every K/V tile.
 template <typename T, int D>
-__global__ void __launch_bounds__(kMmaThreads)
+__global__ void __launch_bounds__(kBlockThreads)
     mma_kernel(const T* __restrict__ q, const T* __restrict__ k, const T* __restrict__ v,
                CacheRows cache, const int* __restrict__ lengths, float* __restrict__ o_partial,
-               float* __restrict__ lse_partial, DecodeShape shape, int splits, int row_tiles,
-               float scale, bool causal) {
+               float* __restrict__ lse_partial, SplitGrid grid, float scale, bool causal) {
   constexpr int kTileElements = kMmaKeys * D;  // one K or V tile, swizzled rows of D
+  const DecodeShape& shape = grid.shape;
   const int lq = shape.lq, g = shape.group();
-  const int s = blockIdx.x / row_tiles;
-  const int r0 = (blockIdx.x % row_tiles) * kMmaRows;
+  const int s = blockIdx.x / grid.row_tiles;
+  const int r0 = (blockIdx.x % grid.row_tiles) * kMmaRows;
   const int b = blockIdx.y / shape.hkv, kv = blockIdx.y % shape.hkv;
   const int rows = min(kMmaRows, g * lq - r0);
   const int warp = threadIdx.y, lane = threadIdx.x;
@@ -101,11 +98,11 @@ __global__ void __launch_bounds__(kMmaThreads)
   if (warp == 0 && lane == 0)
     length[0] = lengths == nullptr ? shape.lk : max(0, min(lengths[b], shape.lk));
   const std::size_t row0 = (std::size_t(b) * shape.hq + std::size_t(kv) * g) * lq + r0;
-  ch08::load_tile<Tile<D>, kMmaThreads, kMmaRows>(q + row0 * D, 0, rows,
-                                                  q_tile);  // zeros past `rows`
+  ch08::load_tile<Tile<D>, kBlockThreads, kMmaRows>(q + row0 * D, 0, rows,
+                                                    q_tile);  // zeros past `rows`
   __syncthreads();  // the length and the Q tile visible to every thread
   const int len = length[0];
-  const KeyRange keys = block_keys(len, splits, s, r0, rows, lq, causal);
+  const KeyRange keys = block_keys(len, grid.splits, s, r0, rows, lq, causal);
   const int tiles = keys.j1 > keys.j0 ? (keys.j1 - keys.j0 + kMmaKeys - 1) / kMmaKeys : 0;
 
   // The block's 16 rows of Q as A fragments, in every warp, for the whole loop.
@@ -168,25 +165,23 @@ __global__ void __launch_bounds__(kMmaThreads)
       *reinterpret_cast<float2*>(state + 2 + 8 * n + 2 * t) =
           make_float2(st.acc[n][2 * h], st.acc[n][2 * h + 1]);
   }
-  write_block_partial(states, kMmaWarps, kMmaRows, rows, D, kStateLd, row0, splits, s, o_partial,
-                      lse_partial);
+  write_block_partial(states, kBlockWarps, kMmaRows, rows, D, kStateLd, row0, grid.splits, s,
+                      o_partial, lse_partial);
 }
 
-static_assert(block_partial_floats(kMmaWarps, kMmaRows, 128 + 8) * sizeof(float) <=
+static_assert(block_partial_floats(kBlockWarps, kMmaRows, 128 + 8) * sizeof(float) <=
                   2 * 2 * kMmaKeys * 128 * 2,
               "the merge's states fit in the K/V tiles' bytes");
 
 template <typename T, int D>
 void launch_mma(const DecodeArgs& a) {
-  constexpr auto kKernel = mma_kernel<T, D>;
-  const std::size_t bytes = std::size_t(mma_shared_elements<D>()) * sizeof(T);
-  if (bytes > kDefaultDynamicSharedBytes) allow_dynamic_shared_bytes<kKernel>(bytes);
   const DecodeShape& s = a.shape;
-  const int row_tiles = ceil_div(s.group() * s.lq, kMmaRows);
-  launch<kKernel>(dim3(a.splits * row_tiles, s.batch * s.hkv), dim3(kWarpSize, kMmaWarps),
-                  bytes, static_cast<const T*>(a.q), static_cast<const T*>(a.k),
-                  static_cast<const T*>(a.v), cache_rows(a), a.lengths, a.o_partial, a.lse_partial,
-                  s, a.splits, row_tiles, a.scale, a.causal);
+  const SplitGrid grid = split_grid(s, a.splits, kMmaRows);
+  launch_opted_in<mma_kernel<T, D>>(
+      dim3(grid.splits * grid.row_tiles, s.batch * s.hkv), dim3(kWarpSize, kBlockWarps),
+      std::size_t(mma_shared_elements<D>()) * sizeof(T), static_cast<const T*>(a.q),
+      static_cast<const T*>(a.k), static_cast<const T*>(a.v), cache_rows(a), a.lengths, a.o_partial,
+      a.lse_partial, grid, a.scale, a.causal);
 }
 
 // The tensor-core kernel's partials over a.splits ranges, then their combine.
