@@ -8,6 +8,7 @@
 
 #include "chapters/04_fused_qk_softmax/attention_tiles.cuh"
 #include "common/rung_args.hpp"
+#include "common/tile_shape.cuh"
 
 namespace wb::ch10 {
 namespace {  // kernels have internal linkage: one copy per backend's translation unit
@@ -53,15 +54,23 @@ void launch_dq_convert(const float* dq_accum, T* dq, std::size_t n) {
                                dq_accum, dq, n);
 }
 
-/// A 16-bit rung's three launches: the D kernel (dQ's float scratch zeroed), `main` (the rung's
-/// kernel, adding into that scratch), then dQ rounded once to T.
-template <typename T, typename Main>
-void launch_16bit_backward(const AttentionBackwardArgs& a, Main&& main) {
-  const AttentionShape& s = a.shape;
-  launch_backward_prep(static_cast<const T*>(a.o), static_cast<const T*>(a.d_o), a.d_row,
-                       a.dq_accum, s.bh * s.lq, s.d);
-  main();
-  launch_dq_convert(a.dq_accum, static_cast<T*>(a.dq), s.q_elems());
+/// A 16-bit rung's launches, once with_tile_shape (common/tile_shape.cuh) has found the element
+/// type T and head dimension D the arguments take (its refusals naming `rung` and, unless
+/// 16-byte aligned, the buffers `rows`): the D kernel (dQ's float scratch zeroed), then
+/// main(T{}, std::integral_constant<int, D>{}) (the rung's kernel, adding into that scratch),
+/// then dQ rounded once to T.
+template <typename Main>
+void launch_16bit_backward(const AttentionBackwardArgs& a, const char* rung,
+                           std::initializer_list<const void*> rows, const char* rows_named,
+                           Main&& main) {
+  with_tile_shape(rung, a.dtype, a.shape.d, rows, rows_named, [&](auto t, auto d) {
+    using T = decltype(t);
+    const AttentionShape& s = a.shape;
+    launch_backward_prep(static_cast<const T*>(a.o), static_cast<const T*>(a.d_o), a.d_row,
+                         a.dq_accum, s.bh * s.lq, s.d);
+    main(t, d);
+    launch_dq_convert(a.dq_accum, static_cast<T*>(a.dq), s.q_elems());
+  });
 }
 
 }  // namespace

@@ -209,22 +209,17 @@ __global__ void __launch_bounds__(kTcThreads)
 template <typename T, int D>
 void launch_backward_tensor_core(const AttentionBackwardArgs& a) {
   const AttentionShape& s = a.shape;
-  const std::size_t bytes = BwdTiles<D>::kBytes;
-  allow_dynamic_shared_bytes<backward_tensor_core_kernel<T, D>>(bytes);
-  launch<backward_tensor_core_kernel<T, D>>(
-      dim3(ceil_div(s.lk, kTensorCoreKeys), s.bh), dim3(kWarpSize, kTcWarps), bytes,
+  launch_opted_in<backward_tensor_core_kernel<T, D>>(
+      dim3(ceil_div(s.lk, kTensorCoreKeys), s.bh), dim3(kWarpSize, kTcWarps), BwdTiles<D>::kBytes,
       static_cast<const T*>(a.q), static_cast<const T*>(a.k), static_cast<const T*>(a.v),
       static_cast<const T*>(a.d_o), a.lse, a.d_row, a.dq_accum, static_cast<T*>(a.dk),
       static_cast<T*>(a.dv), s, a.scale, a.causal);
 }
 
 void launch_fa2_backward_tensor_core(const AttentionBackwardArgs& a) {
-  with_tile_shape("fa2_backward_tensor_core", a.dtype, a.shape.d, {a.q, a.k, a.v, a.d_o},
-                  "q, k, v and d_o", [&](auto t, auto d) {
-                    using T = decltype(t);
-                    launch_16bit_backward<T>(
-                        a, [&] { launch_backward_tensor_core<T, decltype(d)::value>(a); });
-                  });
+  launch_16bit_backward(
+      a, "fa2_backward_tensor_core", {a.q, a.k, a.v, a.d_o}, "q, k, v and d_o",
+      [&](auto t, auto d) { launch_backward_tensor_core<decltype(t), decltype(d)::value>(a); });
 }
 
 }  // namespace

@@ -46,9 +46,11 @@
 namespace wb::ch10 {
 namespace {  // kernels have internal linkage: one copy per backend's translation unit
 
-// Chapter 08's swizzled tiles, their fragments read by ldmatrix (fa2_swizzle's layout and loads).
+// Chapter 08's swizzled tiles, their fragments read by ldmatrix (fa2_swizzle's layout and loads):
+// K, V, Q and dO, rows of D elements, and the dS^T tile, 64 keys by 64 rows.
 template <int D>
 using Tile = ch08::SwizzledTile<D>;
+using DsTile = ch08::TileLayout<kTensorCoreRows, true>;
 template <int D>
 using Fragments = ch08::LdmatrixFragments<Tile<D>>;
 
@@ -59,9 +61,6 @@ constexpr int kChunkRows = 16;  // Q rows a warp takes at a time: two n8 of S^T,
 constexpr int kDqColumns = 64;  // dQ columns accumulated at a time (32 floats per lane)
 static_assert(kMmaWarps * kWarpKeys == kTensorCoreKeys, "Bc = warps x 16 keys");
 static_assert(kMmaWarps * kChunkRows == kTensorCoreRows, "dQ: a warp per 16 rows of the Q tile");
-
-/// The swizzled dS^T tile, 64 keys by 64 rows (K, V, Q and dO: ch08::TileLayout<D, true>).
-using DsTile = ch08::TileLayout<kTensorCoreRows, true>;
 
 /// The shared-memory layout (bytes from the start), T the element type.
 template <typename T, int D>
@@ -263,23 +262,18 @@ __global__ void __launch_bounds__(kMmaThreads)
 
 template <typename T, int D>
 void launch_backward_mma(const AttentionBackwardArgs& a) {
-  constexpr auto kKernel = backward_mma_kernel<T, D>;
-  const std::size_t bytes = MmaBwdTiles<T, D>::kBytes;
-  if (bytes > kDefaultDynamicSharedBytes) allow_dynamic_shared_bytes<kKernel>(bytes);
   const AttentionShape& s = a.shape;
-  launch<kKernel>(dim3(ceil_div(s.lk, kTensorCoreKeys), s.bh), dim3(kWarpSize, kMmaWarps), bytes,
-                  static_cast<const T*>(a.q), static_cast<const T*>(a.k),
-                  static_cast<const T*>(a.v), static_cast<const T*>(a.d_o), a.lse, a.d_row,
-                  a.dq_accum, static_cast<T*>(a.dk), static_cast<T*>(a.dv), s, a.scale, a.causal);
+  launch_opted_in<backward_mma_kernel<T, D>>(
+      dim3(ceil_div(s.lk, kTensorCoreKeys), s.bh), dim3(kWarpSize, kMmaWarps),
+      MmaBwdTiles<T, D>::kBytes, static_cast<const T*>(a.q), static_cast<const T*>(a.k),
+      static_cast<const T*>(a.v), static_cast<const T*>(a.d_o), a.lse, a.d_row, a.dq_accum,
+      static_cast<T*>(a.dk), static_cast<T*>(a.dv), s, a.scale, a.causal);
 }
 
 void launch_fa2_backward_mma(const AttentionBackwardArgs& a) {
-  with_tile_shape("fa2_backward_mma", a.dtype, a.shape.d, {a.q, a.k, a.v, a.d_o, a.dk, a.dv},
-                  "q, k, v, d_o, dk and dv", [&](auto t, auto d) {
-                    using T = decltype(t);
-                    launch_16bit_backward<T>(
-                        a, [&] { launch_backward_mma<T, decltype(d)::value>(a); });
-                  });
+  launch_16bit_backward(
+      a, "fa2_backward_mma", {a.q, a.k, a.v, a.d_o, a.dk, a.dv}, "q, k, v, d_o, dk and dv",
+      [&](auto t, auto d) { launch_backward_mma<decltype(t), decltype(d)::value>(a); });
 }
 
 }  // namespace
