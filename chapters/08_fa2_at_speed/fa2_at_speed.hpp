@@ -1,6 +1,7 @@
 // Chapter 08: FlashAttention-2 at speed. The same FA2 as chapter 06 (its CPU step is this
-// chapter's), made fast one idea per rung; every rung is a kernel of its own, in a file of its
-// own, proven equal to the rung before. The ideas (fa2_at_speed.md derives each):
+// chapter's), made fast one idea per rung; every rung is a file of its own, proven equal to the
+// rung before (rungs 2 to 4 are one kernel, mma_kernel.cuh, with the fragments each reads). The
+// ideas (fa2_at_speed.md derives each):
 //   rungs/1_fa2_tensor_core.cuh  chapter 06's tensor-core kernel (wmma, S~ and P~ through shared
 //                  memory), where the ladder starts
 //   rungs/2_fa2_mma.cuh  mma.sync.m16n8k16 with S~ kept in registers: S's accumulator fragment
