@@ -177,6 +177,11 @@ struct LdmatrixFragments {
   }
 };
 
+/// The fragments of rungs 4 to 7: tiles with 16-byte chunks XOR-swizzled (eq. 3), read by
+/// ldmatrix .x4 (eq. 2).
+template <int D>
+using SwizzledFragments = LdmatrixFragments<SwizzledTile<D>>;
+
 /// A fragment (16 x 16) of rows [row0, row0 + 16), columns [col0, col0 + 16) of a matrix whose
 /// transpose the tile holds row-major, A(m, k) = tile(col0 + k, row0 + m), by ldmatrix .trans:
 /// matrix j is a[j], stored as (k 0-7, m 0-7), (k 0-7, m 8-15), (k 8-15, m 0-7), (k 8-15, m 8-15),

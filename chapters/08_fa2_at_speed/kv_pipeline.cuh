@@ -14,14 +14,9 @@
 namespace wb::ch08 {
 namespace {  // device code with internal linkage: one copy per backend's translation unit
 
-/// The tiles of rungs 4 to 7, read as rung 3 reads them: rows unpadded, 16-byte chunks
-/// XOR-swizzled (eq. 3), fragments by ldmatrix .x4 (eq. 2).
-template <int D>
-using SwizzledFragments = LdmatrixFragments<SwizzledTile<D>>;
-
 /// The two buffers of eq. (4), one K and one V tile of Tile each.
 template <typename Tile>
-constexpr int kKvBufferBytes = 2 * 2 * kKeys* Tile::kRowBytes;
+constexpr int kKvBufferBytes = 2 * (2 * kKeys * Tile::kRowBytes);
 
 /// Q's tile of kBr rows from i0 and, when the block visits any, K/V tile 0 into buffer 0 at kv
 /// (K, then V kKeys rows of Tile further), copied by cp.async in one group and waited for; the
