@@ -19,14 +19,14 @@ template <typename T, typename... Params>
 T element_of(void (*)(const T*, Params...));
 
 /// Launches Kernel over the 16-bit T of `a`: grid (ceil(lq / br), bh), blocks of `warps` warps,
-/// `bytes` of dynamic shared memory (opting in above the 48 KiB a launch gets as is).
+/// `bytes` of dynamic shared memory (launch_opted_in: above 48 KiB it opts in first).
 template <auto Kernel>
 void launch_fast(const AttentionArgs& a, int br, int warps, std::size_t bytes) {
   using T = decltype(element_of(Kernel));
-  if (bytes > kDefaultDynamicSharedBytes) allow_dynamic_shared_bytes<Kernel>(bytes);
-  launch<Kernel>(dim3(ceil_div(a.shape.lq, br), a.shape.bh), dim3(kWarpSize, warps), bytes,
-                 static_cast<const T*>(a.q), static_cast<const T*>(a.k), static_cast<const T*>(a.v),
-                 static_cast<T*>(a.o), a.lse, a.shape, a.scale, a.causal, a.tiles_visited);
+  launch_opted_in<Kernel>(dim3(ceil_div(a.shape.lq, br), a.shape.bh), dim3(kWarpSize, warps), bytes,
+                          static_cast<const T*>(a.q), static_cast<const T*>(a.k),
+                          static_cast<const T*>(a.v), static_cast<T*>(a.o), a.lse, a.shape, a.scale,
+                          a.causal, a.tiles_visited);
 }
 
 }  // namespace wb::ch08
