@@ -733,6 +733,76 @@ void on_ldmatrix(const void* const (&rows)[32], Site site) {
   }
 }
 
+void on_async_access(const std::vector<Parts>& phases, bool store, Site site, const char* what) {
+  State& s = state();
+  if (!s.in_launch || wb_sim_current.active == 0) return;
+  const RuntimeScope own;
+  Region first;
+  bool any = false;
+  for (const Parts& phase : phases) {
+    for (const auto& [a, n] : phase) {
+      Region r;
+      if (in_dynamic_shared(s, a)) {
+        r.space = Space::shared;
+        r.lo = reinterpret_cast<std::uintptr_t>(s.launch.dynamic_shared);
+        r.hi = r.lo + s.launch.dynamic_shared_bytes;
+        r.written = &s.dynamic_written;
+        r.kind = Region::Kind::dynamic_shared;
+      } else if (const Buffer* b = buffer_holding(s, a)) {
+        r.space = Space::global;
+        r.lo = b->lo;
+        r.hi = b->hi;
+        r.buffer = b;
+        r.written = const_cast<std::vector<unsigned char>*>(&b->written);
+        r.kind = Region::Kind::buffer;
+      } else {
+        char buf[320];
+        std::snprintf(buf, sizeof buf,
+                      "memcheck: %s at %s: %s of %zu bytes at 0x%" PRIxPTR
+                      " outside the block's dynamic shared memory and every device buffer",
+                      what, site_string(site).c_str(), store ? "write" : "read", n, a);
+        warp_fault(wb_sim_current.lane, Fault::Kind::memory_access, buf);
+      }
+      if (a + n > r.hi) {
+        char buf[320];
+        std::snprintf(buf, sizeof buf, "memcheck: %s at %s: %s of %zu bytes at 0x%" PRIxPTR
+                      ": %zu of them lie past the end of ",
+                      what, site_string(site).c_str(), store ? "write" : "read", n, a,
+                      static_cast<std::size_t>(a + n - r.hi));
+        warp_fault(wb_sim_current.lane, Fault::Kind::memory_access, (buf + what_of(r)).c_str());
+      }
+      unsigned char* flags = r.written->data() + (a - r.lo);
+      if (store) {
+        std::fill(flags, flags + n, 1);
+      } else if (std::find(flags, flags + n, 0) != flags + n) {
+        char buf[320];
+        std::snprintf(buf, sizeof buf,
+                      "initcheck: %s at %s: read of %zu bytes at 0x%" PRIxPTR
+                      " (offset %zu) that nothing has written, in ",
+                      what, site_string(site).c_str(), n, a, static_cast<std::size_t>(a - r.lo));
+        warp_fault(wb_sim_current.lane, Fault::Kind::uninitialized_read,
+                   (buf + what_of(r)).c_str());
+      }
+      if (!any) first = r;
+      any = true;
+    }
+  }
+  if (!any || !s.profiling) return;
+  LaunchRecord& rec = s.records.back();
+  add_request(rec, rec.by_site[site_string(site)], first.space, store,
+              buffer_slot(rec, first.buffer), phases);
+}
+
+void note_async_write(const void* p, std::size_t bytes) {
+  State& s = state();
+  const auto a = reinterpret_cast<std::uintptr_t>(p);
+  if (!s.in_launch || !in_dynamic_shared(s, a)) return;
+  const auto lo = reinterpret_cast<std::uintptr_t>(s.launch.dynamic_shared);
+  const std::size_t from = a - lo, to = std::min(s.dynamic_written.size(), from + bytes);
+  std::fill(s.dynamic_written.begin() + static_cast<std::ptrdiff_t>(from),
+            s.dynamic_written.begin() + static_cast<std::ptrdiff_t>(to), 1);
+}
+
 AddressSpace address_space(const void* address) {
   State& s = state();
   if (!s.instrumented || !s.in_launch) return AddressSpace::unknown;

@@ -5,6 +5,8 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <utility>
+#include <vector>
 
 #include "common/sim/runtime.hpp"
 
@@ -52,6 +54,19 @@ struct RuntimeScope {
   RuntimeScope(const RuntimeScope&) = delete;
   RuntimeScope& operator=(const RuntimeScope&) = delete;
 };
+/// Race mode: the running thread's memory accesses are not checked while it lives (its
+/// synchronization still is): the simulator's own bookkeeping in uninstrumented code, whose
+/// library calls (memcpy, malloc) ThreadSanitizer would otherwise see. A fault closes it.
+class IgnoreAccesses {
+ public:
+  IgnoreAccesses();
+  ~IgnoreAccesses();
+  IgnoreAccesses(const IgnoreAccesses&) = delete;
+  IgnoreAccesses& operator=(const IgnoreAccesses&) = delete;
+
+ private:
+  bool active_ = false;
+};
 /// True inside a RuntimeScope of the running thread.
 bool in_runtime();
 /// Lanes of warp `warp` of the running block that exist and have not exited.
@@ -83,6 +98,17 @@ void end_tile_elements();
 void on_ldmatrix(const void* const (&rows)[32], Site site);
 /// A warp-wide mma_sync of m n k (counted in profiles).
 void on_mma(int m, int n, int k);
+
+/// An access of the async proxy (a TMA box's global rows or shared bytes, wgmma's operand
+/// reads), for the instruction `what` issued at `site`: its parts (address, bytes) grouped in
+/// the phases the hardware serves (wgmma: one core matrix of 8 rows of 16 bytes each).
+/// Instrumented builds check every part (memcheck: inside the dynamic shared memory or one
+/// device buffer; initcheck: reads of written bytes only; stores mark their bytes written) and
+/// count them as one request at `site` in profiles. Other builds: nothing.
+void on_async_access(const std::vector<std::vector<std::pair<std::uintptr_t, std::size_t>>>& phases,
+                     bool store, Site site, const char* what);
+/// The async proxy wrote [p, p + bytes) of shared memory (a TMA box landed): initcheck's flags.
+void note_async_write(const void* p, std::size_t bytes);
 
 /// Where `address` lies in the running launch of an instrumented build: shared memory (the
 /// dynamic shared memory or a __shared__ array), global memory (a device buffer), or unknown

@@ -28,6 +28,7 @@
 #include "common/sim/access_runtime.hpp"
 #include "common/sim/ptx_runtime.hpp"
 #include "common/sim/fiber.hpp"
+#include "common/sim/hopper_runtime.hpp"
 #include "common/sim/runtime.hpp"
 #include "common/sim/sanitizers.hpp"
 
@@ -37,11 +38,15 @@ namespace wb::sim {
 namespace detail {
 namespace {
 
-/// Dynamic shared memory's alignment: enough for any vector type and for WMMA's 32 bytes.
-constexpr std::size_t kDynamicSharedAlignment = 128;
+/// Dynamic shared memory's alignment: enough for any vector type, for WMMA's 32 bytes and for
+/// the 1024-byte pattern of a 128-byte swizzle (TMA boxes and wgmma operands, hopper.hpp).
+constexpr std::size_t kDynamicSharedAlignment = 1024;
 
 enum class Status : unsigned char { runnable, blocked, exited };
-enum class Wait : unsigned char { none, block_barrier, warp };
+/// What a blocked thread waits at: __syncthreads, a warp collective, a named barrier (bar.sync),
+/// a warpgroup-wide .aligned operation (wgmma, setmaxnreg), or (runnable, not blocked) an
+/// mbarrier it polls: it runs again in the next sweep.
+enum class Wait : unsigned char { none, block_barrier, warp, named_barrier, warpgroup, poll };
 
 /// A happens-before object for one barrier or collective instance (race mode only). Every
 /// participant releases it on arrival and acquires it when it passes; the last one frees it,
@@ -66,6 +71,12 @@ struct Thread {
   const AlignedCall* call = nullptr;  // a warp-wide (.aligned) operation's arguments while waiting
   Fiber* fiber = nullptr;
   int runtime_depth = 0;  // > 0 while the simulator's own code runs on this thread (RuntimeScope)
+  unsigned named_id = 0;           // the named barrier it waits at (Wait::named_barrier)
+  const void* polled = nullptr;    // the mbarrier it polls (Wait::poll), and the parity
+  unsigned poll_parity = 0;
+  std::uint64_t poll_events = ~0ull;  // the launch's event count at its last poll
+  bool stale_poll = false;  // it polled again with no event anywhere since its previous poll
+  int tsan_ignores = 0;     // open IgnoreAccesses scopes (race mode), closed if it faults
 };
 
 enum class WarpOp : unsigned char { syncwarp, shfl_idx, shfl_up, shfl_down, shfl_bfly, ballot,
@@ -96,6 +107,27 @@ struct BlockBarrier {
   SyncObject* sync = nullptr;
 };
 
+/// One of the 16 named barriers of a block (bar.sync / bar.arrive id, count; id 0 is
+/// __syncthreads' own and not used here).
+struct NamedBarrier {
+  bool open = false;
+  unsigned count = 0;    // threads it waits for
+  unsigned arrived = 0;  // threads arrived so far (bar.sync and bar.arrive alike)
+  Site site{nullptr, 0};
+  const Thread* first = nullptr;
+  std::vector<unsigned> lanes;  // per warp of the block: the lanes that arrived
+  SyncObject* sync = nullptr;
+};
+
+/// A warpgroup-wide .sync.aligned operation (wgmma.*, setmaxnreg) some of its 128 threads wait at.
+struct WarpgroupEpisode {
+  bool open = false;
+  const char* name = nullptr;
+  Site site{nullptr, 0};
+  unsigned arrived = 0;
+  const Thread* first = nullptr;
+};
+
 struct Launch {
   const char* kernel = nullptr;
   dim3 grid, block;
@@ -107,6 +139,9 @@ struct Launch {
   std::vector<Thread> threads;
   std::vector<Warp> warps;
   BlockBarrier barrier;
+  NamedBarrier named[kNamedBarriers];
+  std::vector<WarpgroupEpisode> warpgroups;
+  std::uint64_t events = 0;  // arrivals, exits and mbarrier changes: what can end a poll
   unsigned live = 0;
   unsigned exited = 0;
   Thread* running = nullptr;
@@ -166,6 +201,12 @@ std::string doing(const Thread& t) {
   if (t.wait == Wait::warp) {
     return format("waits at %s(mask 0x%08x) at %s", t.op, t.mask, where(t.site).c_str());
   }
+  if (t.wait == Wait::named_barrier) {
+    return format("waits at %s %u at %s", t.op, t.named_id, where(t.site).c_str());
+  }
+  if (t.wait == Wait::warpgroup || t.wait == Wait::poll) {
+    return format("waits at %s at %s", t.op, where(t.site).c_str());
+  }
   return "is running";
 }
 
@@ -178,8 +219,10 @@ void set_fault(Fault::Kind kind, const Thread& t, const std::string& what) {
 
 // ---- Switching --------------------------------------------------------------------------------
 
-/// Fiber side: hands control back to the scheduler until this thread is resumed.
+/// Fiber side: hands control back to the scheduler until this thread is resumed. A thread that
+/// parks blocked has arrived somewhere: an event that can end another thread's poll.
 void park(Thread& t) {
+  if (t.status == Status::blocked) ++g_launch.events;
   if (race_mode()) __tsan_release(&g_block_end);
   t.fiber->suspend(false);
   if (t.sync != nullptr) {  // passed a synchronizing barrier: see what the others wrote
@@ -191,6 +234,7 @@ void park(Thread& t) {
 
 /// Fiber side, after set_fault: stops this thread for good (the scheduler abandons the block).
 [[noreturn]] void stop_faulted(Thread& t) {
+  for (; t.tsan_ignores > 0; --t.tsan_ignores) __tsan_ignore_thread_end();
   if (race_mode()) __tsan_release(&g_block_end);
   t.fiber->suspend(false);
   std::abort();  // never resumed
@@ -424,6 +468,17 @@ void thread_exit(Thread& t) {
   t.wait = Wait::none;
   --g_launch.live;
   ++g_launch.exited;
+  ++g_launch.events;
+  const unsigned group = t.linear / kWarpgroupThreads;
+  if (group < g_launch.warpgroups.size() && g_launch.warpgroups[group].open) {
+    const WarpgroupEpisode& e = g_launch.warpgroups[group];
+    set_fault(Fault::Kind::warp_collective, t,
+              format("exits without reaching %s at %s, where %u threads of its warpgroup wait "
+                     "(first %s): warpgroup-wide operations (wgmma, setmaxnreg) are .aligned, all "
+                     "128 threads of the warpgroup must execute them",
+                     e.name, where(e.site).c_str(), e.arrived, thread_name(*e.first).c_str()));
+    return;
+  }
   BlockBarrier& b = g_launch.barrier;
   if (b.open) {
     set_fault(Fault::Kind::barrier_divergence, t,
@@ -472,6 +527,60 @@ void thread_main(void* arg) {
 
 /// Builds the fault for a block in which no thread can run but some have not exited.
 void report_deadlock() {
+  // A warpgroup operation names the warp that does not come.
+  for (Thread& t : g_launch.threads) {
+    if (t.status != Status::blocked || t.wait != Wait::warpgroup) continue;
+    const unsigned first = t.linear / kWarpgroupThreads * kWarpgroupThreads;
+    for (unsigned i = first; i < first + kWarpgroupThreads; ++i) {
+      const Thread& m = g_launch.threads[i];
+      if (m.status == Status::blocked && m.wait == Wait::warpgroup) continue;
+      set_fault(Fault::Kind::warp_collective, t,
+                format("%s at %s can never complete: warp %u of the warpgroup (%s) %s; "
+                       "warpgroup-wide operations are .aligned, all 4 warps must execute them",
+                       t.op, where(t.site).c_str(), m.warp, thread_name(m).c_str(),
+                       doing(m).c_str()));
+      return;
+    }
+  }
+  for (Thread& t : g_launch.threads) {
+    if (t.status != Status::blocked || t.wait != Wait::named_barrier) continue;
+    const NamedBarrier& b = g_launch.named[t.named_id];
+    set_fault(Fault::Kind::barrier_divergence, t,
+              format("%s %u, %u at %s can never complete: %u of its %u threads arrived, and no "
+                     "other thread can run",
+                     t.op, t.named_id, b.count, where(t.site).c_str(), b.arrived, b.count));
+    return;
+  }
+  // Threads polling mbarriers: the first one's wait, and the other waits (by line and barrier)
+  // that keep it from completing, which is usually where the bug is.
+  const Thread* first = nullptr;
+  std::string others;
+  int listed = 0;
+  constexpr int kMostListed = 3;
+  for (const Thread& t : g_launch.threads) {
+    if (t.wait != Wait::poll) continue;
+    if (first == nullptr) {
+      first = &t;
+      continue;
+    }
+    bool seen = t.polled == first->polled && t.site.line == first->site.line;
+    for (const Thread* u = first; !seen && u < &t; ++u) {
+      seen = u->wait == Wait::poll && u->polled == t.polled && u->site.line == t.site.line &&
+             u != first;
+    }
+    if (seen || listed == kMostListed) continue;
+    ++listed;
+    others += format("; meanwhile %s waits at %s at %s: %s", thread_name(t).c_str(), t.op,
+                     where(t.site).c_str(), describe_mbarrier_wait(t.polled, t.poll_parity).c_str());
+  }
+  if (first != nullptr) {
+    set_fault(Fault::Kind::barrier_divergence, *first,
+              format("deadlock: %s at %s can never complete: %s%s", first->op,
+                     where(first->site).c_str(),
+                     describe_mbarrier_wait(first->polled, first->poll_parity).c_str(),
+                     others.c_str()));
+    return;
+  }
   // Prefer a thread waiting at a warp collective: it names the lane it waits for.
   for (Thread& t : g_launch.threads) {
     if (t.status != Status::blocked || t.wait != Wait::warp) continue;
@@ -503,6 +612,10 @@ void run_block(std::vector<Fiber*>& fibers) {
   L.live = L.threads_per_block;
   L.exited = 0;
   L.barrier = BlockBarrier{};
+  for (NamedBarrier& b : L.named) b = NamedBarrier{};
+  L.warpgroups.assign((L.threads_per_block + kWarpgroupThreads - 1) / kWarpgroupThreads,
+                      WarpgroupEpisode{});
+  L.events = 0;
   for (Warp& w : L.warps) {
     w.exited = 0;
     w.open.clear();
@@ -514,6 +627,8 @@ void run_block(std::vector<Fiber*>& fibers) {
     t.wait = Wait::none;
     t.sync = nullptr;
     t.runtime_depth = 0;  // a faulted thread may have left its scope open
+    t.poll_events = ~0ull;
+    t.stale_poll = false;
     t.fiber = fibers[i];
     t.fiber->restart(&thread_main, &t);
     if (race) {
@@ -526,7 +641,9 @@ void run_block(std::vector<Fiber*>& fibers) {
   }
   if (race) __tsan_release(&g_block_start);
   while (L.live > 0 && !L.faulted) {
-    bool ran = false;
+    // A sweep makes progress unless every thread it resumed polled an mbarrier again with
+    // nothing changed anywhere since its previous poll: then nothing ever will.
+    bool ran = false, progress = false;
     for (Thread& t : L.threads) {
       if (t.status != Status::runnable) continue;
       ran = true;
@@ -540,9 +657,10 @@ void run_block(std::vector<Fiber*>& fibers) {
       t.fiber->resume();
       wb_sim_current.active = 0;
       L.running = nullptr;
+      if (t.wait != Wait::poll || !t.stale_poll) progress = true;
       if (L.faulted) break;
     }
-    if (!ran && !L.faulted) report_deadlock();
+    if ((!ran || !progress) && !L.faulted) report_deadlock();
   }
   if (race) __tsan_acquire(&g_block_end);
   access_block_end();
@@ -707,6 +825,7 @@ void launch(const char* name, KernelKey key, dim3 grid, dim3 block, std::size_t 
     if (shared_bytes > 0) std::memset(L.shared, 0xff, shared_bytes);
     access_block_begin();
     cp_async_block_begin();
+    hopper_block_begin();
     run_block(fibers);
   }
   std::free(L.shared);
@@ -812,6 +931,163 @@ bool warp_aligned(const AlignedCall& call, Site site) {
   t.call = &call;
   return warp_collective(WarpOp::aligned, call.name, kAllLanes, site);
 }
+
+void named_barrier(unsigned id, unsigned threads, bool wait, Site site) {
+  const RuntimeScope runtime;
+  Thread& t = self();
+  t.site = site;
+  const char* op = wait ? "bar.sync" : "bar.arrive";
+  const unsigned block_warps = static_cast<unsigned>(g_launch.warps.size());
+  if (id == 0 || id >= kNamedBarriers) {
+    set_fault(Fault::Kind::invalid_argument, t,
+              format("%s %u at %s: a named barrier is 1 to %u (barrier 0 is __syncthreads')", op,
+                     id, where(site).c_str(), kNamedBarriers - 1));
+    stop_faulted(t);
+  }
+  if (threads == 0 || threads % kWarpSize != 0 || threads > block_warps * kWarpSize) {
+    set_fault(Fault::Kind::invalid_argument, t,
+              format("%s %u, %u at %s: the thread count must be a multiple of 32 from 32 to the "
+                     "block's %u warps",
+                     op, id, threads, where(site).c_str(), block_warps));
+    stop_faulted(t);
+  }
+  NamedBarrier& b = g_launch.named[id];
+  if (b.open && b.count != threads) {
+    set_fault(Fault::Kind::barrier_divergence, t,
+              format("%s %u, %u at %s does not match the %u threads %s waits for there at %s: "
+                     "every arrival at a named barrier must name the same thread count",
+                     op, id, threads, where(site).c_str(), b.count, thread_name(*b.first).c_str(),
+                     where(b.site).c_str()));
+    stop_faulted(t);
+  }
+  if (!b.open) {
+    b.open = true;
+    b.count = threads;
+    b.arrived = 0;
+    b.site = site;
+    b.first = &t;
+    b.lanes.assign(block_warps, 0u);
+    b.sync = new_sync(true);
+  }
+  ++b.arrived;
+  b.lanes[t.warp] |= 1u << t.lane;
+  // Every arrival releases what it wrote; only bar.sync's waiters acquire when they pass.
+  if (b.sync != nullptr) {
+    __tsan_release(b.sync);
+    if (wait) ++b.sync->pending;
+  }
+  ++g_launch.events;
+  if (b.arrived < b.count) {
+    if (!wait) return;  // bar.arrive: released what it wrote, goes on
+    t.wait = Wait::named_barrier;
+    t.op = op;
+    t.named_id = id;
+    t.status = Status::blocked;
+    park(t);
+    return;
+  }
+  // The count is reached. bar is .aligned: a warp arrives with all its lanes or not at all.
+  for (unsigned w = 0; w < block_warps; ++w) {
+    if (b.lanes[w] == 0 || b.lanes[w] == live_lanes(w)) continue;
+    const unsigned missing = live_lanes(w) & ~b.lanes[w];
+    set_fault(Fault::Kind::barrier_divergence, t,
+              format("%s %u, %u at %s completed with %d of warp %u's lanes, without lane %u: "
+                     "bar.sync and bar.arrive are .aligned, every lane of a warp executes them",
+                     op, id, threads, where(b.site).c_str(), __builtin_popcount(b.lanes[w]), w,
+                     static_cast<unsigned>(__builtin_ctz(missing))));
+    stop_faulted(t);
+  }
+  SyncObject* sync = b.sync;
+  for (Thread& u : g_launch.threads) {
+    if (u.status != Status::blocked || u.wait != Wait::named_barrier || u.named_id != id) continue;
+    u.sync = sync;
+    u.wait = Wait::none;
+    u.status = Status::runnable;
+  }
+  b.open = false;
+  if (sync == nullptr) return;
+  if (wait) {  // the last arrival passes at once
+    __tsan_acquire(sync);
+    --sync->pending;
+  }
+  if (sync->pending == 0) delete sync;
+}
+
+bool warpgroup_aligned(const char* name, Site site) {
+  const RuntimeScope runtime;
+  Thread& t = self();
+  t.site = site;
+  const unsigned group = t.linear / kWarpgroupThreads;
+  if ((group + 1) * kWarpgroupThreads > g_launch.threads_per_block) {
+    set_fault(Fault::Kind::warp_collective, t,
+              format("%s at %s needs a whole warpgroup of %u threads (warps 4k to 4k + 3), but "
+                     "the block has %u threads",
+                     name, where(site).c_str(), kWarpgroupThreads, g_launch.threads_per_block));
+    stop_faulted(t);
+  }
+  WarpgroupEpisode& e = g_launch.warpgroups[group];
+  if (e.open && (std::strcmp(e.name, name) != 0 || e.site.line != site.line ||
+                 std::strcmp(e.site.file, site.file) != 0)) {
+    set_fault(Fault::Kind::warp_collective, t,
+              format("%s at %s does not match %s at %s, where warp %u of the warpgroup waits: "
+                     "warpgroup-wide operations are .aligned, all 4 warps must execute the same one",
+                     name, where(site).c_str(), e.name, where(e.site).c_str(), e.first->warp));
+    stop_faulted(t);
+  }
+  if (!e.open) e = WarpgroupEpisode{true, name, site, 0u, &t};
+  ++e.arrived;
+  t.wait = Wait::warpgroup;
+  t.op = name;
+  if (e.arrived < kWarpgroupThreads) {
+    t.status = Status::blocked;
+    park(t);
+    if (g_launch.faulted) stop_faulted(t);
+    return false;
+  }
+  // The last to arrive performs the operation for the warpgroup before anyone runs on.
+  const unsigned first = group * kWarpgroupThreads;
+  for (unsigned i = first; i < first + kWarpgroupThreads; ++i) {
+    Thread& u = g_launch.threads[i];
+    u.wait = Wait::none;
+    if (&u != &t) u.status = Status::runnable;
+  }
+  e.open = false;
+  ++g_launch.events;
+  return true;
+}
+
+void poll_yield(const char* op, const void* object, unsigned parity, Site site) {
+  const RuntimeScope runtime;
+  Thread& t = self();
+  t.site = site;
+  t.op = op;
+  t.polled = object;
+  t.poll_parity = parity;
+  t.stale_poll = t.poll_events == g_launch.events;
+  t.poll_events = g_launch.events;
+  t.wait = Wait::poll;  // still runnable: resumed in the next sweep
+  park(t);
+  t.wait = Wait::none;
+}
+
+void note_event() { ++g_launch.events; }
+
+void* block_start_sync() { return &g_block_start; }
+void* block_end_sync() { return &g_block_end; }
+
+IgnoreAccesses::IgnoreAccesses() {
+  if (!race_mode() || __tsan_ignore_thread_begin == nullptr || g_launch.running == nullptr) return;
+  __tsan_ignore_thread_begin();
+  ++g_launch.running->tsan_ignores;
+  active_ = true;
+}
+IgnoreAccesses::~IgnoreAccesses() {
+  if (!active_) return;
+  --g_launch.running->tsan_ignores;
+  __tsan_ignore_thread_end();
+}
+
+std::size_t dynamic_shared_size() { return g_launch.shared_bytes; }
 
 void warp_fault(unsigned lane, Fault::Kind kind, const char* what) {
   const RuntimeScope runtime;

@@ -185,6 +185,34 @@ struct AlignedCall {
 /// that lane performs the operation for the warp before any other lane runs on.
 bool warp_aligned(const AlignedCall& call, Site site);
 
+/// Named barriers per block (bar.sync / bar.arrive ids 1-15; 0 is __syncthreads'), and the
+/// threads of a warpgroup (warps 4k to 4k + 3), Hopper's unit of wgmma and setmaxnreg.
+inline constexpr unsigned kNamedBarriers = 16;
+inline constexpr unsigned kWarpgroupThreads = 128;
+
+/// bar.sync (`wait`) or bar.arrive on named barrier `id` over `threads` threads: completes when
+/// that many have arrived (whole warps, .aligned); bar.sync waits for it. In race mode every
+/// arrival releases what the thread wrote and bar.sync acquires it all.
+void named_barrier(unsigned id, unsigned threads, bool wait, Site site);
+
+/// A warpgroup-wide .sync.aligned operation (wgmma.*, setmaxnreg): all 128 threads of the
+/// calling thread's warpgroup must execute this same call (same name and line) or the launch
+/// faults naming the warp that does not. Returns true in the last thread to arrive, which
+/// performs the operation for the warpgroup before any other thread of it runs on.
+bool warpgroup_aligned(const char* name, Site site);
+
+/// The running thread polled mbarrier `object` for the phase of parity `parity` at `site`
+/// (operation `op`) and it has not completed: it yields until the next sweep. When a sweep
+/// finds every thread polling again with nothing changed, the block is deadlocked, and the
+/// fault says why the phase cannot complete (describe_mbarrier_wait, hopper_runtime.hpp).
+void poll_yield(const char* op, const void* object, unsigned parity, Site site);
+
+/// The running launch's dynamic shared memory size in bytes (dynamic_shared_bytes() is its start).
+std::size_t dynamic_shared_size();
+
+/// Something a polling thread may be waiting for changed (an mbarrier arrival, a transaction).
+void note_event();
+
 /// Ends the launch with a fault attributed to lane `lane` of the running thread's warp (the
 /// message is prefixed with the kernel, block and that lane's thread); does not return.
 [[noreturn]] void warp_fault(unsigned lane, Fault::Kind kind, const char* what);

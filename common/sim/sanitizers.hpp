@@ -24,6 +24,14 @@ void __tsan_switch_to_fiber(void* fiber, unsigned flags) __attribute__((weak));
 void __tsan_set_fiber_name(void* fiber, const char* name) __attribute__((weak));
 void __tsan_acquire(void* addr) __attribute__((weak));
 void __tsan_release(void* addr) __attribute__((weak));
+// Accesses made on the simulator's behalf by code ThreadSanitizer does not instrument (the
+// async proxy's copies, common/sim/hopper.cpp).
+void __tsan_read_range(void* addr, unsigned long size) __attribute__((weak));
+void __tsan_write_range(void* addr, unsigned long size) __attribute__((weak));
+// The running fiber's memory accesses are not checked between begin and end (its
+// synchronization still is): the simulator's own bookkeeping in uninstrumented code.
+void __tsan_ignore_thread_begin() __attribute__((weak));
+void __tsan_ignore_thread_end() __attribute__((weak));
 }
 
 namespace wb::sim::detail {

@@ -39,6 +39,9 @@
 #define __forceinline__ inline
 #define __noinline__ __attribute__((noinline))
 #define __launch_bounds__(...)
+// A kernel parameter whose address the kernel takes (a TMA tensor map): CUDA makes it the
+// launch's own copy; each thread's copy of the parameters serves as well here.
+#define __grid_constant__
 // A GNU attribute, not alignas: CUDA code writes `__shared__ __align__(32) half tile[...]`,
 // where alignas could not follow `static`.
 #define __align__(n) __attribute__((aligned(n)))
