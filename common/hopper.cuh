@@ -69,14 +69,21 @@
 // 16w..16w+15 pairs these same elements, so a P computed in d feeds the next wgmma as A.
 //
 // Shared-memory operands (PTX ISA, "Matrix Descriptor Format" and "Shared Memory Matrix
-// Layout"): 16-bit elements in 8-row "core matrices" of 16 bytes per row. K-major (Major::k): a
-// row of the operand (a row of A, a column of B) runs along k; MN-major (Major::mn): along m or
-// n. Without swizzle a core matrix is 128 contiguous bytes, `leading_bytes` apart along the
-// leading dimension and `stride_bytes` apart along the other. With a 32-, 64- or 128-byte swizzle
-// the rows are 32, 64 or 128 bytes long and 16-byte chunk c of row r is stored at chunk
-// c ^ (r % 8 / (8 / (swizzle / 16))) (for 128 bytes: c ^ (r % 8)), so that the 8 rows of a core
-// matrix fall in 8 different banks; a swizzled tile starts on a boundary of 8 such rows (1024
-// bytes for 128). The same swizzle in a tensor map makes TMA write exactly that layout.
+// Layout"): 16-bit elements in "core matrices" of 8 rows of 16 bytes. K-major (Major::k): a row
+// runs along k (A row-major, B column-major); MN-major (Major::mn): along m or n. Without swizzle
+// a core matrix is 128 contiguous bytes placed by the descriptor's two offsets; with a 32-, 64-
+// or 128-byte swizzle the operand is built of atoms of 8 rows of 32, 64 or 128 bytes, and 16-byte
+// chunk c of row r is stored at chunk c ^ (r % 8 / (8 / (swizzle / 16))) (for 128 bytes:
+// c ^ (r % 8)), so that the 8 rows of a core matrix fall in 8 different banks; the swizzle acts
+// on the shared address, so a swizzled tile starts on a boundary of its 8-row pattern (1024
+// bytes for 128). Which offset steps along what:
+//     layout              leading_bytes (LBO) steps          stride_bytes (SBO) steps
+//     K-major, none       core matrices along k              core matrices along m|n
+//     K-major, swizzled   unused (k16 stays in one row)      8-row atoms along m|n
+//     MN-major, none      core matrices along k              core matrices along m|n
+//     MN-major, swizzled  atoms along m|n                    8-row groups along k
+// (common/sim/wgmma_layout.hpp has the addresses as functions). The same swizzle in a tensor
+// map makes TMA write exactly that layout from a row-major box.
 #pragma once
 
 #include <cstdint>
