@@ -666,7 +666,16 @@ void run_block(std::vector<Fiber*>& fibers) {
   access_block_end();
   if (L.faulted) {
     for (Thread& t : L.threads) {
-      if (t.status != Status::exited) t.fiber->abandon();
+      if (t.status == Status::exited) continue;
+      if (t.tsan_ignores > 0) {
+        // Parked inside the simulator's bookkeeping (a warpgroup operation, say): close its
+        // IgnoreAccesses on its own fiber, as ThreadSanitizer requires before the fiber goes.
+        void* here = __tsan_get_current_fiber();
+        __tsan_switch_to_fiber(t.fiber->tsan_fiber(), kTsanSwitchNoSync);
+        for (; t.tsan_ignores > 0; --t.tsan_ignores) __tsan_ignore_thread_end();
+        __tsan_switch_to_fiber(here, kTsanSwitchNoSync);
+      }
+      t.fiber->abandon();
     }
     // Synchronizing objects of unfinished barriers are not freed: a fault ends the launch.
   }
@@ -986,9 +995,10 @@ void named_barrier(unsigned id, unsigned threads, bool wait, Site site) {
     park(t);
     return;
   }
-  // The count is reached. bar is .aligned: a warp arrives with all its lanes or not at all.
+  // The count is reached. bar is .aligned: a warp arrives with all its lanes or not at all
+  // (lanes that arrived and exited since, as a producer does after bar.arrive, count).
   for (unsigned w = 0; w < block_warps; ++w) {
-    if (b.lanes[w] == 0 || b.lanes[w] == live_lanes(w)) continue;
+    if (b.lanes[w] == 0 || (live_lanes(w) & ~b.lanes[w]) == 0) continue;
     const unsigned missing = live_lanes(w) & ~b.lanes[w];
     set_fault(Fault::Kind::barrier_divergence, t,
               format("%s %u, %u at %s completed with %d of warp %u's lanes, without lane %u: "

@@ -72,7 +72,7 @@ class Fault : public std::runtime_error {
 const WbSimCurrent* current();
 
 /// The current block's dynamic shared memory: exactly the launch's `shared_bytes`, heap
-/// allocated (so AddressSanitizer sees overruns) and 128-byte aligned. Its contents at block
+/// allocated (so AddressSanitizer sees overruns) and 1024-byte aligned. Its contents at block
 /// start are 0xff bytes (NaN as float), not zeros, as real shared memory is uninitialized.
 unsigned char* dynamic_shared_bytes();
 
