@@ -50,7 +50,8 @@ ALLOWED = [
      16, SLOW_DIVISION),
 ]
 
-ENTRY = re.compile(r"Compiling entry function '(\S+)' for '(sm_\d+)'")
+# sm_90a: the architecture-specific target of the Hopper kernels (wgmma, setmaxnreg).
+ENTRY = re.compile(r"Compiling entry function '(\S+)' for '(sm_\d+a?)'")
 PROPERTIES = re.compile(r"Function properties for (\S+)")
 FRAME = re.compile(r"(\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) bytes spill loads")
 USED = re.compile(r"Used (\d+) registers")

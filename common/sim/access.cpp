@@ -648,6 +648,37 @@ void access_launch_end(bool faulted) {
   if (s.profiling && faulted) s.records.pop_back();
 }
 
+/// memcheck's bound and initcheck's flags for [a, a + bytes) in region `r`, which it starts in;
+/// a store marks its bytes written. A fault's message is "<check>: <who>...<at()>" (`at` is
+/// called only then: finding a source line is slow, and every access passes here).
+template <typename At>
+void check_in_region(const Region& r, std::uintptr_t a, std::size_t bytes, bool store,
+                     const std::string& who, At at) {
+  if (a + bytes > r.hi) {
+    char buf[160];
+    std::snprintf(buf, sizeof buf,
+                  "memcheck: %sinvalid %s of %zu bytes at 0x%" PRIxPTR
+                  ": %zu of its bytes lie past the end of ",
+                  who.c_str(), store ? "write" : "read", bytes, a,
+                  static_cast<std::size_t>(a + bytes - r.hi));
+    warp_fault(wb_sim_current.lane, Fault::Kind::memory_access, (buf + what_of(r) + at()).c_str());
+  }
+  if (r.written == nullptr) return;
+  unsigned char* flags = r.written->data() + (a - r.lo);
+  if (store) {
+    std::fill(flags, flags + bytes, 1);
+  } else if (std::find(flags, flags + bytes, 0) != flags + bytes) {
+    char buf[160];
+    std::snprintf(buf, sizeof buf,
+                  "initcheck: %sread of %zu bytes at 0x%" PRIxPTR
+                  " (offset %zu) that nothing has written, in ",
+                  who.c_str(), bytes, a, static_cast<std::size_t>(a - r.lo));
+    const char* since = r.space == Space::shared ? " since the block started" : "";
+    warp_fault(wb_sim_current.lane, Fault::Kind::uninitialized_read,
+               (buf + what_of(r) + since + at()).c_str());
+  }
+}
+
 void on_access(const void* address, std::size_t bytes, bool store, const void* pc) {
   if (wb_sim_current.active == 0 || in_runtime()) return;
   const RuntimeScope own;  // what this function calls is not the kernel's either
@@ -655,26 +686,8 @@ void on_access(const void* address, std::size_t bytes, bool store, const void* p
   const auto a = reinterpret_cast<std::uintptr_t>(address);
   Region r;
   if (!classify(s, a, bytes, store, pc, r)) return;
-  if (a + bytes > r.hi) {
-    char buf[64];
-    std::snprintf(buf, sizeof buf, "%zu of its bytes lie past the end of ",
-                  static_cast<std::size_t>(a + bytes - r.hi));
-    out_of_bounds(a, bytes, store, buf + what_of(r), pc);
-  }
-  if (r.written != nullptr) {
-    unsigned char* flags = r.written->data() + (a - r.lo);
-    if (store) {
-      std::fill(flags, flags + bytes, 1);
-    } else if (std::find(flags, flags + bytes, 0) != flags + bytes) {
-      char buf[160];
-      std::snprintf(buf, sizeof buf,
-                    "initcheck: read of %zu bytes at 0x%" PRIxPTR
-                    " (offset %zu) that nothing has written, in ",
-                    bytes, a, static_cast<std::size_t>(a - r.lo));
-      memory_fault(Fault::Kind::uninitialized_read,
-                   buf + what_of(r) + (r.space == Space::shared ? " since the block started" : ""), pc);
-    }
-  }
+  static const std::string kNobody;
+  check_in_region(r, a, bytes, store, kNobody, [pc] { return ", at " + source_line(pc); });
   if (s.profiling && s.tile_depth == 0) record(s, r, a, bytes, store, pc);
 }
 
@@ -763,26 +776,8 @@ void on_async_access(const std::vector<Parts>& phases, bool store, Site site, co
                       what, site_string(site).c_str(), store ? "write" : "read", n, a);
         warp_fault(wb_sim_current.lane, Fault::Kind::memory_access, buf);
       }
-      if (a + n > r.hi) {
-        char buf[320];
-        std::snprintf(buf, sizeof buf, "memcheck: %s at %s: %s of %zu bytes at 0x%" PRIxPTR
-                      ": %zu of them lie past the end of ",
-                      what, site_string(site).c_str(), store ? "write" : "read", n, a,
-                      static_cast<std::size_t>(a + n - r.hi));
-        warp_fault(wb_sim_current.lane, Fault::Kind::memory_access, (buf + what_of(r)).c_str());
-      }
-      unsigned char* flags = r.written->data() + (a - r.lo);
-      if (store) {
-        std::fill(flags, flags + n, 1);
-      } else if (std::find(flags, flags + n, 0) != flags + n) {
-        char buf[320];
-        std::snprintf(buf, sizeof buf,
-                      "initcheck: %s at %s: read of %zu bytes at 0x%" PRIxPTR
-                      " (offset %zu) that nothing has written, in ",
-                      what, site_string(site).c_str(), n, a, static_cast<std::size_t>(a - r.lo));
-        warp_fault(wb_sim_current.lane, Fault::Kind::uninitialized_read,
-                   (buf + what_of(r)).c_str());
-      }
+      check_in_region(r, a, n, store, std::string(what) + " at " + site_string(site) + ": ",
+                      [] { return std::string(); });
       if (!any) first = r;
       any = true;
     }

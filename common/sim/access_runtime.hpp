@@ -5,12 +5,16 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <string>
 #include <utility>
 #include <vector>
 
 #include "common/sim/runtime.hpp"
 
 namespace wb::sim::detail {
+
+/// printf into a string (at most 1023 characters): the simulator's fault messages.
+std::string format(const char* fmt, ...) __attribute__((format(printf, 1, 2)));
 
 /// Set by the instrumentation's module constructors (__tsan_init) before main().
 void set_instrumented();

@@ -19,7 +19,6 @@
 // phase they complete, and its reads through the wgmma or bulk-store wait that covers them.
 #include <algorithm>
 #include <cinttypes>
-#include <cstdarg>
 #include <cstdio>
 #include <cstring>
 #include <deque>
@@ -36,16 +35,6 @@
 
 namespace wb::sim::detail {
 namespace {
-
-std::string format(const char* fmt, ...) __attribute__((format(printf, 1, 2)));
-std::string format(const char* fmt, ...) {
-  char buf[1024];
-  va_list ap;
-  va_start(ap, fmt);
-  std::vsnprintf(buf, sizeof buf, fmt, ap);
-  va_end(ap);
-  return buf;
-}
 
 [[noreturn]] void fault(Fault::Kind kind, const std::string& what) {
   warp_fault(wb_sim_current.lane, kind, what.c_str());

@@ -36,6 +36,16 @@ WbSimCurrent wb_sim_current = {};
 
 namespace wb::sim {
 namespace detail {
+
+std::string format(const char* fmt, ...) {
+  char buf[1024];
+  va_list ap;
+  va_start(ap, fmt);
+  std::vsnprintf(buf, sizeof buf, fmt, ap);
+  va_end(ap);
+  return buf;
+}
+
 namespace {
 
 /// Dynamic shared memory's alignment: enough for any vector type, for WMMA's 32 bytes and for
@@ -162,16 +172,6 @@ char g_block_end;
 bool race_mode() { return tsan_active(); }
 
 // ---- Messages ---------------------------------------------------------------------------------
-
-std::string format(const char* fmt, ...) __attribute__((format(printf, 1, 2)));
-std::string format(const char* fmt, ...) {
-  char buf[1024];
-  va_list ap;
-  va_start(ap, fmt);
-  std::vsnprintf(buf, sizeof buf, fmt, ap);
-  va_end(ap);
-  return buf;
-}
 
 std::string dim(uint3 v) { return format("(%u,%u,%u)", v.x, v.y, v.z); }
 std::string dim(dim3 v) { return format("(%u,%u,%u)", v.x, v.y, v.z); }

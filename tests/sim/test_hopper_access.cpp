@@ -13,6 +13,7 @@
 #include "common/hopper.cuh"
 #include "common/kernel.cuh"
 #include "common/sim/access.hpp"
+#include "tests/sim/profile_support.hpp"
 #include "tests/sim/fault_of.hpp"
 
 namespace {
@@ -23,6 +24,7 @@ using wb::DeviceBuffer;
 using wb::ptx::Swizzle;
 using wb::ptx::TensorMap;
 using wb::sim::LaunchProfile;
+using wb::test::profile_of;
 using wb::test::check_says;
 using wb::test::fault_of;
 
@@ -89,14 +91,6 @@ __global__ void wgmma_operands_kernel(Swizzle swizzle, int write, float* out) {
 
 std::string at_line(int line) { return "tests/sim/test_hopper_access.cpp:" + std::to_string(line); }
 
-template <typename Launch>
-LaunchProfile profile_of(Launch launch) {
-  wb::sim::start_profile();
-  launch();
-  std::vector<LaunchProfile> p = wb::sim::stop_profile();
-  REQUIRE(p.size() == 1);
-  return p[0];
-}
 
 /// The per-line counts of `line` of this file.
 wb::sim::TrafficCounts line_counts(const LaunchProfile& p, int line) {

@@ -15,6 +15,7 @@
 #include "common/kernel.cuh"
 #include "common/ptx.cuh"
 #include "common/sim/access.hpp"
+#include "tests/sim/profile_support.hpp"
 
 namespace {
 
@@ -22,6 +23,7 @@ using wb::Backend;
 using wb::DeviceBuffer;
 using wb::sim::AccessCounts;
 using wb::sim::LaunchProfile;
+using wb::test::profile_of;
 
 constexpr int kN = 32;  // a 32 x 32 fp32 matrix, one warp
 
@@ -115,14 +117,6 @@ __global__ void cp_async_copy_kernel(const float4* in, float4* out) {
   out[t] = tile[(t + 1) % kN];
 }
 
-template <typename Launch>
-LaunchProfile profile_of(Launch launch) {
-  wb::sim::start_profile();
-  launch();
-  std::vector<LaunchProfile> p = wb::sim::stop_profile();
-  REQUIRE(p.size() == 1);
-  return p[0];
-}
 
 /// The hardware's rule for one warp-wide shared request whose lane l accesses element l * stride
 /// of a V[]: the lanes are served in phases of 128 bytes, 128 / sizeof(V) lanes each (32 of 4
