@@ -15,7 +15,9 @@
 //   mbarrier_try_wait_parity(bar, parity)   mbarrier.try_wait.parity: the same, but the thread may
 //                                           sleep a while first (false: not yet, ask again)
 //   mbarrier_wait_parity(bar, parity)       a loop of try_wait until it completes
-// A wait names the phase by its parity: the k-th phase (from 0) has parity k % 2, and
+// One thread initializes a barrier, then fences (fence_proxy_async(), so that TMA's
+// complete_tx sees the initialized barrier) and the block synchronizes (__syncthreads()) before
+// any other thread or copy uses it. A wait names the phase by its parity: the k-th phase (from 0) has parity k % 2, and
 // "completed" means the barrier has moved past it. A producer/consumer ring of s stages waits
 // on stage i % s with parity (i / s) % 2.
 //
