@@ -1,8 +1,9 @@
 // wgmma's shared-memory operand layouts (common/sim/wgmma_layout.hpp): the descriptor's fields
-// from hand-built bits, every layout against tiles built here the way the PTX ISA's figures
-// draw them (atom by atom, the XOR taken per row, not per address bit), the k16 slices a
-// kernel reads by advancing the start, the properties wgmma and the profile rely on (distinct
-// addresses inside the tile, one bank group per row of a core-matrix column) and the faults.
+// from hand-built bits, every layout against tiles built the way the PTX ISA's figures draw
+// them (tests/sim/wgmma_tiles.hpp: atom by atom, the XOR taken per row, not per address bit),
+// the k16 slices a kernel reads by advancing the start, the properties wgmma and the profile
+// rely on (distinct addresses inside the tile, one bank group per row of a core-matrix column)
+// and the faults.
 #include <doctest/doctest.h>
 
 #include <algorithm>
@@ -14,6 +15,7 @@
 #include <vector>
 
 #include "common/sim/wgmma_layout.hpp"
+#include "tests/sim/wgmma_tiles.hpp"
 
 namespace {
 
@@ -24,13 +26,17 @@ using wb::sim::wgmma_unswizzled_address;
 using wb::sim::WgmmaDescriptor;
 using wb::sim::WgmmaMajor;
 using wb::sim::WgmmaSwizzle;
+using wb::test::build_tile;
+using wb::test::Element;
+using wb::test::kAtomRows;
+using wb::test::kChunk;
+using wb::test::kChunkElems;
+using wb::test::kElem;
+using wb::test::row_bytes_of;
+using wb::test::TileSpec;
 
 constexpr int kK = 16;                   // one instruction's k (16-bit types)
 constexpr int kAm = 64;                  // A: 64 x 16
-constexpr std::uint32_t kElem = 2;       // bytes of an f16 or bf16
-constexpr std::uint32_t kChunk = 16;     // a core-matrix row
-constexpr int kChunkElems = 8;           // elements of a chunk
-constexpr int kAtomRows = 8;             // rows of a core matrix or swizzle atom
 constexpr std::uint32_t kBase = 0x6000;  // a tile's first byte: on every pattern boundary
                                          // (1024), with higher address bits set
 
@@ -50,14 +56,6 @@ unsigned swizzle_code(WgmmaSwizzle s) {
                                   : 0u;
 }
 
-/// A row of the layout in bytes: 16 (a core-matrix row) without swizzle, else the swizzle's.
-std::uint32_t row_bytes_of(WgmmaSwizzle s) {
-  return s == WgmmaSwizzle::b128  ? 128u
-         : s == WgmmaSwizzle::b64 ? 64u
-         : s == WgmmaSwizzle::b32 ? 32u
-                                  : 16u;
-}
-
 const char* name_of(WgmmaSwizzle s) {
   return s == WgmmaSwizzle::b128  ? "128B"
          : s == WgmmaSwizzle::b64 ? "64B"
@@ -72,54 +70,6 @@ std::string hex(std::uint32_t v) {
   std::ostringstream out;
   out << "0x" << std::hex << v;
   return out.str();
-}
-
-struct Element {
-  int mn, k;
-  bool operator==(const Element& o) const { return mn == o.mn && k == o.k; }
-};
-
-/// A tile in shared memory as the ISA's figures draw it ("Shared Memory Matrix Layout", the
-/// swizzle atom figures): atoms of 8 rows of row_bytes, rows one after the other; K-major rows
-/// are 8 values of m|n and run along k, MN-major rows are 8 values of k and run along m|n. The
-/// 16-byte chunks of atom row r are permuted: physical chunk p holds logical chunk
-/// p ^ (r / (8 / chunks)) for chunks = row_bytes / 16 per row (r for 128 bytes, r / 2 for 64,
-/// r / 4 for 32, no permutation for a 16-byte row). Atoms are mn_step apart along m|n and
-/// k_step apart along k.
-struct TileSpec {
-  WgmmaMajor major;
-  WgmmaSwizzle swizzle;
-  int mn_extent, k_extent;  // the whole tile: for K-major swizzled, k_extent fills a row
-  std::uint32_t mn_step, k_step;
-};
-
-std::map<std::uint32_t, Element> build_tile(const TileSpec& t, std::uint32_t base) {
-  const std::uint32_t row_bytes = row_bytes_of(t.swizzle);
-  const int chunks = static_cast<int>(row_bytes / kChunk);
-  const int row_elems = chunks * kChunkElems;
-  const bool k_major = t.major == WgmmaMajor::k;
-  const int atom_mn = k_major ? kAtomRows : row_elems;  // an atom's extent along m|n
-  const int atom_k = k_major ? row_elems : kAtomRows;   // and along k
-  std::map<std::uint32_t, Element> tile;
-  for (int i = 0; i < t.mn_extent / atom_mn; ++i) {
-    for (int j = 0; j < t.k_extent / atom_k; ++j) {
-      const std::uint32_t atom = base + i * t.mn_step + j * t.k_step;
-      for (int r = 0; r < kAtomRows; ++r) {
-        const int row_xor = chunks == 1 ? 0 : r / (kAtomRows / chunks);
-        for (int p = 0; p < chunks; ++p) {
-          const int c = p ^ row_xor;  // the logical chunk stored at physical chunk p
-          for (int e = 0; e < kChunkElems; ++e) {
-            const std::uint32_t addr = atom + r * row_bytes + p * kChunk + e * kElem;
-            const Element el = k_major ? Element{i * atom_mn + r, j * atom_k + c * kChunkElems + e}
-                                       : Element{i * atom_mn + c * kChunkElems + e, j * atom_k + r};
-            REQUIRE(tile.count(addr) == 0);  // the spec itself must not overlap atoms
-            tile[addr] = el;
-          }
-        }
-      }
-    }
-  }
-  return tile;
 }
 
 /// Reads the instruction's operand (mn_count x 16) through `bits` and checks that element
