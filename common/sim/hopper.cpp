@@ -62,17 +62,24 @@ char g_tma_issue;    // released by a thread issuing a TMA load, acquired by the
 /// Runs the enclosed annotations (tsan_read, tsan_write, acquire, release) as the async
 /// proxy's, to ThreadSanitizer: a fiber of its own, entered and left without synchronizing.
 /// Nothing in it may fault (a fault never returns to leave it). Outside race mode, nothing.
+/// The proxy's fiber. A new fiber inherits its creator's happens-before, so it is created by the
+/// launching thread before the first block runs (hopper_block_begin), never by a CUDA thread,
+/// whose view would hide what the proxy must not see.
+void* async_proxy() {
+  static void* proxy = [] {
+    void* f = __tsan_create_fiber(0);
+    __tsan_set_fiber_name(f, "async proxy (TMA and wgmma)");
+    return f;
+  }();
+  return proxy;
+}
+
 class ProxyScope {
  public:
   ProxyScope() {
     if (!tsan_active()) return;
-    static void* proxy = [] {
-      void* f = __tsan_create_fiber(0);
-      __tsan_set_fiber_name(f, "async proxy (TMA and wgmma)");
-      return f;
-    }();
     from_ = __tsan_get_current_fiber();
-    __tsan_switch_to_fiber(proxy, kTsanSwitchNoSync);
+    __tsan_switch_to_fiber(async_proxy(), kTsanSwitchNoSync);
     __tsan_acquire(block_start_sync());
   }
   ~ProxyScope() {
@@ -832,6 +839,7 @@ void wgmma_wait_group(int keep, Site site) {
 }
 
 void hopper_block_begin() {
+  if (tsan_active()) async_proxy();
   mbarriers().clear();
   for (Warpgroup& w : warpgroups()) w = Warpgroup{};
   for (StoreGroups& g : store_groups()) g.committed = 0;
