@@ -115,6 +115,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   }
   __syncthreads();
 
+  //! [producer]
   if (warp == kConsumerWarps) {  // the producer: lane 0 issues every copy
     if (lane == 0) {
       for (int i = 0; i < tiles; ++i) {
@@ -136,7 +137,9 @@ __global__ void __launch_bounds__(kThreads, 1)
     }
     return;
   }
+  //! [producer]
 
+  //! [consumer]
   // The consumer warpgroup. D starts as NaN: the first wgmma's scale-d = 0 must ignore it.
   float d[N / 2];
 #pragma unroll
@@ -175,6 +178,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     __syncwarp();
     if (lane == 0) ptx::mbarrier_arrive(&empty[s]);
   }
+  //! [consumer]
 
   // D(16w + g (+8), 8i + 2t (+1)) = d[4i (+2) (+1)] (common/hopper.cuh), g = lane / 4,
   // t = lane % 4.
