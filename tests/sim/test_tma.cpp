@@ -215,6 +215,79 @@ TEST_CASE("encode_tensor_map refuses what cuTensorMapEncodeTiled refuses naming 
   CHECK(encode(256, 32, 8, Swizzle::none, data.p + 1).find("16-byte aligned") != std::string::npos);
 }
 
+// ---- A tensor map's swizzle against a descriptor's -------------------------------------------
+
+constexpr int kRowsAB = 64, kColsAB = 64;  // A and B (64 x 64 __half): rows of 128 bytes
+
+// A and B by TMA with the map's swizzle into a 1024-byte-aligned window; one warpgroup's
+// wgmma_ss of their first k16 columns through descriptors of `descriptor` swizzle: out (128,
+// 32), D = A[:, 0:16] B[:, 0:16]^T by the accumulator layout.
+__global__ void map_and_descriptor_kernel(const __grid_constant__ TensorMap a_map,
+                                          const __grid_constant__ TensorMap b_map,
+                                          Swizzle descriptor, float* out) {
+  __shared__ std::uint64_t full;
+  unsigned char* a = wb::dynamic_shared<unsigned char>();
+  unsigned char* b = a + kRowsAB * kColsAB * sizeof(__half);
+  if (threadIdx.x == 0) {
+    wb::ptx::mbarrier_init(&full, 1);
+    wb::ptx::mbarrier_arrive_expect_tx(&full, 2 * kRowsAB * kColsAB * sizeof(__half));
+    wb::ptx::tma_load_2d(a, &a_map, 0, 0, &full);
+    wb::ptx::tma_load_2d(b, &b_map, 0, 0, &full);
+  }
+  __syncthreads();
+  wb::ptx::mbarrier_wait_parity(&full, 0);
+  // K-major: 8-row groups 8 swizzle rows apart; the leading offset is unused when swizzled.
+  const unsigned stride = 8 * wb::ptx::swizzle_bytes(descriptor);
+  float d[kColsAB / 2];
+  wb::ptx::wgmma_fence();
+  wb::ptx::wgmma_ss<__half, kColsAB>(d, wb::ptx::make_smem_descriptor(a, descriptor, 16, stride),
+                                     wb::ptx::make_smem_descriptor(b, descriptor, 16, stride),
+                                     false);
+  wb::ptx::wgmma_commit_group();
+  wb::ptx::wgmma_wait_group<0>();
+  for (int j = 0; j < kColsAB / 2; ++j) out[threadIdx.x * (kColsAB / 2) + j] = d[j];
+}
+
+TEST_CASE("a descriptor whose swizzle disagrees with the tensor map's multiplies the wrong elements" *
+          doctest::test_suite("tma")) {
+  // Small integers: every product and sum is exact in float, so a right layout gives D exactly.
+  Aligned<__half> a(kRowsAB * kColsAB), b(kRowsAB * kColsAB);
+  for (int i = 0; i < kRowsAB * kColsAB; ++i) {
+    a.p[i] = __float2half(static_cast<float>(i % 7 - 3));
+    b.p[i] = __float2half(static_cast<float>(i % 11 - 5));
+  }
+  const std::uint64_t sizes[2] = {kColsAB, kRowsAB}, strides[1] = {kColsAB * sizeof(__half)};
+  const std::uint32_t box[2] = {kColsAB, kRowsAB};
+  TensorMap a_map, b_map;
+  wb::ptx::encode_tensor_map(a_map, a.p, 2, sizes, strides, box, Swizzle::b128);
+  wb::ptx::encode_tensor_map(b_map, b.p, 2, sizes, strides, box, Swizzle::b128);
+  const auto wrong_elements = [&](Swizzle descriptor) {
+    std::vector<float> out(128 * kColsAB / 2);
+    wb::launch<map_and_descriptor_kernel>(dim3(1), dim3(128),
+                                          2 * kRowsAB * kColsAB * sizeof(__half), a_map, b_map,
+                                          descriptor, out.data());
+    int wrong = 0;
+    for (int t = 0; t < 128; ++t) {
+      for (int j = 0; j < kColsAB / 2; ++j) {
+        // d[j] of thread t: row 16 (t / 32) + (t % 32) / 4 (+ 8), column 8 (j / 4) + 2 (t % 4)
+        // (+ 1) (common/hopper.cuh).
+        const int row = 16 * (t / 32) + t % 32 / 4 + 8 * (j % 4 / 2);
+        const int col = 8 * (j / 4) + 2 * (t % 4) + j % 2;
+        float want = 0;
+        for (int k = 0; k < 16; ++k)
+          want += __half2float(a.p[row * kColsAB + k]) * __half2float(b.p[col * kColsAB + k]);
+        wrong += out[t * (kColsAB / 2) + j] != want;
+      }
+    }
+    return wrong;
+  };
+  CHECK(wrong_elements(Swizzle::b128) == 0);
+  // The planted misuse: the map writes a 128-byte swizzle, the descriptor reads a 64-byte one.
+  // Both are legal, and nothing records how a tile was written, so the simulator cannot report
+  // it; the product shows it.
+  CHECK(wrong_elements(Swizzle::b64) > 1000);
+}
+
 // ---- A producer/consumer ring, and its planted misuses --------------------------------------
 
 constexpr int kStages = 2, kTileRows = 8, kTileCols = 32;
