@@ -2,8 +2,8 @@
 // (rungs/2_block_per_row.cuh, rungs/3_warp_shuffle.cuh): rung 1's loop, with 256 threads each
 // folding a strided slice of the row. The two rungs differ only in how the block combines its
 // threads' partial results, which each passes in as `reduce`.
-// Only templates: wb_add_chapter compiles this file on its own too (it compiles every .cuh of
-// the chapter), where it emits nothing; the rung files include it.
+// Only templates: the rung files include it, and the build compiles it there, not on its own
+// (wb_add_chapter's translation units are the kernel files no other includes).
 // Test: ctest --test-dir build -R 01_safe_softmax --output-on-failure
 #pragma once
 

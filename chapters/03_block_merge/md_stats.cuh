@@ -5,8 +5,8 @@
 // slice of the row (normalize_slice: rungs 5 and 6, from x or from the cached row). The
 // exercise's butterfly, warp_all_merge, is rung 2's own (rungs/2_warp_per_row_online.cuh):
 // its stub replaces that one file, so no other kernel includes it.
-// Only templates: wb_add_chapter compiles this file on its own too (it compiles every .cuh of
-// the chapter), where it emits nothing; the rung files include it.
+// Only templates: the rung files include it, and the build compiles it there, not on its own
+// (wb_add_chapter's translation units are the kernel files no other includes).
 // Test: ctest --test-dir build -R 03_block_merge --output-on-failure
 #pragma once
 

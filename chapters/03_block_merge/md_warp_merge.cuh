@@ -3,8 +3,8 @@
 // the attention kernels of chapter 04 on. rungs/2_warp_per_row_online.cuh's warp_all_merge is
 // the same butterfly, written out as the chapter's exercise; that file is replaced by its stub
 // when a learner starts the exercise, so no other kernel includes it.
-// Only templates: wb_add_chapter compiles this file on its own too (it compiles every .cuh of
-// the chapter), where it emits nothing; the kernel files include it.
+// Only templates: the kernel files include it, and the build compiles it there, not on its own
+// (wb_add_chapter's translation units are the kernel files no other includes).
 #pragma once
 
 #include "common/kernel.cuh"

@@ -3,8 +3,8 @@
 // thread's strided slice of the row folded with Welford's update and normalized. Nothing here
 // crosses lanes: the block strategies' all-reduce is welford_all_reduce.cuh, the warp
 // strategy's its own (rungs/1_warp_per_row.cuh, the chapter's exercise).
-// Only templates: wb_add_chapter compiles this file on its own too (it compiles every .cuh of
-// the chapter), where it emits nothing; the rung files include it.
+// Only templates: the rung files include it, and the build compiles it there, not on its own
+// (wb_add_chapter's translation units are the kernel files no other includes).
 // Test: ctest --test-dir build -R 07_welford_layernorm --output-on-failure
 #pragma once
 

@@ -5,8 +5,9 @@
 // tree is half of rungs/1_warp_per_row.cuh's butterfly (the chapter's exercise, which leaves a
 // group's state in every lane): the same combines in the same order, so lane 0 ends with the
 // same bits.
-// Only templates and inline functions: wb_add_chapter compiles this file on its own too (it
-// compiles every .cuh of the chapter), where it emits nothing; the rung files include it.
+// Only templates and inline functions: the rung files include it, and the build compiles it
+// there, not on its own (wb_add_chapter's translation units are the kernel files no other
+// includes).
 // Test: ctest --test-dir build -R 07_welford_layernorm --output-on-failure
 #pragma once
 

@@ -9,7 +9,9 @@
 #                   header chapters/NN_name/ladder.hpp (Rungs<B> and kernel_ladder<B>(), over
 #                   the op's arguments LADDER_ARGS), which the chapter's header includes
 #   *.cuh, rungs/*.cuh  the kernels and their launchers, each file compiled twice: by the host
-#                   compiler against common/sim (target chNN_sim) and by nvcc (chNN_cuda)
+#                   compiler against common/sim (target chNN_sim) and by nvcc (chNN_cuda); a
+#                   file that another of them includes (shared pieces: templates and inline
+#                   functions) is compiled where it is included, not on its own
 #   main.cpp        the chapter program, target chNN
 #   *.md            the chapter page, added to the docs
 #   tests/test_NN_name*.cpp  the chapter's doctest files (one, or several split by concern),
@@ -89,6 +91,29 @@ function(_wb_earlier_chapters chapter suffix why out)
     list(APPEND result ch${dep_number})
   endforeach()
   set(${out} "${result}" PARENT_SCOPE)
+endfunction()
+
+# The kernel files of `kernels` (absolute paths) that no other file of the list includes, into
+# `out`: the translation units of the chapter's kernel libraries. A file that another includes
+# (fast_tiles.cuh, every rung's tile loads) holds what its includers compile: templates and
+# inline functions, which on their own emit nothing, and anything else would be defined twice.
+# Compiled on its own it cost the build a translation unit per backend and twin (nvcc for two
+# architectures, the simulator, race mode, instrumented) for an empty object: 16 files, about
+# 100 CPU-seconds of a clean build.
+function(_wb_kernel_units kernels out)
+  set(included)
+  foreach(kernel IN LISTS kernels)
+    file(STRINGS ${kernel} includes REGEX "^#include \"chapters/[^\"]+\\.cuh\"")
+    foreach(line IN LISTS includes)
+      string(REGEX REPLACE "^#include \"([^\"]+)\".*" "${PROJECT_SOURCE_DIR}/\\1" path "${line}")
+      list(APPEND included ${path})
+    endforeach()
+  endforeach()
+  set(units ${kernels})
+  if(included)
+    list(REMOVE_ITEM units ${included})
+  endif()
+  set(${out} "${units}" PARENT_SCOPE)
 endfunction()
 
 # The chapter's rung files (rungs/N_name.cuh, N = 1, 2, ... without a gap) in ladder order
@@ -194,29 +219,32 @@ function(wb_add_chapter)
     target_link_libraries(${ch}_cpu PUBLIC wb_common Eigen3::Eigen ${cpu_deps} PRIVATE wb_warnings)
     target_link_libraries(${ch}_base INTERFACE ${ch}_cpu)
   endif()
-  # The chapter with its reference kernels on both backends. With an exercise among several
-  # kernel files, the simulator's kernels are two libraries: the exercise's file, and the rest
-  # (chNN_sim_shared), which the exercise's stub and learner binaries link as they are instead
-  # of compiling them again.
+  # The chapter with its reference kernels on both backends, one translation unit per kernel
+  # file that no other includes (units). With an exercise among several units, the simulator's
+  # kernels are two libraries: the exercise's file, and the rest (chNN_sim_shared), which the
+  # exercise's stub and learner binaries link as they are instead of compiling them again. An
+  # exercise file that the others include (chapter 08's warp_tile.cuh) is no unit of its own:
+  # its stub and learner binaries compile every unit again (WbExercise.cmake).
   add_library(${ch}_lib INTERFACE)
   target_link_libraries(${ch}_lib INTERFACE ${ch}_base)
+  _wb_kernel_units("${kernels}" units)
   _wb_exercise_kernel("${kernels}" exercise_kernel)
-  set(shared_kernels ${kernels})
+  set(shared_units ${units})
   if(exercise_kernel)
-    list(REMOVE_ITEM shared_kernels ${exercise_kernel})
+    list(REMOVE_ITEM shared_units ${exercise_kernel})
   endif()
-  if(kernels AND exercise_kernel AND shared_kernels)
-    _wb_kernel_library(${ch}_sim_shared CXX sim "${shared_kernels}")
+  if(exercise_kernel AND exercise_kernel IN_LIST units AND shared_units)
+    _wb_kernel_library(${ch}_sim_shared CXX sim "${shared_units}")
     _wb_kernel_library(${ch}_sim_exercise CXX sim "${exercise_kernel}")
     add_library(${ch}_sim INTERFACE)
     _wb_link_kernel_group(${ch}_sim ${ch}_sim_exercise ${ch}_sim_shared)
     target_link_libraries(${ch}_lib INTERFACE ${ch}_sim)
-  elseif(kernels)
-    _wb_kernel_library(${ch}_sim CXX sim "${kernels}")
+  elseif(units)
+    _wb_kernel_library(${ch}_sim CXX sim "${units}")
     target_link_libraries(${ch}_lib INTERFACE ${ch}_sim)
   endif()
-  if(kernels AND WB_HAVE_CUDA)
-    _wb_kernel_library(${ch}_cuda CUDA cuda "${kernels}")
+  if(units AND WB_HAVE_CUDA)
+    _wb_kernel_library(${ch}_cuda CUDA cuda "${units}")
     target_link_libraries(${ch}_lib INTERFACE ${ch}_cuda)
   endif()
 
@@ -263,7 +291,7 @@ function(wb_add_chapter)
   if(test_sources)
     _wb_compile_tests_once(${chapter} ${ch} "${test_sources}" test_sources)
     wb_add_chapter_tests(${chapter} ${ch} "${test_sources}")
-    _wb_add_chapter_exercise(${chapter} ${ch} "${test_sources}" "${kernels}")
+    _wb_add_chapter_exercise(${chapter} ${ch} "${test_sources}" "${kernels}" "${units}")
   endif()
 endfunction()
 

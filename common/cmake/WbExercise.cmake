@@ -5,12 +5,13 @@ include_guard(GLOBAL)
 # and a cuda one when nvcc is there. The untouched stub only has to fail its sim checks
 # (exercise-stub-fails runs the sim suite): its cuda side is the reference kernels, which
 # saves CI an nvcc build of every chapter's kernels; a learner's file gets both.
-# An exercise file that the chapter's other kernel files include (a helper every rung calls,
-# chapter 08's warp_tile.cuh) is swapped where they include it: every kernel file is compiled
-# again, with a folder first on the include path that holds `exercise_header` under the
-# exercise file's own path (`rel`, from the project's root).
-function(_wb_exercise_kernels ch suffix kernels exercise_kernel exercise_header rel)
-  set(headers ${kernels})
+# `kernels` are all the chapter's kernel files, `units` those compiled on their own
+# (_wb_kernel_units). An exercise file that the chapter's other kernel files include (a helper
+# every rung calls, chapter 08's warp_tile.cuh) is swapped where they include it: every unit
+# is compiled again, with a folder first on the include path that holds `exercise_header`
+# under the exercise file's own path (`rel`, from the project's root).
+function(_wb_exercise_kernels ch suffix kernels units exercise_kernel exercise_header rel)
+  set(headers ${units})
   list(TRANSFORM headers REPLACE "^${exercise_kernel}$" "${exercise_header}")
   set(shadow)
   foreach(kernel IN LISTS kernels)
@@ -80,7 +81,7 @@ function(_wb_exercise_kernel kernels out)
   set(${out} "${exercise_kernel}" PARENT_SCOPE)
 endfunction()
 
-function(_wb_add_chapter_exercise chapter ch test_sources kernels)
+function(_wb_add_chapter_exercise chapter ch test_sources kernels units)
   _wb_exercise_kernel("${kernels}" exercise_kernel)
   if(NOT exercise_kernel)
     return()
@@ -98,7 +99,7 @@ function(_wb_add_chapter_exercise chapter ch test_sources kernels)
     COMMENT "exercise ${chapter}: stub from ${rel}" VERBATIM)
   add_custom_target(${ch}_exercise_stub DEPENDS ${stub})
 
-  _wb_exercise_kernels(${ch} stub "${kernels}" ${exercise_kernel} ${stub} ${rel})
+  _wb_exercise_kernels(${ch} stub "${kernels}" "${units}" ${exercise_kernel} ${stub} ${rel})
   add_executable(test_${chapter}_stub ${test_sources})
   target_link_libraries(test_${chapter}_stub PRIVATE ${ch}_base ${exercise_libs} wb_test_main wb_warnings)
   add_test(NAME ${chapter}/exercise-stub-fails
@@ -106,7 +107,7 @@ function(_wb_add_chapter_exercise chapter ch test_sources kernels)
   set_tests_properties(${chapter}/exercise-stub-fails PROPERTIES LABELS "sim;exercise"
     PASS_REGULAR_EXPRESSION "\\[FAIL\\]" FAIL_REGULAR_EXPRESSION "exception:")
 
-  _wb_exercise_kernels(${ch} learner "${kernels}" ${exercise_kernel}
+  _wb_exercise_kernels(${ch} learner "${kernels}" "${units}" ${exercise_kernel}
                        ${PROJECT_SOURCE_DIR}/exercises/${chapter}/${name} ${rel})
   add_executable(test_${chapter}_learner EXCLUDE_FROM_ALL ${test_sources})
   target_link_libraries(test_${chapter}_learner PRIVATE ${ch}_base ${exercise_libs} wb_test_main)
