@@ -7,6 +7,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <optional>
 #include <stdexcept>
 #include <string>
@@ -150,7 +151,51 @@ struct AttentionRungRun {
   const ref::Attention& r;    ///< the fp64 attention of `in`
   Dtype dtype;                ///< the rung's element type on this case (rung_dtype)
   const RungOutput& run;
+  /// The case and its seed, in words: names everything `in` and `r` depend on, so that a
+  /// measure may keep what it derives from them for the next rung (detail::CaseCache).
+  const std::string& key;
 };
+
+/// A case's inputs and their fp64 reference, made once for all the rungs that run it.
+struct CaseInputs {
+  AttentionInputs in;  ///< Q, K, V of the seed, keys masked, rounded to the case's type
+  ref::Attention r;    ///< the fp64 attention of `in`
+};
+
+namespace detail {
+/// The inputs of the cases of the ladder check that runs now, by key (AttentionRungRun::key).
+/// doctest enters a ladder check once per rung (a SUBCASE each), and every rung of a case reads
+/// the same Q, K, V and compares with the same reference: made once, as chapter 09's
+/// decode_inputs are, instead of once per rung (a third of chapter 08's sim suite, seven rungs,
+/// was remaking them). `list` names the check's list of cases; another list starts the cache
+/// afresh, so that it holds one list's cases at a time; `generation` counts the lists, for the
+/// caches of what measures derive (fa2_rung_error's).
+struct CaseCache {
+  std::string list;
+  std::uint64_t generation = 0;
+  std::map<std::string, CaseInputs> inputs;
+};
+inline CaseCache& case_cache() {
+  static CaseCache cache;
+  return cache;
+}
+
+/// The cache for the list of `cases` of `seed`, emptied if it held another list's.
+inline CaseCache& case_cache_for(const std::vector<AttentionCase>& cases, std::uint64_t seed) {
+  CaseCache& cache = case_cache();
+  std::string list =
+      "seed " + std::to_string(seed) + ", " + std::to_string(cases.size()) + " cases";
+  for (const AttentionCase& c : cases)
+    list += "; " + to_string(c.shape) + " " + to_string(c.kind) + " " + to_string(c.dtype) +
+            (c.causal ? " causal" : "") + (c.mask == KeyMask::by_head ? " masked" : "");
+  if (cache.list != list) {
+    cache.list = std::move(list);
+    ++cache.generation;
+    cache.inputs.clear();
+  }
+  return cache;
+}
+}  // namespace detail
 
 /// A chapter's measure of one rung on one case: checks the rung's other outputs (CHECKs of
 /// its own) and returns its main error under the tolerance policy.
@@ -163,6 +208,7 @@ using RungMeasure = std::function<RungError(const AttentionRungRun& run)>;
 inline void check_attention_ladder(Backend backend, const Ladder<AttentionArgs>& ladder,
                                    const std::vector<AttentionCase>& cases, std::uint64_t seed,
                                    const RungMeasure& measure) {
+  detail::CaseCache& cache = detail::case_cache_for(cases, seed);
   check_ladder(
       ladder, cases,
       [&](const Rung<AttentionArgs>& rung, const AttentionCase& c) -> std::optional<RungError> {
@@ -178,17 +224,26 @@ inline void check_attention_ladder(Backend backend, const Ladder<AttentionArgs>&
         CAPTURE(running);
         CAPTURE(where);
         REQUIRE((c.mask == KeyMask::none || !c.causal));  // masked_reference has no causal mask
-        AttentionInputs in = make_attention_inputs(c.kind, c.shape, scale, seed);
-        if (c.mask == KeyMask::by_head) mask_keys(in, c.shape);
-        for (std::vector<float>* x : {&in.q, &in.k, &in.v}) *x = round_elements(*x, c.dtype);
+        // The reference with P for the rungs that write P, each made once (detail::CaseCache).
+        const bool want_p = (rung.limits.outputs & kWritesP) != 0;
+        const std::string key =
+            where + ", seed " + std::to_string(seed) + (want_p ? ", with P" : "");
+        auto cached = cache.inputs.find(key);
+        if (cached == cache.inputs.end()) {
+          CaseInputs x;
+          x.in = make_attention_inputs(c.kind, c.shape, scale, seed);
+          if (c.mask == KeyMask::by_head) mask_keys(x.in, c.shape);
+          for (std::vector<float>* v : {&x.in.q, &x.in.k, &x.in.v})
+            *v = round_elements(*v, c.dtype);
+          x.r = c.mask == KeyMask::by_head ? masked_reference(x.in, c.shape, scale, want_p)
+                                           : ref::attention(x.in, c.shape, scale, c.causal, want_p);
+          cached = cache.inputs.emplace(key, std::move(x)).first;
+        }
+        const AttentionInputs& in = cached->second.in;
         const std::optional<RungOutput> out =
             run_attention_rung(backend, rung, in, c.shape, scale, c.causal, *dtype);
         if (!out) return std::nullopt;
-        const bool want_p = (rung.limits.outputs & kWritesP) != 0;
-        const ref::Attention r = c.mask == KeyMask::by_head
-                                     ? masked_reference(in, c.shape, scale, want_p)
-                                     : ref::attention(in, c.shape, scale, c.causal, want_p);
-        RungError e = measure({rung, c, scale, in, r, *dtype, *out});
+        RungError e = measure({rung, c, scale, in, cached->second.r, *dtype, *out, key});
         e.where = where;
         return e;
       });

@@ -6,6 +6,9 @@
 #include <algorithm>
 #include <cmath>
 #include <cstddef>
+#include <map>
+#include <string>
+#include <tuple>
 #include <vector>
 
 #include "chapters/06_fa2_rescaled/fa2.hpp"
@@ -92,6 +95,30 @@ inline void check_fa2_masked_rows(const ref::Attention& r, AttentionShape shape,
     CHECK(masked >= static_cast<std::size_t>(shape.bh) * (shape.lq - shape.lk));
 }
 
+/// What fa2_rung_error holds a rung to on a case, from the CPU step with the rung's tiles: its
+/// errors against fp64 (O in units of the case's w) and the K/V tiles it visited.
+struct Fa2CpuStep {
+  ErrorReport o;
+  ErrorReport lse;
+  long tiles_visited;
+};
+
+namespace detail {
+/// O's weights w of each case and the CPU step of each case and tile shape, made once for all
+/// the rungs that take them (chapter 08's seven rungs have at most three tile shapes), as the
+/// case's inputs are (CaseCache), and emptied with them.
+struct Fa2Cache {
+  std::uint64_t generation = 0;
+  std::map<std::string, std::vector<double>> w;
+  std::map<std::tuple<std::string, int, int>, Fa2CpuStep> cpu;
+};
+inline Fa2Cache& fa2_cache() {
+  static Fa2Cache cache;
+  if (cache.generation != case_cache().generation) cache = {case_cache().generation, {}, {}};
+  return cache;
+}
+}  // namespace detail
+
 /// The measure of an FA2 rung (chapters 06 and 08) with tiles t (Br, Bc) on a case: O in units
 /// of w, logsumexp, the fully masked rows, the K/V tiles visited.
 inline RungError fa2_rung_error(const AttentionRungRun& run, Tiles t) {
@@ -104,13 +131,28 @@ inline RungError fa2_rung_error(const AttentionRungRun& run, Tiles t) {
   // float accumulator.
   REQUIRE_FALSE(has_nan(r.o));
   REQUIRE_FALSE(has_nan(r.lse));
-  const ch06::Fa2Result cpu =
-      ch06::attention_fa2(run.in, shape, {run.scale, run.c.causal, t.br, t.bc});
-  const std::vector<double> w =
-      run.c.dtype == Dtype::fp32 ? r.o_weight
-                                 : ch06::tensor_core_weight(r.o_weight, run.in, shape, run.c.dtype);
-  const ErrorReport cpu_o = ref::compare_weighted(cpu.o, r.o, w);
-  const ErrorReport cpu_lse = compare(cpu.lse, r.lse);
+  detail::Fa2Cache& cache = detail::fa2_cache();
+  auto w_cached = cache.w.find(run.key);
+  if (w_cached == cache.w.end()) {
+    std::vector<double> w_case =
+        run.c.dtype == Dtype::fp32
+            ? r.o_weight
+            : ch06::tensor_core_weight(r.o_weight, run.in, shape, run.c.dtype);
+    w_cached = cache.w.emplace(run.key, std::move(w_case)).first;
+  }
+  const std::vector<double>& w = w_cached->second;
+  const auto step_key = std::make_tuple(run.key, t.br, t.bc);
+  auto step = cache.cpu.find(step_key);
+  if (step == cache.cpu.end()) {
+    const ch06::Fa2Result cpu =
+        ch06::attention_fa2(run.in, shape, {run.scale, run.c.causal, t.br, t.bc});
+    step = cache.cpu
+               .emplace(step_key, Fa2CpuStep{ref::compare_weighted(cpu.o, r.o, w),
+                                             compare(cpu.lse, r.lse), cpu.tiles_visited})
+               .first;
+  }
+  const ErrorReport& cpu_o = step->second.o;
+  const ErrorReport& cpu_lse = step->second.lse;
   // The policy: twice the CPU step's error plus the floor (the kernel sums in butterflies
   // and with fmaf, CUDA's expf and logf differ from glibc's by an ulp or two).
   // logsumexp comes from the float m and l (l sums the unrounded P~): the float policy. On its
@@ -127,7 +169,7 @@ inline RungError fa2_rung_error(const AttentionRungRun& run, Tiles t) {
   // The same tiles as the CPU step with the kernel's tile sizes: under the mask, exactly
   // those that touch the diagonal; the others are never loaded. And block by block, each
   // count in its own block's slot.
-  CHECK(visited == cpu.tiles_visited);
+  CHECK(visited == step->second.tiles_visited);
   if (run.c.causal) CHECK(visited == tiles_touching_the_diagonal(shape, t.br, t.bc));
   const std::vector<int> due = tiles_per_block(shape, t.br, t.bc, run.c.causal, run.run.tiles.size());
   for (std::size_t slot = 0; slot < due.size(); ++slot) {
