@@ -157,12 +157,13 @@ TEST_CASE("a read of a TMA box without the mbarrier wait is a race in race mode"
 }
 
 // The box of a tile written by ordinary stores, then a bulk store of it to (x, y) of `map`.
-// Each thread writes tile floats i: value 0.5 + i, in the box's own (swizzled) layout.
+// Each thread writes tile floats i: value 0.5 + i, in the box's own (swizzled) layout. `fence`
+// 0 plants the missing fence.proxy.async.
 __global__ void store_box_kernel(const __grid_constant__ TensorMap map, int x, int y,
-                                 int box_floats) {
+                                 int box_floats, int fence) {
   float* box = wb::dynamic_shared<float>();
   for (int i = threadIdx.x; i < box_floats; i += blockDim.x) box[i] = 0.5f + static_cast<float>(i);
-  wb::ptx::fence_proxy_async();  // the stores above, visible to the bulk copy's reads
+  if (fence != 0) wb::ptx::fence_proxy_async();  // the stores above, visible to the copy's reads
   __syncthreads();
   if (threadIdx.x == 0) {
     wb::ptx::tma_store_2d(&map, x, y, box);
@@ -176,7 +177,7 @@ TEST_CASE("a TMA bulk store writes the box and nothing past the tensor's edge" *
   Tensor t(40, 20, 1);
   constexpr int kCols = 32, kRows = 8, kX = 16, kY = 16;  // columns 40 and up, rows 20 and up: out
   wb::launch<store_box_kernel>(dim3(1), dim3(64), kCols * kRows * sizeof(float),
-                               t.map(kCols, kRows, 1, Swizzle::b128), kX, kY, kCols * kRows);
+                               t.map(kCols, kRows, 1, Swizzle::b128), kX, kY, kCols * kRows, 1);
   for (int gy = 0; gy < t.rows; ++gy) {
     for (int gx = 0; gx < t.cols; ++gx) {
       const int r = gy - kY, x = gx - kX;
@@ -188,6 +189,13 @@ TEST_CASE("a TMA bulk store writes the box and nothing past the tensor's edge" *
       CHECK(t.data.p[gy * t.cols + gx] == want);
     }
   }
+}
+
+TEST_CASE("a TMA bulk store of a tile written without fence_proxy_async is a race in race mode" *
+          doctest::test_suite("race_planted_tma_store_fence")) {
+  Tensor t(32, 8, 1);
+  wb::launch<store_box_kernel>(dim3(1), dim3(64), 32 * 8 * sizeof(float),
+                               t.map(32, 8, 1, Swizzle::b128), 0, 0, 32 * 8, 0);
 }
 
 TEST_CASE("encode_tensor_map refuses what cuTensorMapEncodeTiled refuses naming the limit" *
