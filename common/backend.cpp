@@ -33,4 +33,20 @@ std::string cuda_device_description() {
 #endif
 }
 
+std::string why_no_sm90a() {
+  if (!cuda_available()) return cuda_device_description();
+#if WB_HAVE_CUDA
+  int device = 0;
+  cudaDeviceProp prop{};
+  if (cudaGetDevice(&device) != cudaSuccess ||
+      cudaGetDeviceProperties(&prop, device) != cudaSuccess)
+    return "the CUDA device's compute capability could not be read";
+  if (prop.major == 9 && prop.minor == 0) return "";
+  return cuda_device_description() +
+         " is not compute capability 9.0: the Hopper kernels are built for sm_90a alone";
+#else
+  return "";  // not reached: without nvcc no device is available
+#endif
+}
+
 }  // namespace wb

@@ -36,6 +36,11 @@ bool cuda_available();
 /// A one-line description of why `cuda_available()` is false, or the device's name.
 std::string cuda_device_description();
 
+/// Why this machine cannot run sm_90a code (Hopper's wgmma, TMA, setmaxnreg: a GPU of compute
+/// capability 9.0 and no other, since the architecture-specific `a` features are not carried
+/// forward to later GPUs), or "" when it can.
+std::string why_no_sm90a();
+
 /// Calls `f(std::integral_constant<Backend, B>{})` with B the kernel backend `backend` (sim or
 /// cuda), so code written once for both can name `Kernels<B>`. Without nvcc the cuda branch
 /// is discarded at compile time: such builds link with no cuda kernels. Does nothing for cpu.

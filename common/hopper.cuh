@@ -63,6 +63,8 @@
 //   wgmma_wait_group<N>()                   waits until at most N groups are in flight; only then
 //                                           may the accumulators be read, or the shared memory the
 //                                           finished groups read be overwritten
+//   wgmma_fence_operand(d)                  after the wait, before d is read (nvcc: keeps the
+//                                           compiler from moving d's reads above the wait)
 // Accumulator layout (PTX ISA, "Register Fragments and Shared Memory Matrix Layouts" of wgmma):
 // thread lane l of warp w of the warpgroup, g = l / 4, t = l % 4, holds for i = 0 .. N/8 - 1
 //   d[4i + 0], d[4i + 1] = D(16w + g,     8i + 2t), D(16w + g,     8i + 2t + 1)

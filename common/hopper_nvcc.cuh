@@ -310,6 +310,15 @@ __device__ __forceinline__ void wgmma_wait_group() {
   asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory");
 }
 
+/// An empty volatile asm that reads and writes each register of `d`: the compiler may move an
+/// ordinary read or write of an accumulator across wgmma_wait_group (which names no register),
+/// but not across this, which stays in order with the wait (CUTLASS's warpgroup_fence_operand).
+template <int N>
+__device__ __forceinline__ void wgmma_fence_operand(float (&d)[N]) {
+#pragma unroll
+  for (int i = 0; i < N; ++i) asm volatile("" : "+f"(d[i])::"memory");
+}
+
 namespace detail {
 
 /// wgmma.mma_async.m64nNk16 with f32 accumulators, one specialization per N (below).

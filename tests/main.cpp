@@ -2,6 +2,8 @@
 //
 // `--wb-require-gpu` marks a run of the `cuda` suite: with no usable GPU it prints why and
 // exits with 77, which CTest reports as skipped (SKIP_RETURN_CODE), never as passed.
+// `--wb-require-sm90a` marks the `cuda` suite of sm_90a code (the Hopper kernels: chapter 11,
+// tests/hopper): the same, with any GPU but one of compute capability 9.0 (an H100 or H200).
 #define DOCTEST_CONFIG_IMPLEMENT
 #include <doctest/doctest.h>
 
@@ -110,10 +112,12 @@ REGISTER_REPORTER("wb-check", 1, CheckReporter);
 
 int main(int argc, char** argv) {
   std::vector<char*> args;
-  bool require_gpu = false;
+  bool require_gpu = false, require_sm90a = false;
   for (int i = 0; i < argc; ++i) {
     if (std::strcmp(argv[i], "--wb-require-gpu") == 0) {
       require_gpu = true;
+    } else if (std::strcmp(argv[i], "--wb-require-sm90a") == 0) {
+      require_sm90a = true;
     } else {
       args.push_back(argv[i]);
     }
@@ -121,6 +125,13 @@ int main(int argc, char** argv) {
   if (require_gpu && !wb::cuda_available()) {
     std::cout << "SKIPPED: " << wb::cuda_device_description() << '\n';
     return kSkipped;
+  }
+  if (require_sm90a) {
+    const std::string why = wb::why_no_sm90a();
+    if (!why.empty()) {
+      std::cout << "SKIPPED: " << why << '\n';
+      return kSkipped;
+    }
   }
   doctest::Context context(static_cast<int>(args.size()), args.data());
   return context.run();

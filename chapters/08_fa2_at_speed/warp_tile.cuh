@@ -158,12 +158,14 @@ struct FoldedExp2 {
 // [register_softmax]
 /// Chapter 06's eq. (3) on a warp's S~ registers, with the exponentials of Exp (ScaledExp or,
 /// eq. 5, FoldedExp2): scored, masked where `masked` and is_masked(r, c) say so (row r < 16 of
-/// the warp, key c < 8 kGroups of the block), the rows' new max by two shuffles, SS and l
-/// rescaled, and s overwritten by P~ = e^{s - m_new}. s[n][e] is row g + 8 (e / 2), key
-/// 8n + 2t + e % 2.
-template <typename Exp, int kGroups, int D, typename IsMasked>
-__device__ __forceinline__ void softmax_on_scores(float (&s)[kGroups][4], WarpState<D>& st, Exp exp,
-                                                  bool masked, IsMasked is_masked) {
+/// the warp, key c < 8 kGroups of the block), the rows' new max by two shuffles, l rescaled, s
+/// overwritten by P~ = e^{s - m_new}, and alpha = e^{m - m_new}, by which the caller rescales
+/// SS (softmax_on_scores at once; chapter 11's pipelined rung once the product still reading SS
+/// is done). s[n][e] is row g + 8 (e / 2), key 8n + 2t + e % 2; m, l: rows g, g + 8.
+template <typename Exp, int kGroups, typename IsMasked>
+__device__ __forceinline__ void softmax_step(float (&s)[kGroups][4], float (&m)[2], float (&l)[2],
+                                             Exp exp, bool masked, IsMasked is_masked,
+                                             float (&alpha)[2]) {
   const int lane = threadIdx.x, g = lane / 4, t = lane % 4;
   float m_tile[2] = {-INFINITY, -INFINITY};
   for (int n = 0; n < kGroups; ++n) {
@@ -174,12 +176,12 @@ __device__ __forceinline__ void softmax_on_scores(float (&s)[kGroups][4], WarpSt
       m_tile[e / 2] = fmaxf(m_tile[e / 2], x);
     }
   }
-  float alpha[2], shift[2];
+  float shift[2];
   for (int h = 0; h < 2; ++h) {
-    const float m_new = fmaxf(st.m[h], group_max(m_tile[h]));  // chapter 06's eq. (3)
-    alpha[h] = exp.rescale(st.m[h], m_new);
+    const float m_new = fmaxf(m[h], group_max(m_tile[h]));  // chapter 06's eq. (3)
+    alpha[h] = exp.rescale(m[h], m_new);
     shift[h] = exp.shift(m_new);
-    st.m[h] = m_new;
+    m[h] = m_new;
   }
   float rowsum[2] = {0.f, 0.f};  // of the float P~, before it is rounded for the product
   for (int n = 0; n < kGroups; ++n) {
@@ -189,9 +191,23 @@ __device__ __forceinline__ void softmax_on_scores(float (&s)[kGroups][4], WarpSt
       rowsum[e / 2] += p;
     }
   }
-  for (int h = 0; h < 2; ++h) st.l[h] = st.l[h] * alpha[h] + rowsum[h];
+  for (int h = 0; h < 2; ++h) l[h] = l[h] * alpha[h] + rowsum[h];
+}
+
+/// SS e^{m - m_new}: the accumulators of rows g (e = 0, 1) and g + 8 (e = 2, 3) by alpha.
+template <int D>
+__device__ __forceinline__ void rescale_rows(float (&acc)[D / 8][4], const float (&alpha)[2]) {
   for (int n = 0; n < D / 8; ++n)
-    for (int e = 0; e < 4; ++e) st.acc[n][e] *= alpha[e / 2];  // SS e^{m - m_new}
+    for (int e = 0; e < 4; ++e) acc[n][e] *= alpha[e / 2];
+}
+
+/// softmax_step on the warp's state, then SS rescaled at once.
+template <typename Exp, int kGroups, int D, typename IsMasked>
+__device__ __forceinline__ void softmax_on_scores(float (&s)[kGroups][4], WarpState<D>& st, Exp exp,
+                                                  bool masked, IsMasked is_masked) {
+  float alpha[2];
+  softmax_step(s, st.m, st.l, exp, masked, is_masked, alpha);
+  rescale_rows<D>(st.acc, alpha);
 }
 // [register_softmax]
 

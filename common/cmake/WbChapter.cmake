@@ -195,7 +195,11 @@ function(wb_add_chapter)
   # measure against.
   # LADDER_ARGS: the arguments of the op the chapter's rungs launch over (RowArgs,
   # AttentionArgs, ...: common/rung_args.hpp), the type of its generated ladder.
-  cmake_parse_arguments(arg "" "LADDER_ARGS" "PROFILE_ARGS;KERNELS_FROM;CPU_FROM" ${ARGN})
+  # SM90A: the chapter's kernels use Hopper's instructions (common/hopper.cuh): nvcc compiles
+  # them for sm_90a alone (-gencode arch=compute_90a,code=sm_90a), whatever
+  # CMAKE_CUDA_ARCHITECTURES says, and its `cuda` tests run on a GPU of compute capability 9.0
+  # only (skipped, visibly, on any other).
+  cmake_parse_arguments(arg "SM90A" "LADDER_ARGS" "PROFILE_ARGS;KERNELS_FROM;CPU_FROM" ${ARGN})
   get_filename_component(chapter ${CMAKE_CURRENT_SOURCE_DIR} NAME)  # 01_safe_softmax
   string(SUBSTRING ${chapter} 0 2 number)
   set(ch ch${number})
@@ -246,6 +250,10 @@ function(wb_add_chapter)
   if(units AND WB_HAVE_CUDA)
     _wb_kernel_library(${ch}_cuda CUDA cuda "${units}")
     target_link_libraries(${ch}_lib INTERFACE ${ch}_cuda)
+    if(arg_SM90A)
+      # Machine code only, no PTX for a later GPU to JIT (it could not run the `a` features).
+      set_target_properties(${ch}_cuda PROPERTIES CUDA_ARCHITECTURES 90a-real)
+    endif()
   endif()
 
   # main.cpp compiled once for the program and its instrumented twin (which differ in the
@@ -290,7 +298,11 @@ function(wb_add_chapter)
   file(GLOB test_sources CONFIGURE_DEPENDS ${PROJECT_SOURCE_DIR}/tests/test_${chapter}*.cpp)
   if(test_sources)
     _wb_compile_tests_once(${chapter} ${ch} "${test_sources}" test_sources)
-    wb_add_chapter_tests(${chapter} ${ch} "${test_sources}")
+    set(require_gpu --wb-require-gpu)
+    if(arg_SM90A)
+      set(require_gpu --wb-require-sm90a)
+    endif()
+    wb_add_chapter_tests(${chapter} ${ch} "${test_sources}" ${require_gpu})
     _wb_add_chapter_exercise(${chapter} ${ch} "${test_sources}" "${kernels}" "${units}")
   endif()
 endfunction()
@@ -341,8 +353,9 @@ endfunction()
 
 # The chapter's doctest binary, built from `test_sources` (files or objects), one CTest entry per
 # backend label. The `cuda` entry exits with 77 (reported as skipped by CTest) when no GPU
-# can run it, never as passed.
-function(wb_add_chapter_tests chapter ch test_sources)
+# can run it, never as passed: `require_gpu` says which (--wb-require-gpu, or
+# --wb-require-sm90a for a chapter of Hopper kernels; tests/main.cpp).
+function(wb_add_chapter_tests chapter ch test_sources require_gpu)
   set(exe test_${chapter})
   add_executable(${exe} ${test_sources})
   target_link_libraries(${exe} PRIVATE ${ch}_lib wb_test_main wb_warnings)
@@ -350,7 +363,7 @@ function(wb_add_chapter_tests chapter ch test_sources)
     add_test(NAME ${chapter}/${label} COMMAND ${exe} --test-suite=${label})
     set_tests_properties(${chapter}/${label} PROPERTIES LABELS ${label})
   endforeach()
-  add_test(NAME ${chapter}/cuda COMMAND ${exe} --test-suite=cuda --wb-require-gpu)
+  add_test(NAME ${chapter}/cuda COMMAND ${exe} --test-suite=cuda ${require_gpu})
   set_tests_properties(${chapter}/cuda PROPERTIES LABELS cuda SKIP_RETURN_CODE 77)
   # Race mode: the sim tests again, under ThreadSanitizer over the simulator's fibers, on the
   # tests' smaller shapes (tests/support.hpp, small_shapes()). Any report fails the test.

@@ -177,6 +177,11 @@ void wgmma_wait_group(const char* file = __builtin_FILE(), int line = __builtin_
   wb::sim::detail::wgmma_wait_group(N, Site{file, line});
 }
 
+/// Nothing to do here: the simulator's accumulators are memory, read and written in program
+/// order (under nvcc it keeps the compiler from moving their reads across wgmma_wait_group).
+template <int N>
+void wgmma_fence_operand(float (&)[N]) {}
+
 namespace detail {
 template <typename T, int N>
 constexpr void check_wgmma_shape() {
