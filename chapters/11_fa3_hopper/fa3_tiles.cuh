@@ -76,6 +76,19 @@ __device__ __forceinline__ unsigned char* aligned_shared() {
   return base + (kSwizzleAtom - reinterpret_cast<std::uintptr_t>(base) % kSwizzleAtom) % kSwizzleAtom;
 }
 
+/// Eq. (3): rows [first, first + R) of head b by TMA into a Tile<R, D>: one box of 64 columns
+/// per column block (its map: fa3_launch.cuh), completing `bar`'s transaction count by its bytes
+/// when it lands. Rows past the head's end land as zeros.
+template <int R, int D>
+__device__ __forceinline__ void load_tile_tma(unsigned char* tile, const ptx::TensorMap* map,
+                                              int first, int b, std::uint64_t* bar) {
+#pragma unroll
+  for (int block = 0; block < D / kBlockColumns; ++block)
+    ptx::tma_load_3d(tile + block * Tile<R, D>::kBlockBytes, map, block * kBlockColumns, first, b,
+                     bar);
+}
+
+
 // ------------------------------------------------------------------------------------------
 // Eq. (2): the warpgroup's products. Descriptors (PTX ISA, "Matrix Descriptor Format"):
 //   Q (A) and K (B, as (keys, d)): K-major, 8-row groups 1024 bytes apart (SBO), LBO unused; k

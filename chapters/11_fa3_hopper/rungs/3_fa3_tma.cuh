@@ -41,17 +41,6 @@ constexpr int kWarps = kConsumers * kWarpgroupWarps;  // 8: two warpgroups
 constexpr int kThreads = kWarps * kWarpSize;
 constexpr int kStages = 2;  // tile j + 1 copied while tile j is computed
 
-/// A tile's rows [first, first + R) of head b by TMA into a Tile<R, D> (eq. 1): one box of 64
-/// columns per column block, completing `bar`'s transaction count by its bytes when it lands.
-template <int R, int D>
-__device__ __forceinline__ void load_tile_tma(unsigned char* tile, const ptx::TensorMap* map,
-                                              int first, int b, std::uint64_t* bar) {
-#pragma unroll
-  for (int block = 0; block < D / kBlockColumns; ++block)
-    ptx::tma_load_3d(tile + block * Tile<R, D>::kBlockBytes, map, block * kBlockColumns, first, b,
-                     bar);
-}
-
 // q_map, k_map, v_map: Q (bh, lq, D), K and V (bh, lk, D) of type T as tensor maps
 // (fa3_launch.cuh); o: (bh, lq, D) of type T; lse: (bh, lq) float; scale: the softmax scale;
 // causal: apply eq. (6) of chapter 06; tiles_visited: nullptr or (bh, gridDim.x), the K/V tiles
