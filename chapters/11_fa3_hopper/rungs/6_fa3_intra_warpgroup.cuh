@@ -1,0 +1,197 @@
+// Chapter 11, rung 6: fa3_intra_warpgroup. Rung 5, each warpgroup overlapping its own two GEMMs
+// with its softmax.
+//
+// Computes: O = softmax(scale Q K^T + causal mask) V and logsumexp per row, for Q: (bh, lq, d),
+//           K, V: (bh, lk, d) in __half or __nv_bfloat16, float accumulation: chapter 06's
+//           eqs. (3)-(7). O in the input type, logsumexp in float; a fully masked row gives
+//           O = 0 and logsumexp = -inf.
+// Changed since rung 5 (fa3_pingpong): intra-warpgroup pipelining (eq. 6 of fa3_hopper.md,
+//           FA3's section 3.2). In its turn a warpgroup issues S = Q K^T of tile j and then
+//           O += P V of tile j - 1, whose P it packed at the end of the last step; it waits for
+//           the first group only, runs tile j's softmax while P V still runs on the tensor
+//           cores, and only then waits for P V, rescales O and packs tile j's P. The softmax
+//           overlaps the warpgroup's own GEMMs too, at the price of one more tile of P in
+//           registers; the P V of the last tile is issued after the loop.
+// Launch shape: grid (ceil(lq / 128), bh), block (32, 12): warpgroup 0 (threadIdx.y 0-3) the
+//           producer; consumer warpgroup c = threadIdx.y / 4 - 1 owns query rows
+//           [128 x + 64 c, 128 x + 64 c + 64) of Q tile x = blockIdx.x (gridDim.x - 1 -
+//           blockIdx.x under the mask), warp y of them the 16 from 128 x + 16 (y - 4); K/V tiles
+//           of Bc = 128 keys. Dynamic shared memory: the Q tile and two K/V stages, 128-byte
+//           swizzled, from a 1024-byte boundary: 81 / 161 KiB (d = 64 / 128); static: 5
+//           mbarriers; named barriers 1 and 2.
+// Limits: lq, lk in [1, kMaxLength]; d = 64 or 128; bh <= 65535 (grid.y); q, k, v and o
+//           16-byte aligned; scale > 0 (the row max is of unscaled scores); cuda: sm_90a (an
+//           H100 or H200). Checked before every launch (the record's limits, the launcher).
+// Memory traffic per Q tile of 128 rows: chapter 06's (fa3_traffic in fa3_hopper.hpp): Q once,
+//           K and V once per K/V tile visited, O and logsumexp once.
+// Test: ctest --test-dir build -R 11_fa3_hopper --output-on-failure
+#pragma once
+
+#include "common/hopper.cuh"  // first: common/kernel.cuh
+
+#include <cstdint>
+
+#include "chapters/08_fa2_at_speed/fast_block.cuh"
+#include "chapters/11_fa3_hopper/fa3_hopper.hpp"
+#include "chapters/11_fa3_hopper/fa3_launch.cuh"
+#include "chapters/11_fa3_hopper/fa3_tiles.cuh"
+#include "common/tile_shape.cuh"
+
+namespace wb::ch11 {
+namespace {  // kernels have internal linkage: one copy per backend's translation unit
+
+constexpr int kConsumerWarps = kConsumers * kWarpgroupWarps;    // 8
+constexpr int kWarps = kWarpgroupWarps + kConsumerWarps;        // and the producer's 4: 12
+constexpr int kThreads = kWarps * kWarpSize;
+constexpr int kStages = 2;  // the ring: d = 128's Q tile and 2 stages take 161 of 227 KiB
+// setmaxnreg: the block's 384 threads start with 65536 / 384 = 170 registers each at most
+// (__launch_bounds__: 168); the producer's copies need few, the consumers' S and O many:
+// 128 x 24 + 256 x 240 = 64512 <= 65536.
+constexpr int kProducerRegisters = 24;
+constexpr int kConsumerRegisters = 240;
+// Eq. (5): consumer c's turn on the tensor cores is named barrier kTurn + c over both consumer
+// warpgroups: c waits on it (128 threads) and the other arrives on it (128 more).
+constexpr unsigned kTurn = 1;  // barriers 1 and 2 (barrier 0 is __syncthreads)
+constexpr unsigned kTurnThreads = kConsumers * kWarpgroupWarps * kWarpSize;
+
+// q_map, k_map, v_map: Q (bh, lq, D), K and V (bh, lk, D) of type T as tensor maps
+// (fa3_launch.cuh); o: (bh, lq, D) of type T; lse: (bh, lq) float; scale: the softmax scale;
+// causal: apply eq. (6) of chapter 06; tiles_visited: nullptr or (bh, gridDim.x), the K/V tiles
+// each block loaded.
+template <typename T, int D>
+__global__ void __launch_bounds__(kThreads, 1)
+    fa3_intra_warpgroup_kernel(const __grid_constant__ ptx::TensorMap q_map,
+                                const __grid_constant__ ptx::TensorMap k_map,
+                                const __grid_constant__ ptx::TensorMap v_map, T* __restrict__ o,
+                                float* __restrict__ lse, AttentionShape shape, float scale,
+                                bool causal, int* __restrict__ tiles_visited) {
+  // Chapter 06's eq. (7): under the mask the last Q tiles see the most keys; they start first.
+  const int x = causal ? int(gridDim.x - 1 - blockIdx.x) : int(blockIdx.x);
+  const int b = blockIdx.y, i0 = x * kBr;
+  const int warp = threadIdx.y, lane = threadIdx.x, g = lane / 4, t = lane % 4;
+
+  unsigned char* q_tile = aligned_shared();
+  unsigned char* stages = q_tile + QTile<D>::kBytes;
+  const auto k_tile = [&](int jt) { return stages + ring_stage(jt, kStages) * kStageBytes<D>; };
+  const auto v_tile = [&](int jt) { return k_tile(jt) + KvTile<D>::kBytes; };
+
+  // q_full: the Q tile landed. full[s]: stage s holds its tile (the producer's arrival with the
+  // bytes to expect, then the bytes). empty[s]: the consumers are done with it (one arrival per
+  // consumer warp: after the warpgroup's wgmma_wait_group its lanes have read all they read of
+  // the stage, and __syncwarp orders them before lane 0's arrival).
+  __shared__ std::uint64_t q_full, full[kStages], empty[kStages];
+  if (warp == 0 && lane == 0) {
+    ptx::mbarrier_init(&q_full, 1);
+    for (int s = 0; s < kStages; ++s) {
+      ptx::mbarrier_init(&full[s], 1);
+      ptx::mbarrier_init(&empty[s], kConsumerWarps);
+    }
+    ptx::fence_proxy_async();  // the initialized barriers, visible to TMA's complete_tx
+  }
+  __syncthreads();
+
+  const int rows = min(kBr, shape.lq - i0);
+  const int tiles = ch06::kv_tiles_to_visit(i0, rows, shape.lq, shape.lk, kBc, causal);
+
+  //! [producer]
+  if (warp < kWarpgroupWarps) {  // the producer warpgroup: one thread issues every copy
+    ptx::setmaxnreg_dec<kProducerRegisters>();
+    if (warp == 0 && lane == 0) {
+      ptx::mbarrier_arrive_expect_tx(&q_full, QTile<D>::kBytes);
+      load_tile_tma<kBr, D>(q_tile, &q_map, i0, b, &q_full);
+      for (int jt = 0; jt < tiles; ++jt) {
+        const int s = ring_stage(jt, kStages);
+        // The stage's previous use must have been released (its first use waits on none).
+        if (jt >= kStages) ptx::mbarrier_wait_parity(&empty[s], empty_parity(jt, kStages));
+        ptx::mbarrier_arrive_expect_tx(&full[s], kStageBytes<D>);
+        load_tile_tma<kBc, D>(k_tile(jt), &k_map, jt * kBc, b, &full[s]);
+        load_tile_tma<kBc, D>(v_tile(jt), &v_map, jt * kBc, b, &full[s]);
+      }
+    }
+    ch08::record_tiles_visited(tiles_visited, b, x, tiles);
+    return;
+  }
+  //! [producer]
+
+  //! [consumer]
+  ptx::setmaxnreg_inc<kConsumerRegisters>();
+  const int c = warp / kWarpgroupWarps - 1;  // the consumer warpgroup: 0 or 1
+  const int wg0 = i0 + c * kWarpgroupRows;   // its first query row
+  const int w0 = i0 + (warp - kWarpgroupWarps) * kWarpRows;  // the warp's
+  const unsigned char* q_rows = q_tile + c * kWarpgroupRows * kRowBytes;  // in each block
+  WarpState<D> st;
+  st.clear();
+  const int last_key = warpgroup_last_key(wg0, shape, causal);
+  // Stage s of the ring is released once both products that read it are done.
+  const auto release = [&](int jt) {
+    __syncwarp();
+    if (lane == 0) ptx::mbarrier_arrive(&empty[ring_stage(jt, kStages)]);
+  };
+  // Consumer 0 takes the first turn: consumer 1 gives it. Every turn taken is one given: c
+  // takes one per tile and gives one per tile, but consumer 1 gives none after its last.
+  if (c == 1 && tiles > 0) ptx::named_barrier_arrive(kTurn + 0, kTurnThreads);
+  ptx::mbarrier_wait_parity(&q_full, 0);
+  float sc[kBc / 8][4];
+  std::uint32_t p[kBc / 16][4];  // the last tile's P, for its P V in this step
+  bool pv_owed = false;          // the last tile was attended: its P V is still to issue
+  for (int jt = 0; jt < tiles; ++jt) {
+    const int j0 = jt * kBc;
+    ptx::mbarrier_wait_parity(&full[ring_stage(jt, kStages)], full_parity(jt, kStages));
+    // A warpgroup whose 64 rows are all past lq, or all mask this tile, would add exactly 0:
+    // it skips the products (the condition is the same in its 128 threads), but still takes
+    // and gives its turn and releases the stage. Once it skips a tile it skips every later one.
+    const bool active = wg0 < shape.lq && j0 <= last_key;
+    ptx::named_barrier_sync(kTurn + c, kTurnThreads);  // the other's GEMMs are issued
+    ptx::wgmma_fence();  // O, and the P packed at the end of the last step
+    if (active) issue_scores<T, D>(flat<kBc>(sc), q_rows, k_tile(jt));
+    ptx::wgmma_commit_group();  // group 1: S of tile jt (empty when skipped)
+    if (pv_owed) issue_pv<T, D>(flat<D>(st.acc), p, v_tile(jt - 1));
+    ptx::wgmma_commit_group();  // group 2: P V of tile jt - 1 (empty when none is owed)
+    if (c == 0 || jt + 1 < tiles) ptx::named_barrier_arrive(kTurn + (1 - c), kTurnThreads);
+    ptx::wgmma_wait_group<1>();  // S of tile jt is done; P V of tile jt - 1 may still run
+    float alpha[2] = {1.f, 1.f};
+    if (active) {
+      ptx::wgmma_fence_operand(flat<kBc>(sc));
+      softmax_rows(sc, st, w0, j0, shape, scale, causal, alpha);  // under the P V
+    }
+    ptx::wgmma_wait_group<0>();  // P V of tile jt - 1 is done: O is ours, its stage free
+    ptx::wgmma_fence_operand(flat<D>(st.acc));
+    if (jt > 0) release(jt - 1);
+    if (active) {
+      ch08::rescale_rows<D>(st.acc, alpha);  // O through tile jt - 1, by e^{scale (m - m_new)}
+      pack_p<T>(sc, p);
+    }
+    pv_owed = active;
+  }
+  if (pv_owed) {  // the last tile's P V
+    ptx::wgmma_fence();
+    issue_pv<T, D>(flat<D>(st.acc), p, v_tile(tiles - 1));
+    ptx::wgmma_commit_group();
+    ptx::wgmma_wait_group<0>();
+    ptx::wgmma_fence_operand(flat<D>(st.acc));
+  }
+  if (tiles > 0) release(tiles - 1);
+  //! [consumer]
+
+  // Chapter 08's eq. (5): m is of unscaled scores; the logsumexp's is m scale (scale > 0).
+  for (int h = 0; h < 2; ++h) st.m[h] *= scale;
+  ch08::store_rows<T, D>(st, o, lse, b, w0, shape.lq, g, t);  // ch. 06's eqs. (4), (5)
+}
+
+void launch_fa3_intra_warpgroup(const AttentionArgs& a) {
+  with_tile_shape("fa3_intra_warpgroup", a.dtype, a.shape.d, {a.q, a.k, a.v, a.o},
+                  "q, k, v and o", [&](auto t, auto d) {
+                    constexpr int D = decltype(d)::value;
+                    launch_maps<fa3_intra_warpgroup_kernel<decltype(t), D>, D>(
+                        "fa3_intra_warpgroup", a, kWarps, kSharedBytes<D, kStages>);
+                  });
+}
+
+}  // namespace
+
+WB_RUNG(AttentionArgs, fa3_intra_warpgroup,
+        "intra-warpgroup pipelining: S = Q K^T of tile j and P V of tile j - 1 in flight "
+        "together, tile j's softmax under the P V",
+        fa3_limits(), &launch_fa3_intra_warpgroup, &fa3_traffic, fa3_facts())
+
+}  // namespace wb::ch11
