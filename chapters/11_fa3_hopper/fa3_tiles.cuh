@@ -154,10 +154,21 @@ __device__ __forceinline__ bool tile_masked(int w0, int j0, AttentionShape shape
   return j0 + kBc > shape.lk || (causal && j0 + kBc - 1 > w0 + (shape.lk - shape.lq));
 }
 
-/// The last key the last of the warpgroup's 64 rows from wg0 sees: a tile past it is masked
-/// for all of them, and the warpgroup skips its products.
-__device__ __forceinline__ int warpgroup_last_key(int wg0, AttentionShape shape, bool causal) {
-  return causal ? wg0 + kWarpgroupRows - 1 + (shape.lk - shape.lq) : shape.lk - 1;
+/// This thread's warpgroup, threadIdx.y / 4, as a value the compiler knows to be the same in
+/// every lane of the warp (a shuffle from lane 0). ptxas serializes the wgmma of a branch whose
+/// condition it cannot prove warp-uniform (C7518, C7520: each waits for the one before), and
+/// that threadIdx.y is uniform in a warp is a launch fact (blockDim.x = 32) it does not know.
+__device__ __forceinline__ int warpgroup_index() {
+  return __shfl_sync(kAllLanes, int(threadIdx.y) / kWarpgroupWarps, 0);
+}
+
+/// The K/V tiles that the warpgroup of 64 rows from wg0 attends: chapter 06's eq. (7) for its
+/// own rows, a prefix of the block's tiles (0 when its rows are all past lq). Past them every
+/// key is masked for all its rows: the products would add exactly 0, and it skips them.
+__device__ __forceinline__ int warpgroup_tiles(int wg0, AttentionShape shape, bool causal) {
+  if (wg0 >= shape.lq) return 0;
+  return ch06::kv_tiles_to_visit(wg0, min(kWarpgroupRows, shape.lq - wg0), shape.lq, shape.lk,
+                                 kBc, causal);
 }
 
 /// The softmax step of the warp's rows from w0 on S's registers (P overwrites them): its new

@@ -73,7 +73,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   const int x = causal ? int(gridDim.x - 1 - blockIdx.x) : int(blockIdx.x);
   const int b = blockIdx.y, i0 = x * kBr;
   const int warp = threadIdx.y, lane = threadIdx.x, g = lane / 4, t = lane % 4;
-  const int wg = warp / kWarpgroupWarps;
+  const int wg = warpgroup_index();
   const int wg0 = i0 + wg * kWarpgroupRows;  // the warpgroup's first query row
   const int w0 = i0 + warp * kWarpRows;      // the warp's
   const ch08::HeadInputs<T, D> head(q, k, v, shape, b);
@@ -96,7 +96,7 @@ __global__ void __launch_bounds__(kThreads, 1)
 
   WarpState<D> st;
   st.clear();
-  const int last_key = warpgroup_last_key(wg0, shape, causal);
+  const int wg_tiles = warpgroup_tiles(wg0, shape, causal);
   for (int jt = 0; jt < tiles; ++jt) {
     const int j0 = jt * kBc;
     if (jt + 1 < tiles) {
@@ -107,9 +107,8 @@ __global__ void __launch_bounds__(kThreads, 1)
     ptx::cp_async_wait<1>();   // all but the newest group: tile jt (and Q) landed
     ptx::fence_proxy_async();  // ... visible to the async proxy, which wgmma reads through
     __syncthreads();           // ... for every thread's copies
-    // A warpgroup whose 64 rows are all past lq, or all mask this tile, would add exactly 0:
-    // it skips the products (the condition is the same in its 128 threads).
-    if (wg0 < shape.lq && j0 <= last_key)
+    // Past the warpgroup's own tiles its rows mask every key: it skips the products.
+    if (jt < wg_tiles)
       attend_tile<T, D>(q_rows, k_tile(jt), v_tile(jt), w0, j0, shape, scale, causal, st);
     __syncthreads();  // tile jt read: its buffer may be refilled
   }

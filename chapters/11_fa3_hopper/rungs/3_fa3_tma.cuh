@@ -56,7 +56,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   const int x = causal ? int(gridDim.x - 1 - blockIdx.x) : int(blockIdx.x);
   const int b = blockIdx.y, i0 = x * kBr;
   const int warp = threadIdx.y, lane = threadIdx.x, g = lane / 4, t = lane % 4;
-  const int wg = warp / kWarpgroupWarps;
+  const int wg = warpgroup_index();
   const int wg0 = i0 + wg * kWarpgroupRows;  // the warpgroup's first query row
   const int w0 = i0 + warp * kWarpRows;      // the warp's
   const bool leader = warp == 0 && lane == 0;  // the thread that issues every copy
@@ -95,16 +95,15 @@ __global__ void __launch_bounds__(kThreads, 1)
 
   WarpState<D> st;
   st.clear();
-  const int last_key = warpgroup_last_key(wg0, shape, causal);
+  const int wg_tiles = warpgroup_tiles(wg0, shape, causal);
   for (int jt = 0; jt < tiles; ++jt) {
     const int j0 = jt * kBc;
     // Its stage was read by tile jt - 1, which every warpgroup finished before the barrier
     // that ended the last step.
     if (leader && jt + 1 < tiles) load_kv(jt + 1);
     ptx::mbarrier_wait_parity(&full[ring_stage(jt, kStages)], full_parity(jt, kStages));
-    // A warpgroup whose 64 rows are all past lq, or all mask this tile, would add exactly 0:
-    // it skips the products (the condition is the same in its 128 threads).
-    if (wg0 < shape.lq && j0 <= last_key)
+    // Past the warpgroup's own tiles its rows mask every key: it skips the products.
+    if (jt < wg_tiles)
       attend_tile<T, D>(q_rows, k_tile(jt), v_tile(jt), w0, j0, shape, scale, causal, st);
     __syncthreads();  // tile jt read: its stage may be refilled
   }

@@ -110,21 +110,20 @@ __global__ void __launch_bounds__(kThreads, 1)
 
   //! [consumer]
   ptx::setmaxnreg_inc<kConsumerRegisters>();
-  const int c = warp / kWarpgroupWarps - 1;  // the consumer warpgroup: 0 or 1
+  const int c = warpgroup_index() - 1;  // the consumer warpgroup: 0 or 1
   const int wg0 = i0 + c * kWarpgroupRows;   // its first query row
   const int w0 = i0 + (warp - kWarpgroupWarps) * kWarpRows;  // the warp's
   const unsigned char* q_rows = q_tile + c * kWarpgroupRows * kRowBytes;  // in each block
   WarpState<D> st;
   st.clear();
-  const int last_key = warpgroup_last_key(wg0, shape, causal);
+  const int wg_tiles = warpgroup_tiles(wg0, shape, causal);
   ptx::mbarrier_wait_parity(&q_full, 0);
   for (int jt = 0; jt < tiles; ++jt) {
     const int s = ring_stage(jt, kStages), j0 = jt * kBc;
     ptx::mbarrier_wait_parity(&full[s], full_parity(jt, kStages));
-    // A warpgroup whose 64 rows are all past lq, or all mask this tile, would add exactly 0:
-    // it skips the products (the condition is the same in its 128 threads), but still
+    // Past the warpgroup's own tiles its rows mask every key: it skips the products, but still
     // releases the stage.
-    if (wg0 < shape.lq && j0 <= last_key)
+    if (jt < wg_tiles)
       attend_tile<T, D>(q_rows, k_tile(jt), v_tile(jt), w0, j0, shape, scale, causal, st);
     __syncwarp();
     if (lane == 0) ptx::mbarrier_arrive(&empty[s]);

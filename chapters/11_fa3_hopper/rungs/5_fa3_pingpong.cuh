@@ -114,48 +114,54 @@ __global__ void __launch_bounds__(kThreads, 1)
 
   //! [consumer]
   ptx::setmaxnreg_inc<kConsumerRegisters>();
-  const int c = warp / kWarpgroupWarps - 1;  // the consumer warpgroup: 0 or 1
-  const int wg0 = i0 + c * kWarpgroupRows;   // its first query row
+  const int c = warpgroup_index() - 1;      // the consumer warpgroup: 0 or 1
+  const int wg0 = i0 + c * kWarpgroupRows;  // its first query row
   const int w0 = i0 + (warp - kWarpgroupWarps) * kWarpRows;  // the warp's
   const unsigned char* q_rows = q_tile + c * kWarpgroupRows * kRowBytes;  // in each block
   WarpState<D> st;
   st.clear();
-  const int last_key = warpgroup_last_key(wg0, shape, causal);
-  // Consumer 0 takes the first turn: consumer 1 gives it. Every turn taken is one given: c
-  // takes one per tile and gives one per tile, but consumer 1 gives none after its last.
+  const int wg_tiles = warpgroup_tiles(wg0, shape, causal);
+  // Eq. (5): consumer 0 takes the first turn, which consumer 1 gives it. Every turn taken is
+  // one given: each takes one per tile and gives one per tile, consumer 1 none after its last.
   if (c == 1 && tiles > 0) ptx::named_barrier_arrive(kTurn + 0, kTurnThreads);
+  const auto give_turn = [&](int jt) {
+    if (c == 0 || jt + 1 < tiles) ptx::named_barrier_arrive(kTurn + (1 - c), kTurnThreads);
+  };
+  const auto release = [&](int jt) {
+    __syncwarp();
+    if (lane == 0) ptx::mbarrier_arrive(&empty[ring_stage(jt, kStages)]);
+  };
   ptx::mbarrier_wait_parity(&q_full, 0);
-  for (int jt = 0; jt < tiles; ++jt) {
-    const int s = ring_stage(jt, kStages), j0 = jt * kBc;
-    ptx::mbarrier_wait_parity(&full[s], full_parity(jt, kStages));
-    // A warpgroup whose 64 rows are all past lq, or all mask this tile, would add exactly 0:
-    // it skips the products (the condition is the same in its 128 threads), but still takes
-    // and gives its turn and releases the stage.
-    const bool active = wg0 < shape.lq && j0 <= last_key;
+  for (int jt = 0; jt < wg_tiles; ++jt) {
+    ptx::mbarrier_wait_parity(&full[ring_stage(jt, kStages)], full_parity(jt, kStages));
     float sc[kBc / 8][4];
     ptx::named_barrier_sync(kTurn + c, kTurnThreads);  // the other's S = Q K^T is issued
-    if (active) {
-      ptx::wgmma_fence();  // O and last tile's P, written since the last wgmma
-      issue_scores<T, D>(flat<kBc>(sc), q_rows, k_tile(jt));
-      ptx::wgmma_commit_group();
-    }
-    if (c == 0 || jt + 1 < tiles) ptx::named_barrier_arrive(kTurn + (1 - c), kTurnThreads);
-    if (active) {
-      ptx::wgmma_wait_group<0>();  // while the other's S = Q K^T runs
-      ptx::wgmma_fence_operand(flat<kBc>(sc));
-      float alpha[2];
-      softmax_rows(sc, st, w0, j0, shape, scale, causal, alpha);
-      ch08::rescale_rows<D>(st.acc, alpha);
-      std::uint32_t p[kBc / 16][4];
-      pack_p<T>(sc, p);
-      ptx::wgmma_fence();  // P and the rescaled O
-      issue_pv<T, D>(flat<D>(st.acc), p, v_tile(jt));
-      ptx::wgmma_commit_group();
-      ptx::wgmma_wait_group<0>();
-      ptx::wgmma_fence_operand(flat<D>(st.acc));
-    }
-    __syncwarp();
-    if (lane == 0) ptx::mbarrier_arrive(&empty[s]);
+    ptx::wgmma_fence();  // O and last tile's P, written since the last wgmma
+    issue_scores<T, D>(flat<kBc>(sc), q_rows, k_tile(jt));
+    ptx::wgmma_commit_group();
+    give_turn(jt);
+    ptx::wgmma_wait_group<0>();  // while the other's S = Q K^T runs
+    ptx::wgmma_fence_operand(flat<kBc>(sc));
+    float alpha[2];
+    softmax_rows(sc, st, w0, jt * kBc, shape, scale, causal, alpha);
+    ch08::rescale_rows<D>(st.acc, alpha);
+    std::uint32_t p[kBc / 16][4];
+    pack_p<T>(sc, p);
+    ptx::wgmma_fence();  // P and the rescaled O
+    issue_pv<T, D>(flat<D>(st.acc), p, v_tile(jt));
+    ptx::wgmma_commit_group();
+    ptx::wgmma_wait_group<0>();
+    ptx::wgmma_fence_operand(flat<D>(st.acc));
+    release(jt);
+  }
+  // Past its own tiles the warpgroup's rows mask every key: no products, but it still takes
+  // and gives its turns and releases the stages (a loop of its own: ptxas serializes wgmma
+  // under a branch, C7518).
+  for (int jt = wg_tiles; jt < tiles; ++jt) {
+    ptx::mbarrier_wait_parity(&full[ring_stage(jt, kStages)], full_parity(jt, kStages));
+    ptx::named_barrier_sync(kTurn + c, kTurnThreads);
+    give_turn(jt);
+    release(jt);
   }
   //! [consumer]
 

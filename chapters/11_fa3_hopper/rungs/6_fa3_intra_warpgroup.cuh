@@ -115,62 +115,80 @@ __global__ void __launch_bounds__(kThreads, 1)
 
   //! [consumer]
   ptx::setmaxnreg_inc<kConsumerRegisters>();
-  const int c = warp / kWarpgroupWarps - 1;  // the consumer warpgroup: 0 or 1
-  const int wg0 = i0 + c * kWarpgroupRows;   // its first query row
+  const int c = warpgroup_index() - 1;      // the consumer warpgroup: 0 or 1
+  const int wg0 = i0 + c * kWarpgroupRows;  // its first query row
   const int w0 = i0 + (warp - kWarpgroupWarps) * kWarpRows;  // the warp's
   const unsigned char* q_rows = q_tile + c * kWarpgroupRows * kRowBytes;  // in each block
   WarpState<D> st;
   st.clear();
-  const int last_key = warpgroup_last_key(wg0, shape, causal);
+  const int wg_tiles = warpgroup_tiles(wg0, shape, causal);
+  // Eq. (5): consumer 0 takes the first turn, which consumer 1 gives it. Every turn taken is
+  // one given: each takes one per tile and gives one per tile, consumer 1 none after its last.
+  if (c == 1 && tiles > 0) ptx::named_barrier_arrive(kTurn + 0, kTurnThreads);
+  const auto give_turn = [&](int jt) {
+    if (c == 0 || jt + 1 < tiles) ptx::named_barrier_arrive(kTurn + (1 - c), kTurnThreads);
+  };
   // Stage s of the ring is released once both products that read it are done.
   const auto release = [&](int jt) {
     __syncwarp();
     if (lane == 0) ptx::mbarrier_arrive(&empty[ring_stage(jt, kStages)]);
   };
-  // Consumer 0 takes the first turn: consumer 1 gives it. Every turn taken is one given: c
-  // takes one per tile and gives one per tile, but consumer 1 gives none after its last.
-  if (c == 1 && tiles > 0) ptx::named_barrier_arrive(kTurn + 0, kTurnThreads);
+  const auto wait_full = [&](int jt) {
+    ptx::mbarrier_wait_parity(&full[ring_stage(jt, kStages)], full_parity(jt, kStages));
+  };
   ptx::mbarrier_wait_parity(&q_full, 0);
   float sc[kBc / 8][4];
   std::uint32_t p[kBc / 16][4];  // the last tile's P, for its P V in this step
-  bool pv_owed = false;          // the last tile was attended: its P V is still to issue
-  for (int jt = 0; jt < tiles; ++jt) {
-    const int j0 = jt * kBc;
-    ptx::mbarrier_wait_parity(&full[ring_stage(jt, kStages)], full_parity(jt, kStages));
-    // A warpgroup whose 64 rows are all past lq, or all mask this tile, would add exactly 0:
-    // it skips the products (the condition is the same in its 128 threads), but still takes
-    // and gives its turn and releases the stage. Once it skips a tile it skips every later one.
-    const bool active = wg0 < shape.lq && j0 <= last_key;
+  if (wg_tiles > 0) {
+    // Tile 0: S alone (there is no P V before it); O is 0, nothing to rescale.
+    wait_full(0);
+    ptx::named_barrier_sync(kTurn + c, kTurnThreads);
+    ptx::wgmma_fence();
+    issue_scores<T, D>(flat<kBc>(sc), q_rows, k_tile(0));
+    ptx::wgmma_commit_group();
+    give_turn(0);
+    ptx::wgmma_wait_group<0>();
+    ptx::wgmma_fence_operand(flat<kBc>(sc));
+    float alpha[2];
+    softmax_rows(sc, st, w0, 0, shape, scale, causal, alpha);
+    pack_p<T>(sc, p);
+  }
+  for (int jt = 1; jt < wg_tiles; ++jt) {
+    wait_full(jt);
     ptx::named_barrier_sync(kTurn + c, kTurnThreads);  // the other's GEMMs are issued
     ptx::wgmma_fence();  // O, and the P packed at the end of the last step
-    if (active) issue_scores<T, D>(flat<kBc>(sc), q_rows, k_tile(jt));
-    ptx::wgmma_commit_group();  // group 1: S of tile jt (empty when skipped)
-    if (pv_owed) issue_pv<T, D>(flat<D>(st.acc), p, v_tile(jt - 1));
-    ptx::wgmma_commit_group();  // group 2: P V of tile jt - 1 (empty when none is owed)
-    if (c == 0 || jt + 1 < tiles) ptx::named_barrier_arrive(kTurn + (1 - c), kTurnThreads);
+    issue_scores<T, D>(flat<kBc>(sc), q_rows, k_tile(jt));
+    ptx::wgmma_commit_group();  // S of tile jt
+    issue_pv<T, D>(flat<D>(st.acc), p, v_tile(jt - 1));
+    ptx::wgmma_commit_group();  // P V of tile jt - 1
+    give_turn(jt);
     ptx::wgmma_wait_group<1>();  // S of tile jt is done; P V of tile jt - 1 may still run
-    float alpha[2] = {1.f, 1.f};
-    if (active) {
-      ptx::wgmma_fence_operand(flat<kBc>(sc));
-      softmax_rows(sc, st, w0, j0, shape, scale, causal, alpha);  // under the P V
-    }
+    ptx::wgmma_fence_operand(flat<kBc>(sc));
+    float alpha[2];
+    softmax_rows(sc, st, w0, jt * kBc, shape, scale, causal, alpha);  // under the P V
     ptx::wgmma_wait_group<0>();  // P V of tile jt - 1 is done: O is ours, its stage free
     ptx::wgmma_fence_operand(flat<D>(st.acc));
-    if (jt > 0) release(jt - 1);
-    if (active) {
-      ch08::rescale_rows<D>(st.acc, alpha);  // O through tile jt - 1, by e^{scale (m - m_new)}
-      pack_p<T>(sc, p);
-    }
-    pv_owed = active;
+    release(jt - 1);
+    ch08::rescale_rows<D>(st.acc, alpha);  // O through tile jt - 1, by e^{scale (m - m_new)}
+    pack_p<T>(sc, p);
   }
-  if (pv_owed) {  // the last tile's P V
+  if (wg_tiles > 0) {  // the last tile's P V
     ptx::wgmma_fence();
-    issue_pv<T, D>(flat<D>(st.acc), p, v_tile(tiles - 1));
+    issue_pv<T, D>(flat<D>(st.acc), p, v_tile(wg_tiles - 1));
     ptx::wgmma_commit_group();
     ptx::wgmma_wait_group<0>();
     ptx::wgmma_fence_operand(flat<D>(st.acc));
+    release(wg_tiles - 1);
   }
-  if (tiles > 0) release(tiles - 1);
+  // Past its own tiles the warpgroup's rows mask every key: no products, but it still takes
+  // and gives its turns and releases the stages (a loop of its own: ptxas serializes wgmma
+  // under a branch, C7518).
+  for (int jt = wg_tiles; jt < tiles; ++jt) {
+    wait_full(jt);
+    ptx::named_barrier_sync(kTurn + c, kTurnThreads);
+    give_turn(jt);
+    release(jt);
+  }
   //! [consumer]
 
   // Chapter 08's eq. (5): m is of unscaled scores; the logsumexp's is m scale (scale > 0).
