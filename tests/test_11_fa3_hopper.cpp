@@ -113,9 +113,19 @@ const std::vector<AttentionShape> kShapes = {
     {1, 1, 1, 64},     {2, 17, 97, 64},   {1, 203, 17, 128}, {1, 97, 203, 128},
     {1, 1000, 97, 64}, {1, 1, 1000, 128}, {1, 126, 127, 64}, {1, 126, 127, 128}};
 // Race mode and the instrumented twin (several times slower): both d, partial tiles, lq < lk
-// and lq > lk, more than one K/V tile through the ring.
-const std::vector<AttentionShape> kRaceShapes = {
-    {1, 17, 290, 64}, {1, 203, 17, 128}, {1, 130, 131, 128}};
+// with 5 K/V tiles (both rings, of 2 and 3 stages, wrap around: every stage is given back and
+// refilled) and lq > lk (fully masked rows, a Q tile that visits no K/V tile).
+const std::vector<AttentionShape> kRaceShapes = {{1, 17, 520, 64}, {1, 203, 17, 128}};
+
+/// The ladder the checks run: all of it, or in race mode and the instrumented twin (whose
+/// checks are of accesses) the Hopper rungs alone: rung 1 is chapter 08's kernel, which chapter
+/// 08's own suites run in those modes.
+template <Backend B>
+Ladder<AttentionArgs> checked_ladder() {
+  Ladder<AttentionArgs> ladder = kernel_ladder<B>();
+  if (test::small_shapes()) ladder.erase(ladder.begin());
+  return ladder;
+}
 
 test::RungError measure(const test::AttentionRungRun& run) {
   return test::fa2_rung_error(run, run.rung.facts.tiles(run.c.shape.d));
@@ -132,7 +142,7 @@ void every_rung_equals_the_cpu_step() {
            small ? test::kAttentionMaskedTileRaceShapes : test::kAttentionMaskedTileShapes,
            {Dtype::fp16, Dtype::bf16}))
     cases.push_back(c);
-  test::check_attention_ladder(B, kernel_ladder<B>(), cases, kSeed, measure);
+  test::check_attention_ladder(B, checked_ladder<B>(), cases, kSeed, measure);
 }
 
 template <Backend B>
@@ -148,7 +158,7 @@ void every_rung_masks_the_diagonal_at_every_alignment() {
       for (int size : {t.br, t.bc, 32}) period = std::lcm(period, size);
     }
   REQUIRE(period == 128);
-  test::check_attention_ladder(B, kernel_ladder<B>(), test::fa2_diagonal_cases(period), kSeed + 1,
+  test::check_attention_ladder(B, checked_ladder<B>(), test::fa2_diagonal_cases(period), kSeed + 1,
                                measure);
 }
 

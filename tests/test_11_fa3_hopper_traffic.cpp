@@ -48,15 +48,20 @@ TEST_CASE("every rung moves the bytes its header states, on odd shapes" *
 TEST_CASE("every Hopper rung launches with the shared memory its header states" *
           doctest::test_suite("profile")) {
   // The Q tile (128 rows) and the K/V stages (128 keys each of K and V), 128-byte swizzled, from
-  // a 1024-byte boundary (the 1024 bytes of slack are in the request): within the H100's 227 KiB.
+  // a 1024-byte boundary (the 1024 bytes of slack are in the request): two stages, and three
+  // where a warpgroup holds two at once (eq. 6); within the H100's 227 KiB (232448 bytes).
   using Rungs = ch11::Rungs<Backend::sim>;
   const std::size_t q64 = 16384, stage64 = 32768, slack = 1024;
-  const std::vector<std::tuple<Rung<AttentionArgs>, int>> stages = {{Rungs::fa3_wgmma(), 2}};
+  const std::vector<std::tuple<Rung<AttentionArgs>, int>> stages = {
+      {Rungs::fa3_wgmma(), 2},           {Rungs::fa3_tma(), 2},
+      {Rungs::fa3_warp_specialized(), 2}, {Rungs::fa3_pingpong(), 2},
+      {Rungs::fa3_intra_warpgroup(), 3}};
   for (const auto& [rung, n] : stages) {
     CAPTURE(rung.name);
     CHECK(one_launch(rung, {1, 70, 130, 64}, false).dynamic_shared_bytes ==
           slack + q64 + std::size_t(n) * stage64);
     CHECK(one_launch(rung, {1, 70, 130, 128}, false).dynamic_shared_bytes ==
           slack + 2 * (q64 + std::size_t(n) * stage64));
+    CHECK(slack + 2 * (q64 + std::size_t(n) * stage64) <= std::size_t(232448));
   }
 }

@@ -108,10 +108,15 @@ __device__ __forceinline__ void issue_scores(float (&s)[kBc / 2], const unsigned
       ptx::make_smem_descriptor(k_tile, Swizzle::b128, kUnusedLeadingBytes, kSwizzleAtom);
 #pragma unroll
   for (int ks = 0; ks < D / 16; ++ks) {
-    const unsigned along = ks % 4 * kKStepBytes;  // within the column block's rows
-    ptx::wgmma_ss<T, kBc>(
-        s, ptx::advance_descriptor(q_desc, ks / 4 * QTile<D>::kBlockBytes + along),
-        ptx::advance_descriptor(k_desc, ks / 4 * KvTile<D>::kBlockBytes + along), ks > 0);
+    // Where k step ks (head columns [16 ks, 16 ks + 16)) starts in each tile, in bytes from the
+    // descriptor's start: eq. (2).
+    unsigned q_step = 0, k_step = 0;
+    // [exercise]
+    q_step = ks / 4 * QTile<D>::kBlockBytes + ks % 4 * kKStepBytes;
+    k_step = ks / 4 * KvTile<D>::kBlockBytes + ks % 4 * kKStepBytes;
+    // [exercise]
+    ptx::wgmma_ss<T, kBc>(s, ptx::advance_descriptor(q_desc, q_step),
+                          ptx::advance_descriptor(k_desc, k_step), ks > 0);
   }
 }
 

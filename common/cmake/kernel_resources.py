@@ -219,7 +219,7 @@ def check_page(kernels, names, page, nvcc_version):
     return bad
 
 
-CLAIM = re.compile(r"<!--registers (.+?) on (sm_\d+)-->(\d+)")
+CLAIM = re.compile(r"<!--registers (.+?) on (sm_\d+a?)-->(\d+)")
 
 
 def check_claims(kernels, names, pages, nvcc_version):

@@ -33,21 +33,16 @@
 #include "chapters/08_fa2_at_speed/fast_block.cuh"
 #include "chapters/11_fa3_hopper/fa3_hopper.hpp"
 #include "chapters/11_fa3_hopper/fa3_launch.cuh"
+#include "chapters/11_fa3_hopper/fa3_ring.cuh"
 #include "chapters/11_fa3_hopper/fa3_tiles.cuh"
 #include "common/tile_shape.cuh"
 
 namespace wb::ch11 {
 namespace {  // kernels have internal linkage: one copy per backend's translation unit
 
-constexpr int kConsumerWarps = kConsumers * kWarpgroupWarps;    // 8
-constexpr int kWarps = kWarpgroupWarps + kConsumerWarps;        // and the producer's 4: 12
+constexpr int kWarps = kSpecializedWarps;  // the producer warpgroup and two consumers: 12
 constexpr int kThreads = kWarps * kWarpSize;
 constexpr int kStages = 2;  // the ring: d = 128's Q tile and 2 stages take 161 of 227 KiB
-// setmaxnreg: the block's 384 threads start with 65536 / 384 = 170 registers each at most
-// (__launch_bounds__: 168); the producer's copies need few, the consumers' S and O many:
-// 128 x 24 + 256 x 240 = 64512 <= 65536.
-constexpr int kProducerRegisters = 24;
-constexpr int kConsumerRegisters = 240;
 // Eq. (5): consumer c's turn on the tensor cores is named barrier kTurn + c over both consumer
 // warpgroups: c waits on it (128 threads) and the other arrives on it (128 more).
 constexpr unsigned kTurn = 1;  // barriers 1 and 2 (barrier 0 is __syncthreads)
@@ -70,23 +65,9 @@ __global__ void __launch_bounds__(kThreads, 1)
   const int warp = threadIdx.y, lane = threadIdx.x, g = lane / 4, t = lane % 4;
 
   unsigned char* q_tile = aligned_shared();
-  unsigned char* stages = q_tile + QTile<D>::kBytes;
-  const auto k_tile = [&](int jt) { return stages + ring_stage(jt, kStages) * kStageBytes<D>; };
-  const auto v_tile = [&](int jt) { return k_tile(jt) + KvTile<D>::kBytes; };
-
-  // q_full: the Q tile landed. full[s]: stage s holds its tile (the producer's arrival with the
-  // bytes to expect, then the bytes). empty[s]: the consumers are done with it (one arrival per
-  // consumer warp: after the warpgroup's wgmma_wait_group its lanes have read all they read of
-  // the stage, and __syncwarp orders them before lane 0's arrival).
-  __shared__ std::uint64_t q_full, full[kStages], empty[kStages];
-  if (warp == 0 && lane == 0) {
-    ptx::mbarrier_init(&q_full, 1);
-    for (int s = 0; s < kStages; ++s) {
-      ptx::mbarrier_init(&full[s], 1);
-      ptx::mbarrier_init(&empty[s], kConsumerWarps);
-    }
-    ptx::fence_proxy_async();  // the initialized barriers, visible to TMA's complete_tx
-  }
+  __shared__ RingBarriers<kStages> bars;
+  const Ring<D, kStages> ring{q_tile + QTile<D>::kBytes, &bars};  // eq. (4)
+  if (warp == 0 && lane == 0) ring.init();
   __syncthreads();
 
   const int rows = min(kBr, shape.lq - i0);
@@ -95,18 +76,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   //! [producer]
   if (warp < kWarpgroupWarps) {  // the producer warpgroup: one thread issues every copy
     ptx::setmaxnreg_dec<kProducerRegisters>();
-    if (warp == 0 && lane == 0) {
-      ptx::mbarrier_arrive_expect_tx(&q_full, QTile<D>::kBytes);
-      load_tile_tma<kBr, D>(q_tile, &q_map, i0, b, &q_full);
-      for (int jt = 0; jt < tiles; ++jt) {
-        const int s = ring_stage(jt, kStages);
-        // The stage's previous use must have been released (its first use waits on none).
-        if (jt >= kStages) ptx::mbarrier_wait_parity(&empty[s], empty_parity(jt, kStages));
-        ptx::mbarrier_arrive_expect_tx(&full[s], kStageBytes<D>);
-        load_tile_tma<kBc, D>(k_tile(jt), &k_map, jt * kBc, b, &full[s]);
-        load_tile_tma<kBc, D>(v_tile(jt), &v_map, jt * kBc, b, &full[s]);
-      }
-    }
+    if (warp == 0 && lane == 0) ring.produce(q_tile, &q_map, &k_map, &v_map, i0, b, tiles);
     ch08::record_tiles_visited(tiles_visited, b, x, tiles);
     return;
   }
@@ -127,17 +97,13 @@ __global__ void __launch_bounds__(kThreads, 1)
   const auto give_turn = [&](int jt) {
     if (c == 0 || jt + 1 < tiles) ptx::named_barrier_arrive(kTurn + (1 - c), kTurnThreads);
   };
-  const auto release = [&](int jt) {
-    __syncwarp();
-    if (lane == 0) ptx::mbarrier_arrive(&empty[ring_stage(jt, kStages)]);
-  };
-  ptx::mbarrier_wait_parity(&q_full, 0);
+  ring.wait_q();
   for (int jt = 0; jt < wg_tiles; ++jt) {
-    ptx::mbarrier_wait_parity(&full[ring_stage(jt, kStages)], full_parity(jt, kStages));
+    ring.wait_full(jt);
     float sc[kBc / 8][4];
     ptx::named_barrier_sync(kTurn + c, kTurnThreads);  // the other's S = Q K^T is issued
     ptx::wgmma_fence();  // O and last tile's P, written since the last wgmma
-    issue_scores<T, D>(flat<kBc>(sc), q_rows, k_tile(jt));
+    issue_scores<T, D>(flat<kBc>(sc), q_rows, ring.k_tile(jt));
     ptx::wgmma_commit_group();
     give_turn(jt);
     ptx::wgmma_wait_group<0>();  // while the other's S = Q K^T runs
@@ -148,20 +114,20 @@ __global__ void __launch_bounds__(kThreads, 1)
     std::uint32_t p[kBc / 16][4];
     pack_p<T>(sc, p);
     ptx::wgmma_fence();  // P and the rescaled O
-    issue_pv<T, D>(flat<D>(st.acc), p, v_tile(jt));
+    issue_pv<T, D>(flat<D>(st.acc), p, ring.v_tile(jt));
     ptx::wgmma_commit_group();
     ptx::wgmma_wait_group<0>();
     ptx::wgmma_fence_operand(flat<D>(st.acc));
-    release(jt);
+    ring.release(jt);
   }
   // Past its own tiles the warpgroup's rows mask every key: no products, but it still takes
   // and gives its turns and releases the stages (a loop of its own: ptxas serializes wgmma
   // under a branch, C7518).
   for (int jt = wg_tiles; jt < tiles; ++jt) {
-    ptx::mbarrier_wait_parity(&full[ring_stage(jt, kStages)], full_parity(jt, kStages));
+    ring.wait_full(jt);
     ptx::named_barrier_sync(kTurn + c, kTurnThreads);
     give_turn(jt);
-    release(jt);
+    ring.release(jt);
   }
   //! [consumer]
 
