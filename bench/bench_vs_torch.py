@@ -145,6 +145,8 @@ def parse_args(argv):
                    help="check the programs and print the plan; needs no torch, no GPU")
     p.add_argument("--plot-only", type=csv_file, metavar="CSV",
                    help="redraw the table and plots from a CSV")
+    p.add_argument("--plot-prefix", default="", metavar="PREFIX",
+                   help="put PREFIX before every plot's file name (two runs' plots in one folder)")
     a = p.parse_args(argv)
     # Checked before the run, not where they are written: --plots only after the whole run.
     if os.path.isdir(a.out):

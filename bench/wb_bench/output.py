@@ -109,7 +109,7 @@ def plot(path_stem, title, xlabel, ylabel, series, hline, notes):
     plt.close(fig)
 
 
-def draw_plots(rows, plots_dir, notes):
+def draw_plots(rows, plots_dir, notes, prefix=""):
     os.makedirs(plots_dir, exist_ok=True)
     device = next((r["device"] for r in rows if r["device"]), "?")
     date = next((r["date"][:10] for r in rows if r["date"]), "?")
@@ -121,7 +121,7 @@ def draw_plots(rows, plots_dir, notes):
             hline = (f"copy roofline {statistics.median(copies):.0f} GB/s",
                      statistics.median(copies)) if copies else None
             rows_ = next(r["shape"].split("x")[0] for r in rows if r["op"] == op)
-            plot(os.path.join(plots_dir, f"{op}_{dtype}_gbps_vs_cols"),
+            plot(os.path.join(plots_dir, f"{prefix}{op}_{dtype}_gbps_vs_cols"),
                  f"{op} {dtype}, ({rows_}, cols), {device}, {date}", "cols", "GB/s", s, hline, notes)
     # Attention, forward and backward: TFLOP/s against the sequence length, per (bh, d, mask).
     # Shapes "bh16 lq4096 lk4096 d64 causal": fields 0, 3 and 4 are the key, field 1 the x.
@@ -133,7 +133,7 @@ def draw_plots(rows, plots_dir, notes):
                 s = series_for(
                     att, op, dtype, lambda r: int(r["shape"].split()[1][2:]),
                     lambda r, k=key: " ".join(r["shape"].split()[i] for i in (0, 3, 4)) == k)
-                plot(os.path.join(plots_dir, f"{op}_{dtype}_{d}_{mask}_tflops_vs_seqlen"),
+                plot(os.path.join(plots_dir, f"{prefix}{op}_{dtype}_{d}_{mask}_tflops_vs_seqlen"),
                      f"{op} {dtype}, {bh} {d} {mask}, {device}, {date}", "sequence length",
                      "TFLOP/s", s, None, notes)
     # Decoding: GB/s of the cache read against its length, per (heads, KV heads, lq, d), with
@@ -148,7 +148,7 @@ def draw_plots(rows, plots_dir, notes):
             s = series_for(
                 dec, "decode", dtype, lambda r: int(r["shape"].split()[4][2:]),
                 lambda r, k=key: " ".join(r["shape"].split()[i] for i in (1, 2, 3, 5)) == k)
-            plot(os.path.join(plots_dir, f"decode_{dtype}_{hq}_{hkv}_{lq}_{d}_gbps_vs_lk"),
+            plot(os.path.join(plots_dir, f"{prefix}decode_{dtype}_{hq}_{hkv}_{lq}_{d}_gbps_vs_lk"),
                  f"decode {dtype}, {hq} {hkv} {lq} {d}, {device}, {date}", "KV cache length",
                  "GB/s", s, hline, notes)
 
@@ -201,7 +201,7 @@ def report(rows, args, notes):
     if table:
         print("\nWorkbook vs PyTorch (ratio > 1: the workbook is faster):")
         print_table(header, table)
-    draw_plots(rows, args.plots, notes)
+    draw_plots(rows, args.plots, notes, args.plot_prefix)
     print(f"\nCSV: {args.out}; plots: {args.plots}")
 
 
