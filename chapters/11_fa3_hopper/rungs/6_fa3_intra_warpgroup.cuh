@@ -44,6 +44,9 @@ namespace {  // kernels have internal linkage: one copy per backend's translatio
 
 constexpr int kWarps = kSpecializedWarps;  // the producer warpgroup and two consumers: 12
 constexpr int kThreads = kWarps * kWarpSize;
+// The ring: a warpgroup now holds two stages at once (K of tile j under S, V of tile j - 1 under
+// P V), so a third keeps the producer a tile ahead. d = 128's Q tile and 3 stages take 225 of
+// the 227 KiB a block may have.
 constexpr int kStages = 3;
 // Eq. (5): consumer c's turn on the tensor cores is named barrier kTurn + c over both consumer
 // warpgroups: c waits on it (128 threads) and the other arrives on it (128 more).
