@@ -1,0 +1,129 @@
+"""The FlashAttention workbook's kernels as PyTorch ops.
+
+    import flash_workbook as fw
+    o = fw.attention(q, k, v, causal=True)                  # (B, H, L, D), like SDPA
+    o, lse = fw.attention(q, k, v, return_lse=True)
+    o = fw.attention(q, k, v, rung="fa2_swizzle", backend="sim")
+    for r in fw.rungs("attention"): print(r.name, "|", r.change, "|", r.limits)
+
+The ops live in the C++ library the workbook's build makes whenever a torch is importable
+(python/ops/torch_ops.cpp, registered as torch.ops.flash_workbook.*); this package loads it from
+FLASH_WORKBOOK_LIBRARY, or from build/python/ of the repository it sits in.
+
+Where an op runs: CUDA tensors run the nvcc-compiled kernels on their GPU; CPU tensors run the
+chapter's CPU step (backend "cpu", the default) or the kernels themselves in the workbook's CUDA
+simulator (backend "sim"), so that a learner without a GPU calls the real kernel code.
+`rung=None` picks the ladder's last rung that takes the inputs; a name runs that rung.
+
+Autograd: attention's backward runs chapter 10's (its CPU step, or a rung of its ladder on the
+same backend), through an autograd.Function, which every torch from Debian 12's 1.13 on takes.
+
+Bad input (a wrong device, dtype, rank or shape, a non-contiguous tensor, a head dimension or
+length a rung does not take, an unknown rung or backend) raises ValueError naming the limit,
+before anything runs; the inputs are never written.
+"""
+import math
+import os
+from collections import namedtuple
+
+import torch
+
+__all__ = ["attention", "rungs", "Rung", "library_path"]
+
+Rung = namedtuple("Rung", ["name", "change", "limits"])
+
+
+def library_path():
+    """The built op library this package loads."""
+    path = os.environ.get("FLASH_WORKBOOK_LIBRARY")
+    if path:
+        return path
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    return os.path.join(root, "build", "python", "libwb_torch_ops.so")
+
+
+def _load():
+    path = library_path()
+    if not os.path.exists(path):
+        raise ImportError(
+            f"flash_workbook: no op library at {path}: build the workbook (./wb test or ./wb run) "
+            "with a torch importable by /usr/bin/python3, or set FLASH_WORKBOOK_LIBRARY")
+    torch.ops.load_library(path)
+
+
+_load()
+_ops = torch.ops.flash_workbook
+
+
+def rungs(op="attention"):
+    """Every rung of `op` ("attention" or "attention_backward"), in ladder order: its name, the
+    one idea it adds and its limits (the rung records the chapters' programs list)."""
+    return [Rung(*line.split("\t")) for line in _ops.rungs(op)]
+
+
+def _check_tensor(t, name):
+    if not isinstance(t, torch.Tensor):
+        raise ValueError(f"flash_workbook: {name} is a {type(t).__name__}, not a tensor")
+    if t.dim() != 4:
+        raise ValueError(f"flash_workbook: {name} has {t.dim()} dimensions: attention takes "
+                         "(batch, heads, length, head_dim)")
+
+
+class _Attention(torch.autograd.Function):
+    """The forward op, and chapter 10's backward for its gradients."""
+
+    @staticmethod
+    def forward(ctx, q, k, v, causal, scale, rung, backend, backward_rung):
+        o, lse = _ops.attention_forward(q, k, v, causal, scale, rung, backend)
+        ctx.save_for_backward(q, k, v, o, lse)
+        ctx.args = (causal, scale, backward_rung, backend)
+        ctx.mark_non_differentiable(lse)
+        return o, lse
+
+    @staticmethod
+    def backward(ctx, d_o, _d_lse):
+        q, k, v, o, lse = ctx.saved_tensors
+        causal, scale, backward_rung, backend = ctx.args
+        dq, dk, dv = _ops.attention_backward(d_o.contiguous(), q, k, v, o, lse, causal, scale,
+                                             backward_rung, backend)
+        return dq, dk, dv, None, None, None, None, None
+
+
+def attention(q, k, v, causal=False, scale=None, rung=None, backend=None, backward_rung=None,
+              return_lse=False):
+    """softmax(scale q k^T + mask) v over (batch, heads, length, head_dim) tensors, as
+    F.scaled_dot_product_attention; k and v may have fewer heads than q, a divisor of q's
+    (grouped-query attention: each KV head serves heads / kv_heads query heads).
+
+    causal: the mask aligned bottom-right, as FlashAttention's (query row i sees key
+      j <= i + Lk - Lq; a row that sees no key gives O = 0 and logsumexp = -inf), which is
+      SDPA's is_causal when Lq = Lk.
+    scale: the softmax scale, 1 / sqrt(head_dim) by default; must be positive.
+    rung, backward_rung: a rung of the forward or backward ladder by name (rungs() lists
+      them), or None for the last that takes the inputs.
+    backend: "cpu" (the CPU step) or "sim" (the kernels in the simulator) for CPU tensors,
+      "cuda" for CUDA tensors; None picks "cpu" or "cuda" by the tensors' device.
+    return_lse: also return the (batch, heads, Lq) float32 logsumexp of each row.
+    """
+    for t, name in ((q, "q"), (k, "k"), (v, "v")):
+        _check_tensor(t, name)
+    heads, kv_heads = q.shape[1], k.shape[1]
+    if v.shape[1] != kv_heads:
+        raise ValueError(f"flash_workbook: k has {kv_heads} heads and v {v.shape[1]}")
+    if kv_heads == 0 or heads % kv_heads != 0:
+        raise ValueError(f"flash_workbook: q has {heads} heads and k, v {kv_heads}: the KV heads "
+                         "must divide the query heads")
+    if scale is None:
+        scale = 1.0 / math.sqrt(q.shape[-1])
+    if not scale > 0:
+        raise ValueError(f"flash_workbook: scale = {scale}: the softmax scale must be positive")
+    for t, name in ((q, "q"), (k, "k"), (v, "v")):
+        if not t.is_contiguous():
+            raise ValueError(f"flash_workbook: {name} is not contiguous: the kernels read "
+                             "(batch, heads, length, head_dim) row-major (call .contiguous())")
+    if kv_heads != heads:  # each KV head repeated for its group; autograd sums its gradients
+        k = k.repeat_interleave(heads // kv_heads, dim=1)
+        v = v.repeat_interleave(heads // kv_heads, dim=1)
+    o, lse = _Attention.apply(q, k, v, bool(causal), float(scale), rung or "", backend or "",
+                              backward_rung or "")
+    return (o, lse) if return_lse else o

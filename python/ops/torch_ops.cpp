@@ -1,0 +1,325 @@
+// The workbook's attention as PyTorch ops (TORCH_LIBRARY namespace flash_workbook), for the
+// Python package python/flash_workbook, which adds autograd and the keyword interface:
+//
+//   flash_workbook::attention_forward(q, k, v, causal, scale, rung, backend) -> (o, lse)
+//   flash_workbook::attention_backward(d_o, q, k, v, o, lse, causal, scale, rung, backend)
+//       -> (dq, dk, dv)
+//   flash_workbook::rungs(op) -> str[]: "name\tchange\tlimits" of every rung the op can run
+//
+// q, k, v, o, d_o: (B, H, L, D) contiguous, the layout of F.scaled_dot_product_attention, with
+// as many heads in k and v as in q (the package repeats the KV heads of grouped-query
+// attention); fp32, fp16 or bf16; lse: (B, H, Lq) float. The causal mask is the workbook's,
+// aligned bottom-right (row i sees key j <= i + Lk - Lq), which is SDPA's is_causal when
+// Lq = Lk.
+//
+// Where an op runs: `backend` "cpu" runs the chapter's CPU step (chapter 06's tiled FA2 for the
+// forward, chapter 10's for the backward) on the inputs' values in float; "sim" runs `rung` (a
+// kernel of chapters 06, 08 and 11 forward, 10 backward) in the workbook's CUDA simulator on
+// the CPU; "cuda" runs it on the GPU, the tensors' device. `rung` "" picks the ladder's last
+// rung that takes the dtype, head dimension and device. Every refusal (a bad shape, dtype,
+// device, rung or backend, a rung's limit) is one ValueError naming the limit, before anything
+// runs; the inputs are never written.
+#include <ATen/ATen.h>
+#include <torch/library.h>
+
+#include <cstdint>
+#include <functional>
+#include <sstream>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "chapters/06_fa2_rescaled/fa2.hpp"
+#include "chapters/08_fa2_at_speed/fa2_at_speed.hpp"
+#include "chapters/10_fa2_backward/fa2_backward.hpp"
+#include "chapters/11_fa3_hopper/fa3_hopper.hpp"
+#include "common/backend.hpp"
+#include "common/rung.hpp"
+#include "common/rung_args.hpp"
+
+namespace {
+
+using namespace wb;
+
+Dtype dtype_of(const at::Tensor& t, const char* name) {
+  switch (t.scalar_type()) {
+    case at::kFloat: return Dtype::fp32;
+    case at::kHalf: return Dtype::fp16;
+    case at::kBFloat16: return Dtype::bf16;
+    default:
+      TORCH_CHECK_VALUE(false, "flash_workbook: ", name, " is ", t.scalar_type(),
+                        ": the ops take float32, float16 or bfloat16");
+  }
+  return Dtype::fp32;
+}
+
+/// Checks that `t` is a contiguous rank-4 tensor of `dtype` on `device`, named `name`.
+void check_operand(const at::Tensor& t, const char* name, at::ScalarType dtype,
+                   const at::Device& device) {
+  TORCH_CHECK_VALUE(t.dim() == 4, "flash_workbook: ", name, " has ", t.dim(),
+                    " dimensions: the ops take (batch, heads, length, head_dim)");
+  TORCH_CHECK_VALUE(t.scalar_type() == dtype, "flash_workbook: ", name, " is ", t.scalar_type(),
+                    " and q is ", dtype, ": q, k and v have one dtype");
+  TORCH_CHECK_VALUE(t.device() == device, "flash_workbook: ", name, " is on ", t.device(),
+                    " and q on ", device, ": the tensors share a device");
+  TORCH_CHECK_VALUE(t.is_contiguous(), "flash_workbook: ", name,
+                    " is not contiguous: the kernels read (batch, heads, length, head_dim) "
+                    "row-major (call .contiguous())");
+}
+
+/// The shape of (B, H, Lq, D) q against (B, H, Lk, D) k and v, after the checks above.
+AttentionShape attention_shape(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v) {
+  check_operand(q, "q", q.scalar_type(), q.device());
+  check_operand(k, "k", q.scalar_type(), q.device());
+  check_operand(v, "v", q.scalar_type(), q.device());
+  TORCH_CHECK_VALUE(k.sizes() == v.sizes(), "flash_workbook: k is ", k.sizes(), " and v ",
+                    v.sizes(), ": they must match");
+  TORCH_CHECK_VALUE(q.size(0) == k.size(0) && q.size(1) == k.size(1) && q.size(3) == k.size(3),
+                    "flash_workbook: q is ", q.sizes(), " and k ", k.sizes(),
+                    ": batch, heads and head_dim must match");
+  TORCH_CHECK_VALUE(q.size(2) >= 1 && k.size(2) >= 1 && q.size(3) >= 1 && q.size(0) * q.size(1) >= 1,
+                    "flash_workbook: empty q or k ", q.sizes(), ", ", k.sizes());
+  const std::int64_t bh = q.size(0) * q.size(1);
+  TORCH_CHECK_VALUE(bh <= INT32_MAX && q.size(2) <= kMaxLength && k.size(2) <= kMaxLength &&
+                        q.size(3) <= INT32_MAX,
+                    "flash_workbook: ", q.sizes(), " and ", k.sizes(),
+                    " pass the int lengths the kernels index");
+  return {int(bh), int(q.size(2)), int(k.size(2)), int(q.size(3))};
+}
+
+/// `backend` checked against the tensors' device: "cpu" or "sim" for CPU tensors, "cuda" for
+/// CUDA ones; "" picks "cpu" or "cuda" by the device.
+Backend backend_of(const std::string& backend, const at::Device& device) {
+  const bool on_cuda = device.is_cuda();
+  const std::string b = backend.empty() ? (on_cuda ? "cuda" : "cpu") : backend;
+  if (b == "cpu" || b == "sim") {
+    TORCH_CHECK_VALUE(!on_cuda, "flash_workbook: backend '", b,
+                      "' runs on the CPU and the tensors are on ", device,
+                      " (backend 'cuda', or move them with .cpu())");
+    return b == "cpu" ? Backend::cpu : Backend::sim;
+  }
+  if (b == "cuda") {
+    TORCH_CHECK_VALUE(on_cuda, "flash_workbook: backend 'cuda' needs CUDA tensors; these are on ",
+                      device, " (backend 'cpu' or 'sim' runs CPU tensors)");
+    TORCH_CHECK_VALUE(kCudaCompiled && cuda_available(),
+                      "flash_workbook: backend 'cuda': ", cuda_device_description());
+    return Backend::cuda;
+  }
+  TORCH_CHECK_VALUE(false, "flash_workbook: backend '", backend,
+                    "' is not one of 'cpu', 'sim', 'cuda' (or '' for the tensors' device)");
+  return Backend::cpu;
+}
+
+// ------------------------------------------------------------------------------------------
+// The ladders
+// ------------------------------------------------------------------------------------------
+
+/// Every forward attention rung on kernel backend B, ladder order: chapter 06's, 08's, 11's
+/// (chapter 11's first rung is chapter 08's last, listed once).
+template <Backend B>
+std::vector<Rung<AttentionArgs>> forward_rungs() {
+  std::vector<Rung<AttentionArgs>> all;
+  const auto add = [&](const Ladder<AttentionArgs>& ladder) {
+    for (const Rung<AttentionArgs>& r : ladder) {
+      bool seen = false;
+      for (const Rung<AttentionArgs>& s : all) seen = seen || std::string(s.name) == r.name;
+      if (!seen) all.push_back(r);
+    }
+  };
+  add(ch06::kernel_ladder<B>());
+  add(ch08::kernel_ladder<B>());
+  add(ch11::kernel_ladder<B>());
+  return all;
+}
+
+template <Backend B>
+std::vector<Rung<AttentionBackwardArgs>> backward_rungs() {
+  return ch10::kernel_ladder<B>();
+}
+
+/// Whether `rung` takes args' dtype, head dimension and shape (its limits), and on the GPU
+/// whether this device runs it (the sm_90a rungs of chapter 11 need an H100 or H200).
+template <typename Args>
+bool takes(const Rung<Args>& rung, const Args& args, Backend backend) {
+  if (!why_refused(rung, args).empty()) return false;
+  if (backend == Backend::cuda && std::string(rung.name).rfind("fa3_", 0) == 0)
+    return why_no_sm90a().empty();
+  return true;
+}
+
+/// The rung named `name` of `rungs`, or with "" the last that takes `args`; one ValueError when
+/// there is none, or the named one refuses `args` (its refusal, verbatim).
+template <typename Args>
+const Rung<Args>& pick_rung(const std::vector<Rung<Args>>& rungs, const std::string& name,
+                            const Args& args, Backend backend, const char* op) {
+  if (name.empty()) {
+    for (auto r = rungs.rbegin(); r != rungs.rend(); ++r)
+      if (takes(*r, args, backend)) return *r;
+    TORCH_CHECK_VALUE(false, "flash_workbook: no ", op, " rung takes ", to_string(args.dtype),
+                      " at head_dim ", args.shape.d, " here (flash_workbook.rungs('", op,
+                      "') lists their limits)");
+  }
+  for (const Rung<Args>& r : rungs) {
+    if (name != r.name) continue;
+    const std::string why = why_refused(r, args);
+    TORCH_CHECK_VALUE(why.empty(), "flash_workbook: rung ", r.name, ": ", why);
+    return r;
+  }
+  std::string names;
+  for (const Rung<Args>& r : rungs) names += std::string(names.empty() ? "" : ", ") + r.name;
+  TORCH_CHECK_VALUE(false, "flash_workbook: no ", op, " rung is named '", name, "' (", names, ")");
+  return rungs.front();
+}
+
+/// Runs `launch` as the kernel backend b's code, turning a kernel's std::exception into one
+/// RuntimeError with its message.
+template <typename F>
+void run_guarded(F&& launch) {
+  try {
+    launch();
+  } catch (const c10::Error&) {
+    throw;
+  } catch (const std::invalid_argument& e) {
+    TORCH_CHECK_VALUE(false, "flash_workbook: ", e.what());
+  } catch (const std::exception& e) {
+    TORCH_CHECK(false, "flash_workbook: ", e.what());
+  }
+}
+
+/// A float copy of a tensor's values, as the CPU steps take them.
+std::vector<float> floats(const at::Tensor& t) {
+  const at::Tensor f = t.to(at::kFloat).contiguous();
+  return std::vector<float>(f.data_ptr<float>(), f.data_ptr<float>() + f.numel());
+}
+
+at::Tensor tensor_of(const std::vector<float>& values, at::IntArrayRef sizes, at::ScalarType type) {
+  return at::from_blob(const_cast<float*>(values.data()), sizes, at::kFloat).to(type).clone();
+}
+
+// ------------------------------------------------------------------------------------------
+// The ops
+// ------------------------------------------------------------------------------------------
+
+std::tuple<at::Tensor, at::Tensor> attention_forward(const at::Tensor& q, const at::Tensor& k,
+                                                     const at::Tensor& v, bool causal,
+                                                     double scale, const std::string& rung,
+                                                     const std::string& backend_name) {
+  const AttentionShape shape = attention_shape(q, k, v);
+  const Dtype dtype = dtype_of(q, "q");
+  const Backend backend = backend_of(backend_name, q.device());
+  TORCH_CHECK_VALUE(scale > 0.0, "flash_workbook: scale = ", scale,
+                    ": the softmax scale must be positive");
+  at::Tensor o = at::empty_like(q);
+  at::Tensor lse = at::empty({q.size(0), q.size(1), q.size(2)}, q.options().dtype(at::kFloat));
+  if (backend == Backend::cpu) {
+    TORCH_CHECK_VALUE(rung.empty(), "flash_workbook: backend 'cpu' runs the CPU step, not rung '",
+                      rung, "' (backend 'sim' runs a rung on the CPU)");
+    const AttentionInputs in{floats(q), floats(k), floats(v)};
+    const ch06::Fa2Result r =
+        ch06::attention_fa2(in, shape, {float(scale), causal, ch08::kKeys, ch08::kKeys});
+    o.copy_(tensor_of(r.o, q.sizes(), q.scalar_type()));
+    lse.copy_(tensor_of(r.lse, lse.sizes(), at::kFloat));
+    return {o, lse};
+  }
+  AttentionArgs args{q.data_ptr(), k.data_ptr(), v.data_ptr(), o.data_ptr(), lse.data_ptr<float>(),
+                     nullptr, nullptr, shape, float(scale), causal, dtype};
+  with_kernel_backend(backend, [&](auto b) {
+    constexpr Backend B = decltype(b)::value;
+    const std::vector<Rung<AttentionArgs>> rungs = forward_rungs<B>();
+    const Rung<AttentionArgs>& chosen = pick_rung(rungs, rung, args, backend, "attention");
+    TORCH_CHECK_VALUE((chosen.limits.outputs & ~(kWritesO | kWritesLse)) == 0,
+                      "flash_workbook: rung ", chosen.name, " writes more than O and lse");
+    run_guarded([&] { run_rung(chosen, args); });
+  });
+  return {o, lse};
+}
+
+std::tuple<at::Tensor, at::Tensor, at::Tensor> attention_backward(
+    const at::Tensor& d_o, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+    const at::Tensor& o, const at::Tensor& lse, bool causal, double scale, const std::string& rung,
+    const std::string& backend_name) {
+  const AttentionShape shape = attention_shape(q, k, v);
+  check_operand(o, "o", q.scalar_type(), q.device());
+  check_operand(d_o, "d_o", q.scalar_type(), q.device());
+  TORCH_CHECK_VALUE(o.sizes() == q.sizes() && d_o.sizes() == q.sizes(),
+                    "flash_workbook: o and d_o must have q's shape ", q.sizes());
+  TORCH_CHECK_VALUE(lse.scalar_type() == at::kFloat && lse.dim() == 3 && lse.is_contiguous() &&
+                        lse.size(0) == q.size(0) && lse.size(1) == q.size(1) &&
+                        lse.size(2) == q.size(2) && lse.device() == q.device(),
+                    "flash_workbook: lse must be the forward's (batch, heads, Lq) float32 logsumexp");
+  const Dtype dtype = dtype_of(q, "q");
+  const Backend backend = backend_of(backend_name, q.device());
+  TORCH_CHECK_VALUE(scale > 0.0, "flash_workbook: scale = ", scale,
+                    ": the softmax scale must be positive");
+  at::Tensor dq = at::empty_like(q), dk = at::empty_like(k), dv = at::empty_like(v);
+  if (backend == Backend::cpu) {
+    TORCH_CHECK_VALUE(rung.empty(), "flash_workbook: backend 'cpu' runs the CPU step, not rung '",
+                      rung, "' (backend 'sim' runs a rung on the CPU)");
+    const AttentionInputs in{floats(q), floats(k), floats(v)};
+    const std::vector<float> o_f = floats(o), do_f = floats(d_o), lse_f = floats(lse);
+    std::vector<float> dq_f(shape.q_elems()), dk_f(shape.kv_elems()), dv_f(shape.kv_elems());
+    ch10::attention_backward_fa2(in, o_f.data(), lse_f.data(), do_f.data(), shape,
+                                 {float(scale), causal, ch10::kKernelRows, ch10::kKernelKeys},
+                                 dq_f.data(), dk_f.data(), dv_f.data());
+    dq.copy_(tensor_of(dq_f, q.sizes(), q.scalar_type()));
+    dk.copy_(tensor_of(dk_f, k.sizes(), k.scalar_type()));
+    dv.copy_(tensor_of(dv_f, v.sizes(), v.scalar_type()));
+    return {dq, dk, dv};
+  }
+  at::Tensor d_row = at::empty({q.size(0) * q.size(1) * q.size(2)}, lse.options());
+  at::Tensor dq_accum = at::empty({std::int64_t(shape.q_elems())}, lse.options());
+  AttentionBackwardArgs args{q.data_ptr(),          k.data_ptr(),   v.data_ptr(),
+                             o.data_ptr(),          d_o.data_ptr(), lse.data_ptr<float>(),
+                             dq.data_ptr(),         dk.data_ptr(),  dv.data_ptr(),
+                             d_row.data_ptr<float>(), dq_accum.data_ptr<float>(), shape,
+                             float(scale),          causal,         dtype};
+  with_kernel_backend(backend, [&](auto b) {
+    constexpr Backend B = decltype(b)::value;
+    const std::vector<Rung<AttentionBackwardArgs>> rungs = backward_rungs<B>();
+    const Rung<AttentionBackwardArgs>& chosen =
+        pick_rung(rungs, rung, args, backend, "attention_backward");
+    TORCH_CHECK_VALUE(std::string(chosen.name) != "standard_backward",
+                      "flash_workbook: standard_backward reads the P a standard forward kept; "
+                      "the ops' forward keeps none (pick an FA2 backward rung)");
+    run_guarded([&] { run_rung(chosen, args); });
+  });
+  return {dq, dk, dv};
+}
+
+/// "name\tchange\tlimits" of every rung of `op` ("attention" or "attention_backward") on the
+/// simulator (the same ladder as on the GPU).
+std::vector<std::string> rungs(const std::string& op) {
+  std::vector<std::string> out;
+  const auto line = [&](const auto& r) {
+    out.push_back(std::string(r.name) + "\t" + r.change + "\t" + describe(r.limits));
+  };
+  if (op == "attention") {
+    for (const auto& r : forward_rungs<Backend::sim>()) line(r);
+  } else if (op == "attention_backward") {
+    for (const auto& r : backward_rungs<Backend::sim>()) line(r);
+  } else {
+    TORCH_CHECK_VALUE(false, "flash_workbook: no op '", op,
+                      "' (rungs of 'attention' or 'attention_backward')");
+  }
+  return out;
+}
+
+}  // namespace
+
+TORCH_LIBRARY(flash_workbook, m) {
+  m.def("attention_forward(Tensor q, Tensor k, Tensor v, bool causal, float scale, str rung, "
+        "str backend) -> (Tensor, Tensor)");
+  m.def("attention_backward(Tensor d_o, Tensor q, Tensor k, Tensor v, Tensor o, Tensor lse, "
+        "bool causal, float scale, str rung, str backend) -> (Tensor, Tensor, Tensor)");
+  m.def("rungs(str op) -> str[]", &rungs);
+}
+
+TORCH_LIBRARY_IMPL(flash_workbook, CPU, m) {
+  m.impl("attention_forward", &attention_forward);
+  m.impl("attention_backward", &attention_backward);
+}
+
+TORCH_LIBRARY_IMPL(flash_workbook, CUDA, m) {
+  m.impl("attention_forward", &attention_forward);
+  m.impl("attention_backward", &attention_backward);
+}
