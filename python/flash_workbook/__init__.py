@@ -4,6 +4,8 @@
     o = fw.attention(q, k, v, causal=True)                  # (B, H, L, D), like SDPA
     o, lse = fw.attention(q, k, v, return_lse=True)
     o = fw.attention(q, k, v, rung="fa2_swizzle", backend="sim")
+    y = fw.softmax(x)                                       # over the last dimension
+    y = fw.layer_norm(x, (x.shape[-1],), weight, bias, eps=1e-5)
     for r in fw.rungs("attention"): print(r.name, "|", r.change, "|", r.limits)
 
 The ops live in the C++ library the workbook's build makes whenever a torch is importable
@@ -28,7 +30,7 @@ from collections import namedtuple
 
 import torch
 
-__all__ = ["attention", "rungs", "Rung", "library_path"]
+__all__ = ["attention", "softmax", "layer_norm", "rungs", "Rung", "library_path"]
 
 Rung = namedtuple("Rung", ["name", "change", "limits"])
 
@@ -56,8 +58,9 @@ _ops = torch.ops.flash_workbook
 
 
 def rungs(op="attention"):
-    """Every rung of `op` ("attention" or "attention_backward"), in ladder order: its name, the
-    one idea it adds and its limits (the rung records the chapters' programs list)."""
+    """Every rung of `op` ("attention", "attention_backward", "softmax" or "layer_norm"), in
+    ladder order: its name, the one idea it adds and its limits (the rung records the chapters'
+    programs list)."""
     return [Rung(*line.split("\t")) for line in _ops.rungs(op)]
 
 
@@ -127,3 +130,53 @@ def attention(q, k, v, causal=False, scale=None, rung=None, backend=None, backwa
     o, lse = _Attention.apply(q, k, v, bool(causal), float(scale), rung or "", backend or "",
                               backward_rung or "")
     return (o, lse) if return_lse else o
+
+
+class _NoBackward(torch.autograd.Function):
+    """A row op's forward, whose backward the workbook does not derive: asking for it is an
+    error naming the op, not a silent zero."""
+
+    @staticmethod
+    def forward(ctx, op, run, x, *params):
+        ctx.op = op
+        return run(x, *params)
+
+    @staticmethod
+    def backward(ctx, *grads):
+        raise RuntimeError(f"flash_workbook: {ctx.op} has no backward in the workbook (its "
+                           "chapters derive the forward only); use torch's for training")
+
+
+def softmax(x, dim=-1, rung=None, backend=None):
+    """softmax over dimension `dim` (the last, -1, or equal to it) of a contiguous float32,
+    float16 or bfloat16 tensor: chapter 03's dispatcher (rung None), a rung of chapters 01 and
+    03 by name, or chapter 03's CPU step (backend "cpu"). No backward."""
+    if not isinstance(x, torch.Tensor):
+        raise ValueError(f"flash_workbook: x is a {type(x).__name__}, not a tensor")
+    if dim not in (-1, x.dim() - 1):
+        raise ValueError(f"flash_workbook: softmax over dimension {dim} of a {x.dim()}-dimensional "
+                         "tensor: the kernels take rows, the last dimension (move it there)")
+    run = lambda t: _ops.softmax(t, rung or "", backend or "")
+    if x.requires_grad:
+        return _NoBackward.apply("softmax", run, x)
+    return run(x)
+
+
+def layer_norm(x, normalized_shape, weight=None, bias=None, eps=1e-5, rung=None, backend=None,
+               return_stats=False):
+    """LayerNorm over the last dimension, as F.layer_norm with normalized_shape = (x.shape[-1],):
+    chapter 07's dispatcher (rung None), one of its rungs by name, or its Welford CPU step
+    (backend "cpu"). return_stats: also the rows' float32 mean and 1 / sqrt(var + eps). No
+    backward."""
+    if not isinstance(x, torch.Tensor):
+        raise ValueError(f"flash_workbook: x is a {type(x).__name__}, not a tensor")
+    shape = (normalized_shape,) if isinstance(normalized_shape, int) else tuple(normalized_shape)
+    if x.dim() == 0 or shape != (x.shape[-1],):
+        raise ValueError(f"flash_workbook: normalized_shape {shape} for x {tuple(x.shape)}: the "
+                         "kernels normalize the last dimension alone")
+    run = lambda t, w, b: _ops.layer_norm(t, w, b, float(eps), rung or "", backend or "")
+    grads = any(t is not None and t.requires_grad for t in (x, weight, bias))
+    y, mean, rstd = _NoBackward.apply("layer_norm", run, x, weight, bias) if grads else run(
+        x, weight, bias)
+    rows = x.shape[:-1]
+    return (y, mean.view(rows), rstd.view(rows)) if return_stats else y

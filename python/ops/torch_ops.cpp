@@ -4,6 +4,9 @@
 //   flash_workbook::attention_forward(q, k, v, causal, scale, rung, backend) -> (o, lse)
 //   flash_workbook::attention_backward(d_o, q, k, v, o, lse, causal, scale, rung, backend)
 //       -> (dq, dk, dv)
+//   flash_workbook::softmax(x, rung, backend) -> y            over the last dimension (ch. 01-03)
+//   flash_workbook::layer_norm(x, weight?, bias?, eps, rung, backend) -> (y, mean, rstd)
+//                                                                over the last dimension (ch. 07)
 //   flash_workbook::rungs(op) -> str[]: "name\tchange\tlimits" of every rung the op can run
 //
 // q, k, v, o, d_o: (B, H, L, D) contiguous, the layout of F.scaled_dot_product_attention, with
@@ -29,7 +32,10 @@
 #include <string>
 #include <vector>
 
+#include "chapters/01_safe_softmax/softmax.hpp"
+#include "chapters/03_block_merge/block_merge.hpp"
 #include "chapters/06_fa2_rescaled/fa2.hpp"
+#include "chapters/07_welford_layernorm/layernorm_ladder.hpp"
 #include "chapters/08_fa2_at_speed/fa2_at_speed.hpp"
 #include "chapters/10_fa2_backward/fa2_backward.hpp"
 #include "chapters/11_fa3_hopper/fa3_hopper.hpp"
@@ -137,6 +143,21 @@ std::vector<Rung<AttentionBackwardArgs>> backward_rungs() {
   return ch10::kernel_ladder<B>();
 }
 
+/// Every softmax rung: chapter 01's three-pass ladder, then chapter 03's (its last, the
+/// dispatcher, the default). Chapter 02's rungs take fp32 rows only and are chapter 03's
+/// predecessors; they are left out of the op.
+template <Backend B>
+std::vector<Rung<RowArgs>> softmax_rungs() {
+  std::vector<Rung<RowArgs>> all = ch01::kernel_ladder<B>();
+  for (const Rung<RowArgs>& r : ch03::kernel_ladder<B>()) all.push_back(r);
+  return all;
+}
+
+template <Backend B>
+std::vector<Rung<LayerNormArgs>> layer_norm_rungs() {
+  return ch07::kernel_ladder<B>();
+}
+
 /// Whether `rung` takes args' dtype, head dimension and shape (its limits), and on the GPU
 /// whether this device runs it (the sm_90a rungs of chapter 11 need an H100 or H200).
 template <typename Args>
@@ -147,6 +168,14 @@ bool takes(const Rung<Args>& rung, const Args& args, Backend backend) {
   return true;
 }
 
+/// What a refusal names of the arguments besides their dtype.
+std::string what(const AttentionArgs& a) { return "at head_dim " + std::to_string(a.shape.d); }
+std::string what(const AttentionBackwardArgs& a) {
+  return "at head_dim " + std::to_string(a.shape.d);
+}
+std::string what(const RowArgs& a) { return "rows of " + std::to_string(a.cols); }
+std::string what(const LayerNormArgs& a) { return "rows of " + std::to_string(a.cols); }
+
 /// The rung named `name` of `rungs`, or with "" the last that takes `args`; one ValueError when
 /// there is none, or the named one refuses `args` (its refusal, verbatim).
 template <typename Args>
@@ -156,7 +185,7 @@ const Rung<Args>& pick_rung(const std::vector<Rung<Args>>& rungs, const std::str
     for (auto r = rungs.rbegin(); r != rungs.rend(); ++r)
       if (takes(*r, args, backend)) return *r;
     TORCH_CHECK_VALUE(false, "flash_workbook: no ", op, " rung takes ", to_string(args.dtype),
-                      " at head_dim ", args.shape.d, " here (flash_workbook.rungs('", op,
+                      " ", what(args), " here (flash_workbook.rungs('", op,
                       "') lists their limits)");
   }
   for (const Rung<Args>& r : rungs) {
@@ -286,6 +315,105 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> attention_backward(
   return {dq, dk, dv};
 }
 
+/// (rows, cols) of a tensor normalized over its last dimension, checked: contiguous, a dtype the
+/// ops take, rows and cols in int.
+std::pair<int, int> rows_and_cols(const at::Tensor& x) {
+  TORCH_CHECK_VALUE(x.dim() >= 1, "flash_workbook: x is a scalar: the row ops take rows");
+  TORCH_CHECK_VALUE(x.is_contiguous(), "flash_workbook: x is not contiguous: the kernels read "
+                    "its rows row-major (call .contiguous())");
+  dtype_of(x, "x");
+  const std::int64_t cols = x.size(-1), rows = cols == 0 ? 0 : x.numel() / cols;
+  TORCH_CHECK_VALUE(rows >= 1 && cols >= 1, "flash_workbook: x ", x.sizes(), " is empty");
+  TORCH_CHECK_VALUE(rows <= INT32_MAX && cols <= kMaxLength, "flash_workbook: x ", x.sizes(),
+                    " passes the int rows and columns the kernels index");
+  return {int(rows), int(cols)};
+}
+
+at::Tensor softmax(const at::Tensor& x, const std::string& rung, const std::string& backend_name) {
+  const auto [rows, cols] = rows_and_cols(x);
+  const Backend backend = backend_of(backend_name, x.device());
+  at::Tensor y = at::empty_like(x);
+  if (backend == Backend::cpu) {
+    TORCH_CHECK_VALUE(rung.empty(), "flash_workbook: backend 'cpu' runs the CPU step, not rung '",
+                      rung, "' (backend 'sim' runs a rung on the CPU)");
+    // Chapter 03's step: blocks of 256 columns, their (m, d) pairs merged (eq. 3 there).
+    const std::vector<float> out = ch03::softmax_blocked(floats(x), rows, cols, 256);
+    y.copy_(tensor_of(out, x.sizes(), x.scalar_type()));
+    return y;
+  }
+  RowArgs args{x.data_ptr(), y.data_ptr(), rows, cols, dtype_of(x, "x")};
+  with_kernel_backend(backend, [&](auto b) {
+    constexpr Backend B = decltype(b)::value;
+    const std::vector<Rung<RowArgs>> rungs = softmax_rungs<B>();
+    run_guarded([&] { run_rung(pick_rung(rungs, rung, args, backend, "softmax"), args); });
+  });
+  return y;
+}
+
+std::tuple<at::Tensor, at::Tensor, at::Tensor> layer_norm(
+    const at::Tensor& x, const c10::optional<at::Tensor>& weight,
+    const c10::optional<at::Tensor>& bias, double eps, const std::string& rung,
+    const std::string& backend_name) {
+  const auto [rows, cols] = rows_and_cols(x);
+  const Backend backend = backend_of(backend_name, x.device());
+  TORCH_CHECK_VALUE(eps > 0.0, "flash_workbook: eps = ", eps, ": it must be positive");
+  for (const auto& [t, name] : {std::pair{&weight, "weight"}, std::pair{&bias, "bias"}}) {
+    if (!t->has_value()) continue;
+    const at::Tensor& w = **t;
+    TORCH_CHECK_VALUE(w.dim() == 1 && w.size(0) == cols && w.is_contiguous() &&
+                          w.scalar_type() == x.scalar_type() && w.device() == x.device(),
+                      "flash_workbook: ", name, " must be a contiguous (", cols, ") tensor of x's "
+                      "dtype and device, or None");
+  }
+  at::Tensor y = at::empty_like(x);
+  at::Tensor mean = at::empty({rows}, x.options().dtype(at::kFloat));
+  at::Tensor rstd = at::empty({rows}, x.options().dtype(at::kFloat));
+  if (backend == Backend::cpu) {
+    TORCH_CHECK_VALUE(rung.empty(), "flash_workbook: backend 'cpu' runs the CPU step, not rung '",
+                      rung, "' (backend 'sim' runs a rung on the CPU)");
+    // Chapter 07's step, Welford's moments of blocks of 32 columns joined by Chan's combine
+    // (eqs. 10-13 there), the blocks' states joined pairwise, as a tree: the error grows with
+    // the tree's depth, log2 of the blocks, not with the row (joined left to right, or one
+    // running state, it was 5-30 times PyTorch's at 1000-5000 columns).
+    const ch07::Affine affine{weight ? floats(*weight) : std::vector<float>{},
+                              bias ? floats(*bias) : std::vector<float>{}};
+    const LayerNormOut out =
+        ch07::layernorm_rows(floats(x), rows, cols, affine, [eps](const float* row, int n) {
+          std::vector<ch07::Welford> level;
+          for (int start = 0; start < n; start += 32)
+            level.push_back(ch07::welford_row(row + start, std::min(32, n - start)));
+          while (level.size() > 1) {  // one level of the tree: neighbours joined
+            std::vector<ch07::Welford> up;
+            for (std::size_t i = 0; i + 1 < level.size(); i += 2)
+              up.push_back(ch07::welford_combine(level[i], level[i + 1]));
+            if (level.size() % 2 == 1) up.push_back(level.back());
+            level = std::move(up);
+          }
+          return ch07::row_stats(level.front(), float(eps));
+        });
+    y.copy_(tensor_of(out.y, x.sizes(), x.scalar_type()));
+    mean.copy_(tensor_of(out.mean, mean.sizes(), at::kFloat));
+    rstd.copy_(tensor_of(out.rstd, rstd.sizes(), at::kFloat));
+    return {y, mean, rstd};
+  }
+  LayerNormArgs args{x.data_ptr(),
+                     weight ? weight->data_ptr() : nullptr,
+                     bias ? bias->data_ptr() : nullptr,
+                     y.data_ptr(),
+                     mean.data_ptr<float>(),
+                     rstd.data_ptr<float>(),
+                     rows,
+                     cols,
+                     float(eps),
+                     dtype_of(x, "x")};
+  with_kernel_backend(backend, [&](auto b) {
+    constexpr Backend B = decltype(b)::value;
+    const std::vector<Rung<LayerNormArgs>> rungs = layer_norm_rungs<B>();
+    run_guarded([&] { run_rung(pick_rung(rungs, rung, args, backend, "layer_norm"), args); });
+  });
+  return {y, mean, rstd};
+}
+
 /// "name\tchange\tlimits" of every rung of `op` ("attention" or "attention_backward") on the
 /// simulator (the same ladder as on the GPU).
 std::vector<std::string> rungs(const std::string& op) {
@@ -297,9 +425,13 @@ std::vector<std::string> rungs(const std::string& op) {
     for (const auto& r : forward_rungs<Backend::sim>()) line(r);
   } else if (op == "attention_backward") {
     for (const auto& r : backward_rungs<Backend::sim>()) line(r);
+  } else if (op == "softmax") {
+    for (const auto& r : softmax_rungs<Backend::sim>()) line(r);
+  } else if (op == "layer_norm") {
+    for (const auto& r : layer_norm_rungs<Backend::sim>()) line(r);
   } else {
-    TORCH_CHECK_VALUE(false, "flash_workbook: no op '", op,
-                      "' (rungs of 'attention' or 'attention_backward')");
+    TORCH_CHECK_VALUE(false, "flash_workbook: no op '", op, "' (rungs of 'attention', "
+                      "'attention_backward', 'softmax' or 'layer_norm')");
   }
   return out;
 }
@@ -311,15 +443,22 @@ TORCH_LIBRARY(flash_workbook, m) {
         "str backend) -> (Tensor, Tensor)");
   m.def("attention_backward(Tensor d_o, Tensor q, Tensor k, Tensor v, Tensor o, Tensor lse, "
         "bool causal, float scale, str rung, str backend) -> (Tensor, Tensor, Tensor)");
+  m.def("softmax(Tensor x, str rung, str backend) -> Tensor");
+  m.def("layer_norm(Tensor x, Tensor? weight, Tensor? bias, float eps, str rung, str backend) "
+        "-> (Tensor, Tensor, Tensor)");
   m.def("rungs(str op) -> str[]", &rungs);
 }
 
 TORCH_LIBRARY_IMPL(flash_workbook, CPU, m) {
   m.impl("attention_forward", &attention_forward);
   m.impl("attention_backward", &attention_backward);
+  m.impl("softmax", &softmax);
+  m.impl("layer_norm", &layer_norm);
 }
 
 TORCH_LIBRARY_IMPL(flash_workbook, CUDA, m) {
   m.impl("attention_forward", &attention_forward);
   m.impl("attention_backward", &attention_backward);
+  m.impl("softmax", &softmax);
+  m.impl("layer_norm", &layer_norm);
 }
