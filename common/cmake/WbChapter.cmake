@@ -255,6 +255,18 @@ function(wb_add_chapter)
       set_target_properties(${ch}_cuda PROPERTIES CUDA_ARCHITECTURES 90a-real)
     endif()
   endif()
+  # The kernels' launchers call the chapter's CPU code (chapter 09's traffic formulas): a
+  # dependency of theirs, so that any link, a shared library's too, orders it after them.
+  if(cpu_sources)
+    foreach(lib ${ch}_sim ${ch}_sim_shared ${ch}_sim_exercise ${ch}_cuda)
+      if(TARGET ${lib})
+        get_target_property(type ${lib} TYPE)
+        if(type STREQUAL "STATIC_LIBRARY")
+          target_link_libraries(${lib} PUBLIC ${ch}_cpu)
+        endif()
+      endif()
+    endforeach()
+  endif()
 
   # main.cpp compiled once for the program and its instrumented twin (which differ in the
   # kernel libraries they link, not in the program: it asks the simulator at run time).

@@ -4,6 +4,8 @@
     o = fw.attention(q, k, v, causal=True)                  # (B, H, L, D), like SDPA
     o, lse = fw.attention(q, k, v, return_lse=True)
     o = fw.attention(q, k, v, rung="fa2_swizzle", backend="sim")
+    o = fw.decode(q, k_cache, v_cache, cache_lengths=lengths)    # chapter 09, a few rows
+    o = fw.decode(q, k_pages, v_pages, block_table=table)        # a paged cache
     y = fw.softmax(x)                                       # over the last dimension
     y = fw.layer_norm(x, (x.shape[-1],), weight, bias, eps=1e-5)
     for r in fw.rungs("attention"): print(r.name, "|", r.change, "|", r.limits)
@@ -30,7 +32,7 @@ from collections import namedtuple
 
 import torch
 
-__all__ = ["attention", "softmax", "layer_norm", "rungs", "Rung", "library_path"]
+__all__ = ["attention", "decode", "softmax", "layer_norm", "rungs", "Rung", "library_path"]
 
 Rung = namedtuple("Rung", ["name", "change", "limits"])
 
@@ -58,7 +60,8 @@ _ops = torch.ops.flash_workbook
 
 
 def rungs(op="attention"):
-    """Every rung of `op` ("attention", "attention_backward", "softmax" or "layer_norm"), in
+    """Every rung of `op` ("attention", "attention_backward", "decode", "softmax" or
+    "layer_norm"), in
     ladder order: its name, the one idea it adds and its limits (the rung records the chapters'
     programs list)."""
     return [Rung(*line.split("\t")) for line in _ops.rungs(op)]
@@ -129,6 +132,31 @@ def attention(q, k, v, causal=False, scale=None, rung=None, backend=None, backwa
         v = v.repeat_interleave(heads // kv_heads, dim=1)
     o, lse = _Attention.apply(q, k, v, bool(causal), float(scale), rung or "", backend or "",
                               backward_rung or "")
+    return (o, lse) if return_lse else o
+
+
+def decode(q, k_cache, v_cache, cache_lengths=None, block_table=None, causal=False, scale=None,
+           splits=None, rung=None, backend=None, return_lse=False):
+    """Flash-Decoding (chapter 09): q (batch, heads, rows, head_dim), a few query rows per
+    sequence, against a KV cache with kv_heads dividing heads (grouped-query attention), either
+    contiguous, k_cache and v_cache (batch, kv_heads, cache_len, head_dim), or paged,
+    (pages, kv_heads, page_keys, head_dim) with block_table (batch, pages per sequence) int32:
+    page block_table[b][p] holds keys [p page_keys, (p + 1) page_keys) of sequence b.
+
+    cache_lengths: (batch) int32, the keys each sequence uses (None: all); causal: bottom-right
+      per sequence, row i sees key j <= i + length - rows; splits: key ranges per sequence (None:
+      one per 4 K/V tiles of 32 keys, at most 16); rung, backend, return_lse: as attention's.
+    No backward: decoding serves inference."""
+    for t, name in ((q, "q"), (k_cache, "k_cache"), (v_cache, "v_cache")):
+        _check_tensor(t, name)
+    if scale is None:
+        scale = 1.0 / math.sqrt(q.shape[-1])
+    if not scale > 0:
+        raise ValueError(f"flash_workbook: scale = {scale}: the softmax scale must be positive")
+    if splits is not None and splits < 1:
+        raise ValueError(f"flash_workbook: splits = {splits}: at least 1")
+    o, lse = _ops.decode(q, k_cache, v_cache, cache_lengths, block_table, bool(causal),
+                         float(scale), int(splits or 0), rung or "", backend or "")
     return (o, lse) if return_lse else o
 
 

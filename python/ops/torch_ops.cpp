@@ -4,6 +4,8 @@
 //   flash_workbook::attention_forward(q, k, v, causal, scale, rung, backend) -> (o, lse)
 //   flash_workbook::attention_backward(d_o, q, k, v, o, lse, causal, scale, rung, backend)
 //       -> (dq, dk, dv)
+//   flash_workbook::decode(q, k, v, lengths?, block_table?, causal, scale, splits, rung, backend)
+//       -> (o, lse): a few query rows against a KV cache, contiguous or paged (chapter 09)
 //   flash_workbook::softmax(x, rung, backend) -> y            over the last dimension (ch. 01-03)
 //   flash_workbook::layer_norm(x, weight?, bias?, eps, rung, backend) -> (y, mean, rstd)
 //                                                                over the last dimension (ch. 07)
@@ -37,6 +39,8 @@
 #include "chapters/06_fa2_rescaled/fa2.hpp"
 #include "chapters/07_welford_layernorm/layernorm_ladder.hpp"
 #include "chapters/08_fa2_at_speed/fa2_at_speed.hpp"
+#include "chapters/09_flash_decoding/decode_ladder.hpp"
+#include "chapters/09_flash_decoding/flash_decoding.hpp"
 #include "chapters/10_fa2_backward/fa2_backward.hpp"
 #include "chapters/11_fa3_hopper/fa3_hopper.hpp"
 #include "common/backend.hpp"
@@ -154,6 +158,11 @@ std::vector<Rung<RowArgs>> softmax_rungs() {
 }
 
 template <Backend B>
+std::vector<Rung<DecodeArgs>> decode_rungs() {
+  return ch09::kernel_ladder<B>();
+}
+
+template <Backend B>
 std::vector<Rung<LayerNormArgs>> layer_norm_rungs() {
   return ch07::kernel_ladder<B>();
 }
@@ -173,6 +182,7 @@ std::string what(const AttentionArgs& a) { return "at head_dim " + std::to_strin
 std::string what(const AttentionBackwardArgs& a) {
   return "at head_dim " + std::to_string(a.shape.d);
 }
+std::string what(const DecodeArgs& a) { return "at head_dim " + std::to_string(a.shape.d); }
 std::string what(const RowArgs& a) { return "rows of " + std::to_string(a.cols); }
 std::string what(const LayerNormArgs& a) { return "rows of " + std::to_string(a.cols); }
 
@@ -315,6 +325,132 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> attention_backward(
   return {dq, dk, dv};
 }
 
+/// An int32 tensor's values on the host (lengths, a block table), after its checks.
+std::vector<int> host_ints(const at::Tensor& t, const char* name, at::IntArrayRef sizes,
+                           const at::Device& device) {
+  TORCH_CHECK_VALUE(t.scalar_type() == at::kInt && t.sizes() == sizes && t.is_contiguous() &&
+                        t.device() == device,
+                    "flash_workbook: ", name, " must be a contiguous int32 tensor of shape ",
+                    sizes, " on ", device, " (it is ", t.scalar_type(), " ", t.sizes(), " on ",
+                    t.device(), ")");
+  const at::Tensor h = t.cpu();
+  return std::vector<int>(h.data_ptr<int>(), h.data_ptr<int>() + h.numel());
+}
+
+std::tuple<at::Tensor, at::Tensor> decode(const at::Tensor& q, const at::Tensor& k,
+                                          const at::Tensor& v,
+                                          const c10::optional<at::Tensor>& lengths,
+                                          const c10::optional<at::Tensor>& block_table,
+                                          bool causal, double scale, int64_t splits,
+                                          const std::string& rung,
+                                          const std::string& backend_name) {
+  check_operand(q, "q", q.scalar_type(), q.device());
+  check_operand(k, "k_cache", q.scalar_type(), q.device());
+  check_operand(v, "v_cache", q.scalar_type(), q.device());
+  const Dtype dtype = dtype_of(q, "q");
+  const Backend backend = backend_of(backend_name, q.device());
+  TORCH_CHECK_VALUE(k.sizes() == v.sizes(), "flash_workbook: k_cache is ", k.sizes(),
+                    " and v_cache ", v.sizes(), ": they must match");
+  TORCH_CHECK_VALUE(scale > 0.0, "flash_workbook: scale = ", scale,
+                    ": the softmax scale must be positive");
+  const std::int64_t batch = q.size(0), hq = q.size(1), hkv = k.size(1), d = q.size(3);
+  TORCH_CHECK_VALUE(k.size(3) == d, "flash_workbook: q's head_dim ", d, " and the cache's ",
+                    k.size(3), " must match");
+  TORCH_CHECK_VALUE(hkv >= 1 && hq % hkv == 0, "flash_workbook: q has ", hq,
+                    " heads and the cache ", hkv, ": the KV heads must divide the query heads");
+  TORCH_CHECK_VALUE(batch >= 1 && q.size(2) >= 1 && d >= 1, "flash_workbook: empty q ", q.sizes());
+  // The cache: contiguous (batch, hkv, lk, d), or paged (pages, hkv, page_keys, d) with a
+  // (batch, pages per sequence) table (chapter 09's eq. 9).
+  std::vector<int> table;
+  int page_keys = 0, pages = 0;
+  std::int64_t lk = k.size(2);
+  if (block_table) {
+    TORCH_CHECK_VALUE(block_table->dim() == 2 && block_table->size(0) == batch,
+                      "flash_workbook: block_table must be (batch, pages per sequence)");
+    page_keys = int(k.size(2));
+    pages = int(k.size(0));
+    TORCH_CHECK_VALUE(page_keys % kPageKeyMultiple == 0, "flash_workbook: a page holds ",
+                      page_keys, " keys: the kernels take pages of a multiple of ",
+                      kPageKeyMultiple, " (whole K/V tiles)");
+    table = host_ints(*block_table, "block_table", block_table->sizes(), q.device());
+    for (int entry : table)
+      TORCH_CHECK_VALUE(entry >= 0 && entry < pages, "flash_workbook: block_table holds page ",
+                        entry, ", not one of the cache's ", pages);
+    lk = block_table->size(1) * page_keys;
+  } else {
+    TORCH_CHECK_VALUE(k.size(0) == batch, "flash_workbook: the cache holds ", k.size(0),
+                      " sequences and q ", batch, " (a paged cache needs block_table)");
+  }
+  TORCH_CHECK_VALUE(lk >= 1 && lk <= kMaxLength && batch * hq <= INT32_MAX,
+                    "flash_workbook: a cache of ", lk, " keys passes the kernels' int lengths");
+  std::vector<int> length_values;
+  if (lengths) {
+    length_values = host_ints(*lengths, "cache_lengths", {batch}, q.device());
+    for (int len : length_values)
+      TORCH_CHECK_VALUE(len >= 0 && len <= lk, "flash_workbook: a cache length of ", len,
+                        ", not in [0, ", lk, "]");
+  }
+  const DecodeShape shape{int(batch), int(hq), int(hkv), int(q.size(2)), int(lk), int(d)};
+  at::Tensor o = at::empty_like(q);
+  at::Tensor lse = at::empty({batch, hq, q.size(2)}, q.options().dtype(at::kFloat));
+  if (backend == Backend::cpu) {
+    TORCH_CHECK_VALUE(rung.empty(), "flash_workbook: backend 'cpu' runs the CPU step, not rung '",
+                      rung, "' (backend 'sim' runs a rung on the CPU)");
+    // Chapter 09's step for a contiguous cache: each sequence's keys as chapter 06's FA2 sees
+    // them. A paged cache is gathered into one first: page block_table[b][p] holds keys
+    // [p page_keys, (p + 1) page_keys) of sequence b.
+    const auto contiguous = [&](const at::Tensor& cache) {
+      if (!block_table) return cache;
+      return cache.index_select(0, block_table->reshape({-1}).to(at::kLong))
+          .reshape({batch, block_table->size(1), hkv, page_keys, d})
+          .permute({0, 2, 1, 3, 4})
+          .reshape({batch, hkv, lk, d});
+    };
+    const AttentionInputs in{floats(q), floats(contiguous(k)), floats(contiguous(v))};
+    const ch09::DecodeResult r =
+        ch09::attention_fa2_per_sequence(in, shape, length_values, {float(scale), causal});
+    o.copy_(tensor_of(r.o, q.sizes(), q.scalar_type()));
+    lse.copy_(tensor_of(r.lse, lse.sizes(), at::kFloat));
+    return {o, lse};
+  }
+  // Splits: eq. (7)'s bound by the tiles, at least 4 K/V tiles of 32 keys to a split, at most
+  // 16 (its other bound, one wave of the device's blocks, is the chapter program's).
+  const int tiles = int((lk + ch09::kTileKeys - 1) / ch09::kTileKeys);
+  const int chosen_splits =
+      splits > 0 ? int(std::min<std::int64_t>(splits, ch09::kMaxSplits))
+                 : std::max(1, std::min(16, (tiles + ch09::kMinTilesPerSplit - 1) /
+                                                ch09::kMinTilesPerSplit));
+  at::Tensor o_partial = at::empty({batch * hq * q.size(2) * chosen_splits * d},
+                                   lse.options());
+  at::Tensor lse_partial = at::empty({batch * hq * q.size(2) * chosen_splits}, lse.options());
+  DecodeArgs args{q.data_ptr(),
+                  k.data_ptr(),
+                  v.data_ptr(),
+                  lengths ? lengths->data_ptr<int>() : nullptr,
+                  lengths ? length_values.data() : nullptr,
+                  o.data_ptr(),
+                  lse.data_ptr<float>(),
+                  o_partial.data_ptr<float>(),
+                  lse_partial.data_ptr<float>(),
+                  shape,
+                  chosen_splits,
+                  float(scale),
+                  causal,
+                  dtype};
+  if (block_table) {
+    args.block_table = block_table->data_ptr<int>();
+    args.block_table_host = table.data();
+    args.page_keys = page_keys;
+    args.pages = pages;
+  }
+  with_kernel_backend(backend, [&](auto b) {
+    constexpr Backend B = decltype(b)::value;
+    const std::vector<Rung<DecodeArgs>> rungs = decode_rungs<B>();
+    run_guarded([&] { run_rung(pick_rung(rungs, rung, args, backend, "decode"), args); });
+  });
+  return {o, lse};
+}
+
 /// (rows, cols) of a tensor normalized over its last dimension, checked: contiguous, a dtype the
 /// ops take, rows and cols in int.
 std::pair<int, int> rows_and_cols(const at::Tensor& x) {
@@ -425,13 +561,15 @@ std::vector<std::string> rungs(const std::string& op) {
     for (const auto& r : forward_rungs<Backend::sim>()) line(r);
   } else if (op == "attention_backward") {
     for (const auto& r : backward_rungs<Backend::sim>()) line(r);
+  } else if (op == "decode") {
+    for (const auto& r : decode_rungs<Backend::sim>()) line(r);
   } else if (op == "softmax") {
     for (const auto& r : softmax_rungs<Backend::sim>()) line(r);
   } else if (op == "layer_norm") {
     for (const auto& r : layer_norm_rungs<Backend::sim>()) line(r);
   } else {
     TORCH_CHECK_VALUE(false, "flash_workbook: no op '", op, "' (rungs of 'attention', "
-                      "'attention_backward', 'softmax' or 'layer_norm')");
+                      "'attention_backward', 'decode', 'softmax' or 'layer_norm')");
   }
   return out;
 }
@@ -443,6 +581,8 @@ TORCH_LIBRARY(flash_workbook, m) {
         "str backend) -> (Tensor, Tensor)");
   m.def("attention_backward(Tensor d_o, Tensor q, Tensor k, Tensor v, Tensor o, Tensor lse, "
         "bool causal, float scale, str rung, str backend) -> (Tensor, Tensor, Tensor)");
+  m.def("decode(Tensor q, Tensor k, Tensor v, Tensor? lengths, Tensor? block_table, bool causal, "
+        "float scale, int splits, str rung, str backend) -> (Tensor, Tensor)");
   m.def("softmax(Tensor x, str rung, str backend) -> Tensor");
   m.def("layer_norm(Tensor x, Tensor? weight, Tensor? bias, float eps, str rung, str backend) "
         "-> (Tensor, Tensor, Tensor)");
@@ -452,11 +592,13 @@ TORCH_LIBRARY(flash_workbook, m) {
 TORCH_LIBRARY_IMPL(flash_workbook, CPU, m) {
   m.impl("attention_forward", &attention_forward);
   m.impl("attention_backward", &attention_backward);
+  m.impl("decode", &decode);
   m.impl("softmax", &softmax);
   m.impl("layer_norm", &layer_norm);
 }
 
 TORCH_LIBRARY_IMPL(flash_workbook, CUDA, m) {
+  m.impl("decode", &decode);
   m.impl("attention_forward", &attention_forward);
   m.impl("attention_backward", &attention_backward);
   m.impl("softmax", &softmax);
