@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "chapters/06_fa2_rescaled/fa2.hpp"
+#include "chapters/08_fa2_at_speed/fast_report.hpp"
 #include "chapters/11_fa3_hopper/fa3_hopper.hpp"
 #include "chapters/11_fa3_hopper/fa3_trace.hpp"
 #include "common/attention_inputs.hpp"
@@ -44,40 +45,11 @@ void print_next() {
                "on an H100.\n";
 }
 
-// One table: the CPU step (chapter 06's tiled FA2, this chapter's algorithm) and every rung of
-// `ladder` on Q, K, V of `in` (rounded to `dtype`) against the fp64 attention of those values.
-void report_table(Backend backend, const Ladder<AttentionArgs>& ladder, const AttentionInputs& in,
-                  AttentionShape shape, bool causal, Dtype dtype, std::uint64_t seed) {
-  const float scale = default_scale(shape.d);
-  const TileShape tiles = fa3_tiles(shape.d);
-  const std::vector<AttentionStep> steps = {
-      {"cpu ch06 FA2, 128 x 128 tiles (previous)", [&](const AttentionInputs& x) {
-         ch06::Fa2Result fa2 = ch06::attention_fa2(x, shape, {scale, causal, tiles.br, tiles.bc});
-         return o_output(std::move(fa2.o), std::move(fa2.lse));
-       }}};
-  std::vector<std::string> skipped;
-  const std::vector<AttentionRun> runs = run_attention_table(
-      backend, steps, rungs_taking(ladder, dtype), in, shape, scale, causal, dtype, &skipped);
-  std::cout << (causal ? "Causal: " : "") << "O and logsumexp against fp64 on (" << to_string(shape)
-            << ") randn, " << to_string(dtype) << ", seed " << seed << ":\n";
-  const ref::Attention r = ref::attention(in, shape, scale, causal, false);
-  // O in units of chapter 06's w (eq. 8 there); its floor adds 2u for rounding P and O.
-  const AttentionMeasure measure{false, ch06::tensor_core_weight(r.o_weight, in, shape, dtype),
-                                 "previous", 2.0 * ch06::unit_roundoff(dtype)};
-  print_attention_table(std::cout, runs, skipped, r, measure, shape, causal);
-}
-
+// The report: the CPU step and every rung, fp16 and bf16, with and without the mask
+// (fast_report.hpp), the CPU step with the tiles of the Hopper rungs (128 x 128).
 void report_errors(Backend backend, const Ladder<AttentionArgs>& ladder, AttentionShape shape,
                    std::uint64_t seed) {
-  std::cout << "Q, K, V rounded to the 16-bit type; the CPU step and fp64 run on the same "
-               "rounded values.\n  O's error in units of chapter 06's w, eq. (8) there; its floor "
-               "adds 2u (u = 2^-11 in fp16, 2^-8 in bf16).\n";
-  const AttentionInputs randn =
-      make_attention_inputs(ScoreKind::randn, shape, default_scale(shape.d), seed);
-  for (Dtype dtype : {Dtype::fp16, Dtype::bf16}) {
-    const AttentionInputs in = ch06::round_inputs(randn, dtype);
-    for (bool causal : {false, true}) report_table(backend, ladder, in, shape, causal, dtype, seed);
-  }
+  ch08::report_tensor_core_errors(backend, ladder, shape, seed, fa3_tiles(shape.d));
 }
 
 }  // namespace

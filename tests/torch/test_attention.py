@@ -13,8 +13,8 @@ import pytest
 import torch
 
 import flash_workbook as fw
+from error_rule import check_close
 
-UNIT_ROUNDOFF = {torch.float32: 2.0 ** -24, torch.float16: 2.0 ** -11, torch.bfloat16: 2.0 ** -8}
 # Odd lengths: 1, 17, 97, 203 (partial tiles of every rung's 64 and 128 rows and keys), lq != lk
 # both ways.
 LENGTHS = [(1, 1), (17, 97), (203, 17), (97, 203)]
@@ -51,14 +51,6 @@ def expand(t, heads):
     return t.repeat_interleave(heads // t.shape[1], dim=1)
 
 
-def check_close(got, ref64, pt, dtype, what):
-    """got and pt (PyTorch's own in dtype) against the fp64 reference."""
-    err = (got.double() - ref64).abs().max().item()
-    pt_err = (pt.double() - ref64).abs().max().item()
-    floor = 2 * UNIT_ROUNDOFF[dtype] * max(ref64.abs().max().item(), 1e-30)
-    assert math.isfinite(err), f"{what}: non-finite output"
-    assert err <= 2 * pt_err + floor, (
-        f"{what}: error {err:.3g} > 2 x PyTorch's {pt_err:.3g} + floor {floor:.3g}")
 
 
 @pytest.mark.parametrize("backend", ["cpu", "sim"])

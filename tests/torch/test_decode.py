@@ -1,15 +1,14 @@
 """flash_workbook.decode against fp64 (CTest torch/ops, label torch): chapter 09's
 Flash-Decoding, a few query rows against a KV cache, contiguous or paged, with per-sequence
-lengths and grouped-query heads; the rule of test_attention.py (at most twice PyTorch's own
+lengths and grouped-query heads; the rule of error_rule.py (at most twice PyTorch's own
 error in the dtype plus 2u max|reference|)."""
-import math
 
 import pytest
 import torch
 
 import flash_workbook as fw
+from error_rule import check_close
 
-UNIT_ROUNDOFF = {torch.float32: 2.0 ** -24, torch.float16: 2.0 ** -11, torch.bfloat16: 2.0 ** -8}
 
 
 def reference(q, k, v, lengths, causal, scale, dtype):
@@ -36,12 +35,6 @@ def reference(q, k, v, lengths, causal, scale, dtype):
     return out
 
 
-def check_close(got, ref64, pt, dtype, what):
-    err = (got.double() - ref64).abs().max().item()
-    pt_err = (pt.double() - ref64).abs().max().item()
-    floor = 2 * UNIT_ROUNDOFF[dtype] * max(ref64.abs().max().item(), 1e-30)
-    assert err <= 2 * pt_err + floor, (
-        f"{what}: error {err:.3g} > 2 x PyTorch's {pt_err:.3g} + floor {floor:.3g}")
 
 
 def cache(batch, hq, hkv, rows, lk, d, dtype, seed):

@@ -1,14 +1,14 @@
 """flash_workbook.softmax and flash_workbook.layer_norm against fp64 (CTest torch/ops, label
-torch), on every rung by name in the simulator and the CPU steps, with FlashAttention's rule as
-in test_attention.py: at most twice PyTorch's own error in the dtype plus a floor of
+torch), on every rung by name in the simulator and the CPU steps, with FlashAttention's rule of
+error_rule.py: at most twice PyTorch's own error in the dtype plus a floor of
 2u max|reference| (u the dtype's unit roundoff: one rounding of the output, one of the row's
 statistics as they scale it)."""
 import pytest
 import torch
 
 import flash_workbook as fw
+from error_rule import check_close
 
-UNIT_ROUNDOFF = {torch.float32: 2.0 ** -24, torch.float16: 2.0 ** -11, torch.bfloat16: 2.0 ** -8}
 # Odd row lengths: 1, a warp's 32 plus one, a block's thread count off, a row past the register
 # and shared-memory plans of chapter 03's dispatcher.
 COLS = [1, 33, 1000, 5000]
@@ -25,12 +25,6 @@ def in_dtype(f, dtype):
     return lambda *a: f(*[t.float() if isinstance(t, torch.Tensor) else t for t in a]).to(dtype)
 
 
-def check_close(got, ref64, pt, dtype, what):
-    err = (got.double() - ref64).abs().max().item()
-    pt_err = (pt.double() - ref64).abs().max().item()
-    floor = 2 * UNIT_ROUNDOFF[dtype] * max(ref64.abs().max().item(), 1e-30)
-    assert err <= 2 * pt_err + floor, (
-        f"{what}: error {err:.3g} > 2 x PyTorch's {pt_err:.3g} + floor {floor:.3g}")
 
 
 @pytest.mark.parametrize("backend", ["cpu", "sim"])
