@@ -151,6 +151,9 @@ struct RungFacts {
   /// Backward (chapter 10): reads the P a standard forward stored instead of recomputing it
   /// from the logsumexp: its CPU step and floors are the standard backward's.
   bool reads_stored_p = false;
+  /// Its GPU code is sm_90a's (Hopper's wgmma, TMA, setmaxnreg: chapter 11): on the GPU it runs
+  /// on compute capability 9.0 alone.
+  bool needs_sm90a = false;
   /// Row-wise ops (softmax, LayerNorm): the plan it runs on rows of cols elements of t
   /// (common/row_plan.hpp: threads sharing a row, merge levels, access width, where the row is
   /// kept), `vectors` when the call can take 16-byte vectors. nullptr for the other ops.

@@ -64,13 +64,14 @@ inline Traffic fa3_traffic(const AttentionArgs& a) { return ch06::fa2_tiles_traf
 /// The tiles of every Hopper rung, whatever the head dimension.
 inline TileShape fa3_tiles(int) { return {kBr, kBc}; }
 
-/// The facts of a Hopper rung: its tiles; P rounded to the 16-bit type for P V (eq. 2). No claim
-/// of conflict-free shared memory: wgmma's operand reads are served a core matrix at a time
-/// (the profile counts them).
+/// The facts of a Hopper rung: its tiles; P rounded to the 16-bit type for P V (eq. 2); sm_90a
+/// code on the GPU. No claim of conflict-free shared memory: wgmma's operand reads are served a
+/// core matrix at a time (the profile counts them).
 inline RungFacts fa3_facts() {
   RungFacts f;
   f.tiles = &fa3_tiles;
   f.rounds_p = true;
+  f.needs_sm90a = true;
   return f;
 }
 

@@ -34,7 +34,7 @@ import torch
 
 __all__ = ["attention", "decode", "softmax", "layer_norm", "rungs", "Rung", "library_path"]
 
-Rung = namedtuple("Rung", ["name", "change", "limits"])
+Rung = namedtuple("Rung", ["name", "change", "limits", "requires"])
 
 
 def library_path():
@@ -62,8 +62,8 @@ _ops = torch.ops.flash_workbook
 def rungs(op="attention"):
     """Every rung of `op` ("attention", "attention_backward", "decode", "softmax" or
     "layer_norm"), in
-    ladder order: its name, the one idea it adds and its limits (the rung records the chapters'
-    programs list)."""
+    ladder order: its name, the one idea it adds, its limits and what else it requires ("" when
+    nothing: "sm_90a on the GPU", "the P a standard forward stored"), from the rung records."""
     return [Rung(*line.split("\t")) for line in _ops.rungs(op)]
 
 

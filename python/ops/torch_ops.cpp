@@ -9,7 +9,8 @@
 //   flash_workbook::softmax(x, rung, backend) -> y            over the last dimension (ch. 01-03)
 //   flash_workbook::layer_norm(x, weight?, bias?, eps, rung, backend) -> (y, mean, rstd)
 //                                                                over the last dimension (ch. 07)
-//   flash_workbook::rungs(op) -> str[]: "name\tchange\tlimits" of every rung the op can run
+//   flash_workbook::rungs(op) -> str[]: "name\tchange\tlimits\trequires" of every rung the op
+//       can run
 //
 // q, k, v, o, d_o: (B, H, L, D) contiguous, the layout of F.scaled_dot_product_attention, with
 // as many heads in k and v as in q (the package repeats the KV heads of grouped-query
@@ -167,14 +168,13 @@ std::vector<Rung<LayerNormArgs>> layer_norm_rungs() {
   return ch07::kernel_ladder<B>();
 }
 
-/// Whether `rung` takes args' dtype, head dimension and shape (its limits), and on the GPU
-/// whether this device runs it (the sm_90a rungs of chapter 11 need an H100 or H200).
+/// Whether `rung` takes args' dtype, head dimension and shape (its limits), reads nothing the
+/// ops do not keep (the P a standard forward stored), and on the GPU whether this device runs
+/// it (an sm_90a rung needs an H100 or H200).
 template <typename Args>
 bool takes(const Rung<Args>& rung, const Args& args, Backend backend) {
-  if (!why_refused(rung, args).empty()) return false;
-  if (backend == Backend::cuda && std::string(rung.name).rfind("fa3_", 0) == 0)
-    return why_no_sm90a().empty();
-  return true;
+  if (!why_refused(rung, args).empty() || rung.facts.reads_stored_p) return false;
+  return backend != Backend::cuda || !rung.facts.needs_sm90a || why_no_sm90a().empty();
 }
 
 /// What a refusal names of the arguments besides their dtype.
@@ -317,9 +317,9 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> attention_backward(
     const std::vector<Rung<AttentionBackwardArgs>> rungs = backward_rungs<B>();
     const Rung<AttentionBackwardArgs>& chosen =
         pick_rung(rungs, rung, args, backend, "attention_backward");
-    TORCH_CHECK_VALUE(std::string(chosen.name) != "standard_backward",
-                      "flash_workbook: standard_backward reads the P a standard forward kept; "
-                      "the ops' forward keeps none (pick an FA2 backward rung)");
+    TORCH_CHECK_VALUE(!chosen.facts.reads_stored_p, "flash_workbook: ", chosen.name,
+                      " reads the P a standard forward kept; the ops' forward keeps none (pick "
+                      "an FA2 backward rung)");
     run_guarded([&] { run_rung(chosen, args); });
   });
   return {dq, dk, dv};
@@ -550,12 +550,17 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> layer_norm(
   return {y, mean, rstd};
 }
 
-/// "name\tchange\tlimits" of every rung of `op` ("attention" or "attention_backward") on the
+/// "name\tchange\tlimits\trequires" of every rung of `op` ("attention" or "attention_backward") on the
 /// simulator (the same ladder as on the GPU).
 std::vector<std::string> rungs(const std::string& op) {
   std::vector<std::string> out;
+  // What a rung needs besides its limits, from its record's facts.
   const auto line = [&](const auto& r) {
-    out.push_back(std::string(r.name) + "\t" + r.change + "\t" + describe(r.limits));
+    std::string requires_;
+    if (r.facts.needs_sm90a) requires_ = "sm_90a on the GPU";
+    if (r.facts.reads_stored_p) requires_ = "the P a standard forward stored";
+    out.push_back(std::string(r.name) + "\t" + r.change + "\t" + describe(r.limits) + "\t" +
+                  requires_);
   };
   if (op == "attention") {
     for (const auto& r : forward_rungs<Backend::sim>()) line(r);
