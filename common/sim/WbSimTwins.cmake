@@ -96,7 +96,7 @@ set_property(GLOBAL PROPERTY WB_SIM_RACE_FLAGS
 set_property(GLOBAL PROPERTY WB_SIM_TSAN_OPTIONS "${WB_SIM_TSAN_OPTIONS}")
 
 # `wb_race_tests` builds every race twin and nothing else: what `ctest -L race` runs. (The
-# release-race preset builds only the simulator's own, test_sim_race.)
+# release-race preset builds only the simulator's own, test_sim_race, in Release.)
 add_custom_target(wb_race_tests)
 
 # Copies the build properties of <from> to <to>, rewriting link items for twin kind <kind>
