@@ -19,6 +19,10 @@ runs, each after a write of twice the L2 cache, timed with CUDA events, median [
     attention_backward  torch.autograd.grad of the same, flash,             BH = 16,
                efficient and cuDNN backends                                 L = 1024..4096
 
+With --in-process the rungs the PyTorch ops run (python/flash_workbook) are called through the
+ops in this process instead, on torch's stream, with the same timer (bench/wb_bench/ops_side.py);
+the CSV's columns are the same.
+
 The script knows no chapter: each program's `--list --csv -` names its op and the limits of
 every rung (element types, row lengths, head dimensions, causal), and a program runs on the
 shapes and types some rung of its ladder takes (bench/wb_bench/plan.py).
@@ -41,6 +45,7 @@ import sys
 from wb_bench.counting import ELEM_BYTES, WARMUP, self_check
 from wb_bench.output import CsvAppender, read_csv, report
 from wb_bench.plan import OPS, find_programs, load_programs, plan
+from wb_bench.ops_side import import_ops
 from wb_bench.torch_side import import_torch, real_run
 
 
@@ -145,6 +150,10 @@ def parse_args(argv):
                    help="check the programs and print the plan; needs no torch, no GPU")
     p.add_argument("--plot-only", type=csv_file, metavar="CSV",
                    help="redraw the table and plots from a CSV")
+    p.add_argument("--in-process", action="store_true",
+                   help="time the workbook's rungs through its PyTorch ops (python/flash_workbook) "
+                        "in this process, with torch's timer and stream; programs with a rung no "
+                        "op runs still run as subprocesses")
     p.add_argument("--plot-prefix", default="", metavar="PREFIX",
                    help="put PREFIX before every plot's file name (two runs' plots in one folder)")
     a = p.parse_args(argv)
@@ -201,9 +210,10 @@ def main(argv):
         print("bench_vs_torch: error: no chapter program with --bench found", file=sys.stderr)
         return 1
     torch = import_torch()  # before the sink: a run that cannot start keeps the last CSV
+    fw = import_ops(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))) if args.in_process else None
     sink = CsvAppender(args.out)  # written as the run goes: a run cut short keeps its rows
     try:
-        rows = real_run(torch, args, jobs, notes, sink)
+        rows = real_run(torch, args, jobs, notes, sink, loaded, fw)
     finally:
         sink.close()
     report(rows, args, notes)

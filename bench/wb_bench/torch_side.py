@@ -7,6 +7,7 @@ import subprocess
 import tempfile
 
 from .counting import WARMUP, gb_per_s, make_row, summarize, utc_now
+from .ops_side import split_commands, time_in_process
 
 
 class TorchTimer:
@@ -165,7 +166,9 @@ def import_torch():
     return torch
 
 
-def real_run(torch, args, jobs, notes, sink):
+def real_run(torch, args, jobs, notes, sink, loaded, fw=None):
+    """Every job: the workbook's kernels (through the ops in this process when `fw`, the
+    flash_workbook package, is given; otherwise each program as a subprocess), then torch's."""
     device, date = torch.cuda.get_device_name(0), utc_now()
     timer = TorchTimer(torch, WARMUP, args.reps)
     copy_samples, copy_bytes = torch_copy_gbps(torch, timer)
@@ -177,8 +180,12 @@ def real_run(torch, args, jobs, notes, sink):
     with tempfile.TemporaryDirectory() as tmp:
         for job in jobs:
             csv_path = os.path.join(tmp, "workbook.csv")
-            workbook = []
-            for name, argv in job.commands:
+            workbook, commands = [], job.commands
+            if fw is not None:
+                here, commands = split_commands(fw, loaded, job)
+                workbook += time_in_process(torch, fw, timer, job, here, torch_copy, device,
+                                            date, notes)
+            for name, argv in commands:
                 argv = [a.replace("{csv}", csv_path) for a in argv]
                 workbook += run_program(name, argv, job.shape, csv_path, args.program_timeout,
                                         notes)

@@ -216,32 +216,38 @@ std::string what_of(const Region& r) {
   memory_fault(Fault::Kind::memory_access, buf + why, pc);
 }
 
-/// Why `a` is outside everything a kernel may touch, naming the nearest thing it missed.
+/// Why `a` is outside everything a kernel may touch, naming the nearest thing it missed: the
+/// block's dynamic shared memory and the device buffers lie in one heap, so an address just past
+/// a buffer may also lie a little past the shared memory (of 0 bytes, say); the nearer one is
+/// what the kernel meant.
 std::string miss_reason(std::uintptr_t a) {
   State& s = state();
   char buf[256];
+  std::string reason = "not in any device buffer, the block's shared memory or this thread's stack";
+  std::uintptr_t nearest = ~std::uintptr_t{0};
+  const auto consider = [&](std::uintptr_t distance, std::uintptr_t limit, const char* format,
+                            const std::string& what) {
+    if (distance >= limit || distance >= nearest) return;
+    nearest = distance;
+    std::snprintf(buf, sizeof buf, format, static_cast<std::size_t>(distance));
+    reason = buf + what;
+  };
   const auto shared_lo = reinterpret_cast<std::uintptr_t>(s.launch.dynamic_shared);
   const std::uintptr_t shared_hi = shared_lo + s.launch.dynamic_shared_bytes;
-  if (shared_lo != 0 && a >= shared_hi && a < shared_hi + kPhaseBytes * 64) {
-    std::snprintf(buf, sizeof buf,
-                  "%zu bytes past the end of the block's dynamic shared memory (%zu bytes)",
-                  static_cast<std::size_t>(a - shared_hi), s.launch.dynamic_shared_bytes);
-    return buf;
+  if (shared_lo != 0 && a >= shared_hi) {
+    consider(a - shared_hi, kPhaseBytes * 64, "%zu bytes past the end of ",
+             "the block's dynamic shared memory (" +
+                 std::to_string(s.launch.dynamic_shared_bytes) + " bytes)");
   }
   auto after = s.buffers.upper_bound(a);
   if (after != s.buffers.begin()) {
     const Buffer& below = std::prev(after)->second;
-    if (a >= below.hi && a - below.hi < (1u << 20)) {
-      std::snprintf(buf, sizeof buf, "%zu bytes past the end of ",
-                    static_cast<std::size_t>(a - below.hi));
-      return buf + buffer_what(below);
-    }
+    if (a >= below.hi) consider(a - below.hi, 1u << 20, "%zu bytes past the end of ", buffer_what(below));
   }
-  if (after != s.buffers.end() && after->second.lo - a < (1u << 20)) {
-    std::snprintf(buf, sizeof buf, "%zu bytes before ", static_cast<std::size_t>(after->second.lo - a));
-    return buf + buffer_what(after->second);
+  if (after != s.buffers.end()) {
+    consider(after->second.lo - a, 1u << 20, "%zu bytes before ", buffer_what(after->second));
   }
-  return "not in any device buffer, the block's shared memory or this thread's stack";
+  return reason;
 }
 
 /// "N bytes past the end of the __shared__ array X (B bytes)" when `a` lies a little past one.

@@ -20,7 +20,11 @@ simulator (backend "sim"), so that a learner without a GPU calls the real kernel
 `rung=None` picks the ladder's last rung that takes the inputs; a name runs that rung.
 
 Autograd: attention's backward runs chapter 10's (its CPU step, or a rung of its ladder on the
-same backend), through an autograd.Function, which every torch from Debian 12's 1.13 on takes.
+same backend). With torch >= 2.4 the ops are registered with torch.library (register_fake,
+register_autograd), so autograd, torch.library.opcheck and torch.compile see the ops
+themselves; an older torch (Debian 12's 1.13) gets the same gradients through
+autograd.Function wrappers. decode, softmax and layer_norm have no backward: asking for one
+raises RuntimeError.
 
 Bad input (a wrong device, dtype, rank or shape, a non-contiguous tensor, a head dimension or
 length a rung does not take, an unknown rung or backend) raises ValueError naming the limit,
@@ -32,7 +36,8 @@ from collections import namedtuple
 
 import torch
 
-__all__ = ["attention", "decode", "softmax", "layer_norm", "rungs", "Rung", "library_path"]
+__all__ = ["attention", "decode", "softmax", "layer_norm", "rungs", "Rung", "library_path",
+           "LIBRARY_API"]
 
 Rung = namedtuple("Rung", ["name", "change", "limits", "requires"])
 
@@ -75,24 +80,77 @@ def _check_tensor(t, name):
                          "(batch, heads, length, head_dim)")
 
 
+# torch >= 2.4 registers the ops' shapes (register_fake: torch.compile traces a model through
+# them) and their gradients (register_autograd: autograd, opcheck and compile see the op itself).
+# An older torch (Debian 12's 1.13) gets the same gradients from autograd.Function wrappers.
+LIBRARY_API = hasattr(torch.library, "register_fake") and hasattr(torch.library, "register_autograd")
+
+
+def _attention_setup(ctx, inputs, output):
+    q, k, v, causal, scale, _rung, backend, backward_rung = inputs
+    o, lse = output
+    ctx.save_for_backward(q, k, v, o, lse)
+    ctx.args = (causal, scale, backward_rung, backend)
+    ctx.mark_non_differentiable(lse)
+
+
+def _attention_backward(ctx, d_o, _d_lse):
+    """Chapter 10's backward (its CPU step, or a rung on the forward's backend) from the O and
+    logsumexp the forward kept."""
+    q, k, v, o, lse = ctx.saved_tensors
+    causal, scale, backward_rung, backend = ctx.args
+    dq, dk, dv = _ops.attention_backward(d_o.contiguous(), q, k, v, o, lse, causal, scale,
+                                         backward_rung, backend)
+    return dq, dk, dv, None, None, None, None, None
+
+
+def _no_backward(op):
+    def backward(ctx, *grads):
+        raise RuntimeError(f"flash_workbook: {op} has no backward in the workbook (its chapters "
+                           "derive the forward only); use torch's for training")
+    return backward
+
+
+if LIBRARY_API:
+    def _fake_attention_forward(q, k, v, causal, scale, rung, backend, backward_rung):
+        return torch.empty_like(q), q.new_empty(q.shape[:3], dtype=torch.float32)
+
+    def _fake_attention_backward(d_o, q, k, v, o, lse, causal, scale, rung, backend):
+        return torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
+
+    def _fake_decode(q, k, v, lengths, block_table, causal, scale, splits, rung, backend):
+        return torch.empty_like(q), q.new_empty(q.shape[:3], dtype=torch.float32)
+
+    def _fake_softmax(x, rung, backend):
+        return torch.empty_like(x)
+
+    def _fake_layer_norm(x, weight, bias, eps, rung, backend):
+        rows = x.numel() // x.shape[-1]
+        return (torch.empty_like(x), x.new_empty((rows,), dtype=torch.float32),
+                x.new_empty((rows,), dtype=torch.float32))
+
+    for _name, _fake in (("attention_forward", _fake_attention_forward),
+                         ("attention_backward", _fake_attention_backward),
+                         ("decode", _fake_decode), ("softmax", _fake_softmax),
+                         ("layer_norm", _fake_layer_norm)):
+        torch.library.register_fake(f"flash_workbook::{_name}", _fake)
+    torch.library.register_autograd("flash_workbook::attention_forward", _attention_backward,
+                                    setup_context=_attention_setup)
+    for _name in ("decode", "softmax", "layer_norm"):
+        torch.library.register_autograd(f"flash_workbook::{_name}", _no_backward(_name),
+                                        setup_context=lambda ctx, inputs, output: None)
+
+
 class _Attention(torch.autograd.Function):
-    """The forward op, and chapter 10's backward for its gradients."""
+    """The forward op and chapter 10's backward, for a torch without register_autograd."""
 
     @staticmethod
-    def forward(ctx, q, k, v, causal, scale, rung, backend, backward_rung):
-        o, lse = _ops.attention_forward(q, k, v, causal, scale, rung, backend)
-        ctx.save_for_backward(q, k, v, o, lse)
-        ctx.args = (causal, scale, backward_rung, backend)
-        ctx.mark_non_differentiable(lse)
-        return o, lse
+    def forward(ctx, *inputs):
+        output = _ops.attention_forward(*inputs)
+        _attention_setup(ctx, inputs, output)
+        return output
 
-    @staticmethod
-    def backward(ctx, d_o, _d_lse):
-        q, k, v, o, lse = ctx.saved_tensors
-        causal, scale, backward_rung, backend = ctx.args
-        dq, dk, dv = _ops.attention_backward(d_o.contiguous(), q, k, v, o, lse, causal, scale,
-                                             backward_rung, backend)
-        return dq, dk, dv, None, None, None, None, None
+    backward = staticmethod(_attention_backward)
 
 
 def attention(q, k, v, causal=False, scale=None, rung=None, backend=None, backward_rung=None,
@@ -130,8 +188,8 @@ def attention(q, k, v, causal=False, scale=None, rung=None, backend=None, backwa
     if kv_heads != heads:  # each KV head repeated for its group; autograd sums its gradients
         k = k.repeat_interleave(heads // kv_heads, dim=1)
         v = v.repeat_interleave(heads // kv_heads, dim=1)
-    o, lse = _Attention.apply(q, k, v, bool(causal), float(scale), rung or "", backend or "",
-                              backward_rung or "")
+    args = (q, k, v, bool(causal), float(scale), rung or "", backend or "", backward_rung or "")
+    o, lse = _ops.attention_forward(*args) if LIBRARY_API else _Attention.apply(*args)
     return (o, lse) if return_lse else o
 
 
@@ -155,14 +213,15 @@ def decode(q, k_cache, v_cache, cache_lengths=None, block_table=None, causal=Fal
         raise ValueError(f"flash_workbook: scale = {scale}: the softmax scale must be positive")
     if splits is not None and splits < 1:
         raise ValueError(f"flash_workbook: splits = {splits}: at least 1")
-    o, lse = _ops.decode(q, k_cache, v_cache, cache_lengths, block_table, bool(causal),
-                         float(scale), int(splits or 0), rung or "", backend or "")
+    run = lambda q_, k_, v_: _ops.decode(q_, k_, v_, cache_lengths, block_table, bool(causal),
+                                         float(scale), int(splits or 0), rung or "", backend or "")
+    o, lse = _run_without_backward("decode", run, q, k_cache, v_cache)
     return (o, lse) if return_lse else o
 
 
 class _NoBackward(torch.autograd.Function):
-    """A row op's forward, whose backward the workbook does not derive: asking for it is an
-    error naming the op, not a silent zero."""
+    """A forward (decode, softmax, layer_norm) whose backward the workbook does not derive, for a torch without
+    register_autograd: asking for it is an error naming the op, not a silent zero."""
 
     @staticmethod
     def forward(ctx, op, run, x, *params):
@@ -171,8 +230,15 @@ class _NoBackward(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, *grads):
-        raise RuntimeError(f"flash_workbook: {ctx.op} has no backward in the workbook (its "
-                           "chapters derive the forward only); use torch's for training")
+        _no_backward(ctx.op)(ctx, *grads)
+
+
+def _run_without_backward(op, run, x, *params):
+    """run(x, *params); its backward, asked for, raises (register_autograd's, or _NoBackward)."""
+    needs_grad = any(isinstance(t, torch.Tensor) and t.requires_grad for t in (x,) + params)
+    if needs_grad and not LIBRARY_API:
+        return _NoBackward.apply(op, run, x, *params)
+    return run(x, *params)
 
 
 def softmax(x, dim=-1, rung=None, backend=None):
@@ -184,10 +250,7 @@ def softmax(x, dim=-1, rung=None, backend=None):
     if dim not in (-1, x.dim() - 1):
         raise ValueError(f"flash_workbook: softmax over dimension {dim} of a {x.dim()}-dimensional "
                          "tensor: the kernels take rows, the last dimension (move it there)")
-    run = lambda t: _ops.softmax(t, rung or "", backend or "")
-    if x.requires_grad:
-        return _NoBackward.apply("softmax", run, x)
-    return run(x)
+    return _run_without_backward("softmax", lambda t: _ops.softmax(t, rung or "", backend or ""), x)
 
 
 def layer_norm(x, normalized_shape, weight=None, bias=None, eps=1e-5, rung=None, backend=None,
@@ -203,8 +266,6 @@ def layer_norm(x, normalized_shape, weight=None, bias=None, eps=1e-5, rung=None,
         raise ValueError(f"flash_workbook: normalized_shape {shape} for x {tuple(x.shape)}: the "
                          "kernels normalize the last dimension alone")
     run = lambda t, w, b: _ops.layer_norm(t, w, b, float(eps), rung or "", backend or "")
-    grads = any(t is not None and t.requires_grad for t in (x, weight, bias))
-    y, mean, rstd = _NoBackward.apply("layer_norm", run, x, weight, bias) if grads else run(
-        x, weight, bias)
+    y, mean, rstd = _run_without_backward("layer_norm", run, x, weight, bias)
     rows = x.shape[:-1]
     return (y, mean.view(rows), rstd.view(rows)) if return_stats else y

@@ -1,7 +1,8 @@
 // The workbook's attention as PyTorch ops (TORCH_LIBRARY namespace flash_workbook), for the
 // Python package python/flash_workbook, which adds autograd and the keyword interface:
 //
-//   flash_workbook::attention_forward(q, k, v, causal, scale, rung, backend) -> (o, lse)
+//   flash_workbook::attention_forward(q, k, v, causal, scale, rung, backend, backward_rung)
+//       -> (o, lse); backward_rung: the one its autograd will run, checked before the forward
 //   flash_workbook::attention_backward(d_o, q, k, v, o, lse, causal, scale, rung, backend)
 //       -> (dq, dk, dv)
 //   flash_workbook::decode(q, k, v, lengths?, block_table?, causal, scale, splits, rung, backend)
@@ -239,15 +240,41 @@ at::Tensor tensor_of(const std::vector<float>& values, at::IntArrayRef sizes, at
 // The ops
 // ------------------------------------------------------------------------------------------
 
+/// The backward rung a forward's autograd will run, checked with the forward: an unknown name,
+/// or a rung the ops' backward cannot run, fails before anything runs, not after the forward.
+/// (Its limits are checked by the backward, on the arguments it gets.)
+void check_backward_rung(const std::string& name, Backend backend) {
+  if (name.empty()) return;
+  TORCH_CHECK_VALUE(backend != Backend::cpu, "flash_workbook: backend 'cpu' runs chapter 10's "
+                    "CPU step, not backward rung '", name, "' (backend 'sim' runs a rung on the CPU)");
+  with_kernel_backend(backend, [&](auto b) {
+    constexpr Backend B = decltype(b)::value;
+    std::string names;
+    for (const Rung<AttentionBackwardArgs>& r : backward_rungs<B>()) {
+      if (name == r.name) {
+        TORCH_CHECK_VALUE(!r.facts.reads_stored_p, "flash_workbook: ", r.name,
+                          " reads the P a standard forward kept; the ops' forward keeps none "
+                          "(pick an FA2 backward rung)");
+        return;
+      }
+      names += std::string(names.empty() ? "" : ", ") + r.name;
+    }
+    TORCH_CHECK_VALUE(false, "flash_workbook: no attention_backward rung is named '", name, "' (",
+                      names, ")");
+  });
+}
+
 std::tuple<at::Tensor, at::Tensor> attention_forward(const at::Tensor& q, const at::Tensor& k,
                                                      const at::Tensor& v, bool causal,
                                                      double scale, const std::string& rung,
-                                                     const std::string& backend_name) {
+                                                     const std::string& backend_name,
+                                                     const std::string& backward_rung) {
   const AttentionShape shape = attention_shape(q, k, v);
   const Dtype dtype = dtype_of(q, "q");
   const Backend backend = backend_of(backend_name, q.device());
   TORCH_CHECK_VALUE(scale > 0.0, "flash_workbook: scale = ", scale,
                     ": the softmax scale must be positive");
+  check_backward_rung(backward_rung, backend);
   at::Tensor o = at::empty_like(q);
   at::Tensor lse = at::empty({q.size(0), q.size(1), q.size(2)}, q.options().dtype(at::kFloat));
   if (backend == Backend::cpu) {
@@ -583,7 +610,7 @@ std::vector<std::string> rungs(const std::string& op) {
 
 TORCH_LIBRARY(flash_workbook, m) {
   m.def("attention_forward(Tensor q, Tensor k, Tensor v, bool causal, float scale, str rung, "
-        "str backend) -> (Tensor, Tensor)");
+        "str backend, str backward_rung) -> (Tensor, Tensor)");
   m.def("attention_backward(Tensor d_o, Tensor q, Tensor k, Tensor v, Tensor o, Tensor lse, "
         "bool causal, float scale, str rung, str backend) -> (Tensor, Tensor, Tensor)");
   m.def("decode(Tensor q, Tensor k, Tensor v, Tensor? lengths, Tensor? block_table, bool causal, "
