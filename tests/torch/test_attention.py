@@ -143,11 +143,12 @@ def test_every_backward_rung_by_name_on_the_simulator():
         dtype = torch.float32 if "fp32" in r.limits else torch.float16
         q, k, v = inputs(1, 1, 1, 40, 70, 64, dtype, seed=17)
         q.requires_grad_()
-        o = fw.attention(q, k, v, causal=True, backend="sim", backward_rung=r.name)
-        if r.requires == "the P a standard forward stored":  # the ops' forward keeps none
+        if r.requires == "the P a standard forward stored":  # the ops' forward keeps none:
             with pytest.raises(ValueError, match=r.name + " reads the P a standard forward kept"):
-                o.sum().backward()
+                fw.attention(q, k, v, causal=True, backend="sim", backward_rung=r.name)
+            assert q.grad is None  # refused before the forward ran
             continue
+        o = fw.attention(q, k, v, causal=True, backend="sim", backward_rung=r.name)
         o.sum().backward()
         leaf = q.detach().double().requires_grad_()
         math_attention(leaf, k.double(), v.double(), True, 1 / 8, torch.float64).sum().backward()
@@ -173,6 +174,11 @@ REFUSALS = [
     (lambda q, k, v: fw.attention(q, k[:, :3].contiguous(), v[:, :3].contiguous()), "divide"),
     (lambda q, k, v: fw.attention(q, k, v, rung="fa2_swizzle", backend="cpu"),
      "runs the CPU step"),
+    # The backward's rung, checked with the forward: not after it has run.
+    (lambda q, k, v: fw.attention(q, k, v, backend="sim", backward_rung="fa2_nonexistent"),
+     "no attention_backward rung is named"),
+    (lambda q, k, v: fw.attention(q, k, v, backward_rung="fa2_backward"),
+     "runs chapter 10's CPU step"),
 ]
 
 
