@@ -46,22 +46,6 @@ inline const std::vector<AttentionShape>& attention_kernel_shapes() {
   return small_shapes() ? kAttentionKernelRaceShapes : kAttentionKernelShapes;
 }
 
-/// The dtypes of `dtypes` a kernel test runs in: all of them, or in race mode and the
-/// instrumented twin (small_shapes()) one of each element size. fp16 and bf16 are both two
-/// bytes: a rung moves the same bytes through the same loads, stores, barriers and waits in
-/// either (only the conversions differ, which touch no memory), and those are all that race
-/// mode, memcheck and initcheck check; the sim suite runs every dtype.
-inline std::vector<Dtype> dtypes_of_this_run(const std::vector<Dtype>& dtypes) {
-  if (!small_shapes()) return dtypes;
-  std::vector<Dtype> one_per_size;
-  for (Dtype t : dtypes) {
-    bool seen = false;
-    for (Dtype u : one_per_size) seen = seen || dtype_bytes(u) == dtype_bytes(t);
-    if (!seen) one_per_size.push_back(t);
-  }
-  return one_per_size;
-}
-
 /// Every shape times every score kind, under each of `masks`, in each of `dtypes` (of this run).
 inline std::vector<AttentionCase> attention_cases(const std::vector<AttentionShape>& shapes,
                                                   const std::vector<bool>& masks = {false},

@@ -185,7 +185,7 @@ template <Backend B, typename Body>
 void for_each_fast_case(const std::vector<Shape>& shapes, Body&& body) {
   for (const Rung<RowArgs>& rung : ch03::kernel_ladder<B>()) {
     if (!rung.limits.takes(Dtype::fp16)) continue;
-    for (Dtype t : {Dtype::fp32, Dtype::fp16, Dtype::bf16}) {
+    for (Dtype t : test::dtypes_of_this_run({Dtype::fp32, Dtype::fp16, Dtype::bf16})) {
       for (const Shape& s : shapes) {
         if (s.cols > rung.limits.max_cols_of(t)) continue;
         const std::string kernel_name = rung.name;

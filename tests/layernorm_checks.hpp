@@ -170,7 +170,7 @@ inline std::vector<LadderProblem> fp32_problems(std::size_t max_shared) {
 inline std::vector<LadderProblem> problems_16_bit(std::size_t max_shared) {
   std::vector<LadderProblem> out;
   EpsDraws eps_draws(kSeed + 11);
-  for (Dtype t : {Dtype::fp16, Dtype::bf16}) {
+  for (Dtype t : test::dtypes_of_this_run({Dtype::fp16, Dtype::bf16})) {
     std::vector<KernelShape> shapes = test::small_shapes() ? kRaceShapes : kKernelShapes;
     for (KernelShape& s : shapes) s.rows = std::max(s.rows, 3);
     shapes.push_back({1, max_cached_cols(kDefaultDynamicSharedBytes, t) + 1});

@@ -10,6 +10,7 @@
 
 #include "common/backend.hpp"
 #include "common/compare.hpp"
+#include "common/dtype.hpp"
 
 #include "common/sim/access.hpp"
 #include "common/sim/runtime.hpp"
@@ -28,6 +29,22 @@ inline bool small_shapes() {
     return v != nullptr && std::string(v) == "1";
   }();
   return asked || sim::race_mode() || sim::instrumented();
+}
+
+/// The dtypes of `dtypes` a kernel test runs in: all of them, or in race mode and the
+/// instrumented twin (small_shapes()) the first of each element size. fp16 and bf16 are both two
+/// bytes: a rung moves the same bytes through the same loads, stores, barriers and waits in
+/// either (only the conversions differ, which touch no memory), and those are all that race
+/// mode, memcheck and initcheck check; the sim suite runs every dtype.
+inline std::vector<Dtype> dtypes_of_this_run(const std::vector<Dtype>& dtypes) {
+  if (!small_shapes()) return dtypes;
+  std::vector<Dtype> one_per_size;
+  for (Dtype t : dtypes) {
+    bool seen = false;
+    for (Dtype u : one_per_size) seen = seen || dtype_bytes(u) == dtype_bytes(t);
+    if (!seen) one_per_size.push_back(t);
+  }
+  return one_per_size;
 }
 
 /// Whether `v` holds a NaN. The kernel tests' inputs hold none, so neither may their fp64

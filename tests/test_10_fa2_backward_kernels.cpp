@@ -72,7 +72,7 @@ template <Backend B>
 void rungs_equal_fp64_and_the_cpu_step() {
   const Ladder<AttentionBackwardArgs> ladder = kernel_ladder<B>();
   std::vector<GradCase> grad_cases;
-  for (Dtype type : {Dtype::fp32, Dtype::fp16, Dtype::bf16})
+  for (Dtype type : test::dtypes_of_this_run({Dtype::fp32, Dtype::fp16, Dtype::bf16}))
     for (const Case& c : type == Dtype::fp32 ? cases() : tensor_core_cases()) {
       if (c.fp16_only && type != Dtype::fp16) continue;  // the mask is the same in bf16
       for (int grad = 0; grad < 3; ++grad) grad_cases.push_back({c, type, grad});

@@ -68,26 +68,64 @@ void require_space(const char* what, const char* role, const void* p, bool share
 
 }  // namespace
 
-void ptx_mma(WmmaType ab, Site site) {
-  const RuntimeScope runtime;
-  (void)site;
-  float a[kM][kK], b[kK][kN], c[kM][kN];
+namespace {
+
+/// Where each lane's registers sit in the m16n8k16 tiles: mma_coord's answers, computed once
+/// (an mma asks for 640 of them; the kernels of chapters 08-11 issue millions).
+struct MmaLayout {
+  WmmaCoord a[kWarpSize][8];  ///< [lane][2 reg + half]
+  WmmaCoord b[kWarpSize][4];  ///< [lane][2 reg + half]
+  WmmaCoord c[kWarpSize][4];  ///< [lane][reg]
+};
+
+const MmaLayout& mma_layout() {
+  static const MmaLayout layout = [] {
+    MmaLayout l{};
+    for (unsigned lane = 0; lane < kWarpSize; ++lane) {
+      for (int reg = 0; reg < 4; ++reg) {
+        for (int half = 0; half < 2; ++half)
+          l.a[lane][2 * reg + half] = mma_coord(MmaOperand::a, lane, reg, half);
+        l.c[lane][reg] = mma_coord(MmaOperand::c, lane, reg, 0);
+      }
+      for (int reg = 0; reg < 2; ++reg)
+        for (int half = 0; half < 2; ++half)
+          l.b[lane][2 * reg + half] = mma_coord(MmaOperand::b, lane, reg, half);
+    }
+    return l;
+  }();
+  return layout;
+}
+
+/// The value of a 16-bit A or B element of type T (fragment_value, its switch decided once per
+/// mma rather than per element).
+template <WmmaType T>
+float element_value(std::uint32_t bits) {
+  static_assert(T == WmmaType::f16 || T == WmmaType::bf16, "A and B are 16-bit");
+  if constexpr (T == WmmaType::f16) return wb::half_bits_to_float(static_cast<std::uint16_t>(bits));
+  return wb::bf16_bits_to_float(static_cast<std::uint16_t>(bits));
+}
+
+template <WmmaType T>
+void mma_m16n8k16() {
+  const MmaLayout& l = mma_layout();
+  // B transposed (bt[n][k]), so that the products below walk a column of B contiguously.
+  float a[kM][kK], bt[kN][kK], c[kM][kN];
   for (unsigned lane = 0; lane < kWarpSize; ++lane) {
     const std::uint32_t* ra = warp_lane_slot(lane, kWmmaSlotA);
     const std::uint32_t* rb = warp_lane_slot(lane, kWmmaSlotB);
     const std::uint32_t* rc = warp_lane_slot(lane, kWmmaSlotC);
     for (int reg = 0; reg < 4; ++reg) {
       for (int half = 0; half < 2; ++half) {
-        const WmmaCoord e = mma_coord(MmaOperand::a, lane, reg, half);
-        a[e.row][e.col] = fragment_value(ab, ra[reg] >> (16 * half) & 0xffffu);
+        const WmmaCoord e = l.a[lane][2 * reg + half];
+        a[e.row][e.col] = element_value<T>(ra[reg] >> (16 * half) & 0xffffu);
       }
-      const WmmaCoord e = mma_coord(MmaOperand::c, lane, reg, 0);
+      const WmmaCoord e = l.c[lane][reg];
       c[e.row][e.col] = fragment_value(WmmaType::f32, rc[reg]);
     }
     for (int reg = 0; reg < 2; ++reg) {
       for (int half = 0; half < 2; ++half) {
-        const WmmaCoord e = mma_coord(MmaOperand::b, lane, reg, half);
-        b[e.row][e.col] = fragment_value(ab, rb[reg] >> (16 * half) & 0xffffu);
+        const WmmaCoord e = l.b[lane][2 * reg + half];
+        bt[e.col][e.row] = element_value<T>(rb[reg] >> (16 * half) & 0xffffu);
       }
     }
   }
@@ -95,12 +133,25 @@ void ptx_mma(WmmaType ab, Site site) {
   for (unsigned lane = 0; lane < kWarpSize; ++lane) {
     std::uint32_t* rd = warp_lane_slot(lane, kWmmaSlotOut);
     for (int reg = 0; reg < 4; ++reg) {
-      const WmmaCoord e = mma_coord(MmaOperand::c, lane, reg, 0);
+      const WmmaCoord e = l.c[lane][reg];
       float acc = c[e.row][e.col];
-      // a * b is exact in float (11 + 11 or 8 + 8 significand bits): only the additions round.
-      for (int k = 0; k < kK; ++k) acc += a[e.row][k] * b[k][e.col];
+      // a * b is exact in float (11 + 11 or 8 + 8 significand bits): only the additions round,
+      // in k order.
+      for (int k = 0; k < kK; ++k) acc += a[e.row][k] * bt[e.col][k];
       rd[reg] = float_bits(acc);
     }
+  }
+}
+
+}  // namespace
+
+void ptx_mma(WmmaType ab, Site site) {
+  const RuntimeScope runtime;
+  (void)site;
+  if (ab == WmmaType::bf16) {
+    mma_m16n8k16<WmmaType::bf16>();
+  } else {
+    mma_m16n8k16<WmmaType::f16>();
   }
 }
 

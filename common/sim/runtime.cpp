@@ -415,7 +415,8 @@ bool warp_collective(WarpOp op, const char* name, unsigned mask, Site site) {
     const WarpEpisode& e = w.open[i];
     if ((e.mask & bit) == 0) continue;
     const Thread& other = lane_thread(t, static_cast<unsigned>(__builtin_ctz(e.arrived)));
-    const bool same_site = e.site.line == site.line && std::strcmp(e.site.file, site.file) == 0;
+    const bool same_site = e.site.line == site.line &&
+                           (e.site.file == site.file || std::strcmp(e.site.file, site.file) == 0);
     if (op == WarpOp::aligned && (e.op != op || !same_site)) {
       set_fault(Fault::Kind::warp_collective, t,
                 format("%s at %s does not match lane %u, which waits at %s at %s: the warp "
@@ -1036,8 +1037,8 @@ bool warpgroup_aligned(const char* name, Site site) {
     stop_faulted(t);
   }
   WarpgroupEpisode& e = g_launch.warpgroups[group];
-  if (e.open && (std::strcmp(e.name, name) != 0 || e.site.line != site.line ||
-                 std::strcmp(e.site.file, site.file) != 0)) {
+  if (e.open && ((e.name != name && std::strcmp(e.name, name) != 0) || e.site.line != site.line ||
+                 (e.site.file != site.file && std::strcmp(e.site.file, site.file) != 0))) {
     set_fault(Fault::Kind::warp_collective, t,
               format("%s at %s does not match %s at %s, where warp %u of the warpgroup waits: "
                      "warpgroup-wide operations are .aligned, all 4 warps must execute the same one",
