@@ -9,6 +9,7 @@ The rows have the programs' columns; only `copy_gbps` is torch's copy roofline, 
 program's own."""
 
 import math
+import sys
 
 from .counting import make_row
 
@@ -39,10 +40,14 @@ def split_commands(fw, loaded, job):
     return here, programs
 
 
+def torch_dtype(torch, name):
+    return {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}[name]
+
+
 def make_calls(torch, fw, job, device, backend):
     """rung -> a function running it once on the job's inputs (made here, once per job)."""
     p = job.params
-    dt = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}[job.dtype]
+    dt = torch_dtype(torch, job.dtype)
     randn = lambda *shape: torch.randn(*shape, device=device, dtype=dt)  # noqa: E731
     if job.op == "softmax":
         x = randn(p["rows"], p["cols"])
@@ -91,7 +96,6 @@ def time_in_process(torch, fw, timer, job, here, copy_gbps, device_name, date, n
 
 def import_ops(root):
     """The flash_workbook package of this repository (python/), or the reason in one line."""
-    import sys
     sys.path.insert(0, f"{root}/python")
     try:
         import flash_workbook

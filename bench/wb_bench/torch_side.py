@@ -7,7 +7,7 @@ import subprocess
 import tempfile
 
 from .counting import WARMUP, gb_per_s, make_row, summarize, utc_now
-from .ops_side import split_commands, time_in_process
+from .ops_side import split_commands, time_in_process, torch_dtype
 
 
 class TorchTimer:
@@ -35,10 +35,6 @@ class TorchTimer:
             stop.synchronize()
             samples.append(start.elapsed_time(stop))
         return samples
-
-
-def torch_dtype(torch, name):
-    return {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}[name]
 
 
 def run_torch_job(torch, timer, job):

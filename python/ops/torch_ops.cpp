@@ -187,6 +187,18 @@ std::string what(const DecodeArgs& a) { return "at head_dim " + std::to_string(a
 std::string what(const RowArgs& a) { return "rows of " + std::to_string(a.cols); }
 std::string what(const LayerNormArgs& a) { return "rows of " + std::to_string(a.cols); }
 
+/// The rung of `rungs` named `name`; one ValueError listing their names when none is.
+template <typename Args>
+const Rung<Args>& named_rung(const std::vector<Rung<Args>>& rungs, const std::string& name,
+                             const char* op) {
+  for (const Rung<Args>& r : rungs)
+    if (name == r.name) return r;
+  std::string names;
+  for (const Rung<Args>& r : rungs) names += std::string(names.empty() ? "" : ", ") + r.name;
+  TORCH_CHECK_VALUE(false, "flash_workbook: no ", op, " rung is named '", name, "' (", names, ")");
+  return rungs.front();
+}
+
 /// The rung named `name` of `rungs`, or with "" the last that takes `args`; one ValueError when
 /// there is none, or the named one refuses `args` (its refusal, verbatim).
 template <typename Args>
@@ -199,16 +211,24 @@ const Rung<Args>& pick_rung(const std::vector<Rung<Args>>& rungs, const std::str
                       " ", what(args), " here (flash_workbook.rungs('", op,
                       "') lists their limits)");
   }
-  for (const Rung<Args>& r : rungs) {
-    if (name != r.name) continue;
-    const std::string why = why_refused(r, args);
-    TORCH_CHECK_VALUE(why.empty(), "flash_workbook: rung ", r.name, ": ", why);
-    return r;
-  }
-  std::string names;
-  for (const Rung<Args>& r : rungs) names += std::string(names.empty() ? "" : ", ") + r.name;
-  TORCH_CHECK_VALUE(false, "flash_workbook: no ", op, " rung is named '", name, "' (", names, ")");
-  return rungs.front();
+  const Rung<Args>& r = named_rung(rungs, name, op);
+  const std::string why = why_refused(r, args);
+  TORCH_CHECK_VALUE(why.empty(), "flash_workbook: rung ", r.name, ": ", why);
+  return r;
+}
+
+/// The ops' forward keeps no P: a backward rung that reads one is refused.
+void refuse_stored_p(const Rung<AttentionBackwardArgs>& r) {
+  TORCH_CHECK_VALUE(!r.facts.reads_stored_p, "flash_workbook: ", r.name,
+                    " reads the P a standard forward kept; the ops' forward keeps none (pick "
+                    "an FA2 backward rung)");
+}
+
+/// Backend "cpu" runs a chapter's CPU step (`step`), which has no rungs: a rung named there is
+/// refused.
+void refuse_rung_on_cpu(const std::string& rung, const char* step = "the CPU step") {
+  TORCH_CHECK_VALUE(rung.empty(), "flash_workbook: backend 'cpu' runs ", step, ", not rung '",
+                    rung, "' (backend 'sim' runs a rung on the CPU)");
 }
 
 /// Runs `launch` as the kernel backend b's code, turning a kernel's std::exception into one
@@ -245,22 +265,10 @@ at::Tensor tensor_of(const std::vector<float>& values, at::IntArrayRef sizes, at
 /// (Its limits are checked by the backward, on the arguments it gets.)
 void check_backward_rung(const std::string& name, Backend backend) {
   if (name.empty()) return;
-  TORCH_CHECK_VALUE(backend != Backend::cpu, "flash_workbook: backend 'cpu' runs chapter 10's "
-                    "CPU step, not backward rung '", name, "' (backend 'sim' runs a rung on the CPU)");
+  if (backend == Backend::cpu) refuse_rung_on_cpu(name, "chapter 10's CPU step");
   with_kernel_backend(backend, [&](auto b) {
     constexpr Backend B = decltype(b)::value;
-    std::string names;
-    for (const Rung<AttentionBackwardArgs>& r : backward_rungs<B>()) {
-      if (name == r.name) {
-        TORCH_CHECK_VALUE(!r.facts.reads_stored_p, "flash_workbook: ", r.name,
-                          " reads the P a standard forward kept; the ops' forward keeps none "
-                          "(pick an FA2 backward rung)");
-        return;
-      }
-      names += std::string(names.empty() ? "" : ", ") + r.name;
-    }
-    TORCH_CHECK_VALUE(false, "flash_workbook: no attention_backward rung is named '", name, "' (",
-                      names, ")");
+    refuse_stored_p(named_rung(backward_rungs<B>(), name, "attention_backward"));
   });
 }
 
@@ -278,8 +286,7 @@ std::tuple<at::Tensor, at::Tensor> attention_forward(const at::Tensor& q, const 
   at::Tensor o = at::empty_like(q);
   at::Tensor lse = at::empty({q.size(0), q.size(1), q.size(2)}, q.options().dtype(at::kFloat));
   if (backend == Backend::cpu) {
-    TORCH_CHECK_VALUE(rung.empty(), "flash_workbook: backend 'cpu' runs the CPU step, not rung '",
-                      rung, "' (backend 'sim' runs a rung on the CPU)");
+    refuse_rung_on_cpu(rung);
     const AttentionInputs in{floats(q), floats(k), floats(v)};
     const ch06::Fa2Result r =
         ch06::attention_fa2(in, shape, {float(scale), causal, ch08::kKeys, ch08::kKeys});
@@ -319,8 +326,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> attention_backward(
                     ": the softmax scale must be positive");
   at::Tensor dq = at::empty_like(q), dk = at::empty_like(k), dv = at::empty_like(v);
   if (backend == Backend::cpu) {
-    TORCH_CHECK_VALUE(rung.empty(), "flash_workbook: backend 'cpu' runs the CPU step, not rung '",
-                      rung, "' (backend 'sim' runs a rung on the CPU)");
+    refuse_rung_on_cpu(rung);
     const AttentionInputs in{floats(q), floats(k), floats(v)};
     const std::vector<float> o_f = floats(o), do_f = floats(d_o), lse_f = floats(lse);
     std::vector<float> dq_f(shape.q_elems()), dk_f(shape.kv_elems()), dv_f(shape.kv_elems());
@@ -344,9 +350,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> attention_backward(
     const std::vector<Rung<AttentionBackwardArgs>> rungs = backward_rungs<B>();
     const Rung<AttentionBackwardArgs>& chosen =
         pick_rung(rungs, rung, args, backend, "attention_backward");
-    TORCH_CHECK_VALUE(!chosen.facts.reads_stored_p, "flash_workbook: ", chosen.name,
-                      " reads the P a standard forward kept; the ops' forward keeps none (pick "
-                      "an FA2 backward rung)");
+    refuse_stored_p(chosen);
     run_guarded([&] { run_rung(chosen, args); });
   });
   return {dq, dk, dv};
@@ -421,8 +425,7 @@ std::tuple<at::Tensor, at::Tensor> decode(const at::Tensor& q, const at::Tensor&
   at::Tensor o = at::empty_like(q);
   at::Tensor lse = at::empty({batch, hq, q.size(2)}, q.options().dtype(at::kFloat));
   if (backend == Backend::cpu) {
-    TORCH_CHECK_VALUE(rung.empty(), "flash_workbook: backend 'cpu' runs the CPU step, not rung '",
-                      rung, "' (backend 'sim' runs a rung on the CPU)");
+    refuse_rung_on_cpu(rung);
     // Chapter 09's step for a contiguous cache: each sequence's keys as chapter 06's FA2 sees
     // them. A paged cache is gathered into one first: page block_table[b][p] holds keys
     // [p page_keys, (p + 1) page_keys) of sequence b.
@@ -497,8 +500,7 @@ at::Tensor softmax(const at::Tensor& x, const std::string& rung, const std::stri
   const Backend backend = backend_of(backend_name, x.device());
   at::Tensor y = at::empty_like(x);
   if (backend == Backend::cpu) {
-    TORCH_CHECK_VALUE(rung.empty(), "flash_workbook: backend 'cpu' runs the CPU step, not rung '",
-                      rung, "' (backend 'sim' runs a rung on the CPU)");
+    refuse_rung_on_cpu(rung);
     // Chapter 03's step: blocks of 256 columns, their (m, d) pairs merged (eq. 3 there).
     const std::vector<float> out = ch03::softmax_blocked(floats(x), rows, cols, 256);
     y.copy_(tensor_of(out, x.sizes(), x.scalar_type()));
@@ -532,8 +534,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> layer_norm(
   at::Tensor mean = at::empty({rows}, x.options().dtype(at::kFloat));
   at::Tensor rstd = at::empty({rows}, x.options().dtype(at::kFloat));
   if (backend == Backend::cpu) {
-    TORCH_CHECK_VALUE(rung.empty(), "flash_workbook: backend 'cpu' runs the CPU step, not rung '",
-                      rung, "' (backend 'sim' runs a rung on the CPU)");
+    refuse_rung_on_cpu(rung);
     // Chapter 07's step, Welford's moments of blocks of 32 columns joined by Chan's combine
     // (eqs. 10-13 there), the blocks' states joined pairwise, as a tree: the error grows with
     // the tree's depth, log2 of the blocks, not with the row (joined left to right, or one
