@@ -278,7 +278,10 @@ function(wb_add_chapter)
   target_link_libraries(${ch} PRIVATE ${ch}_lib wb_warnings)
   # chNN_instrumented: what `chNN --profile` runs (common/ladder_profile.hpp). The test runs
   # the ordinary program, which hands over to its twin, on a small shape.
-  wb_sim_instrumented_variant(${ch} OUTPUT_VARIABLE instrumented_program)
+  set(instrumented_program)
+  if(rung_files)  # a chapter without a ladder has nothing for --profile to count
+    wb_sim_instrumented_variant(${ch} OUTPUT_VARIABLE instrumented_program)
+  endif()
   if(instrumented_program)
     # The docs build draws the chapter page's traffic table and figure from the same run.
     set_property(GLOBAL PROPERTY WB_PROFILE_ARGS_${ch} ${arg_PROFILE_ARGS})
@@ -293,17 +296,21 @@ function(wb_add_chapter)
     "negative-seed|--seed,-1|--seed expects" "unknown-backend|--backend,tpu|--backend expects"
     "access-csv-without-profile|--access-csv,a.csv|--access-csv only applies with --profile"
     "rung-without-profile|--rung,fa2|--rung only applies with --profile")
-  # `chNN --list --csv -`: the ladder as bench/bench_vs_torch.py reads it (common/rung_list.cpp).
-  add_test(NAME ${chapter}/lists-its-ladder COMMAND ${ch} --list --csv -)
-  set_tests_properties(${chapter}/lists-its-ladder PROPERTIES LABELS cpu
-                       PASS_REGULAR_EXPRESSION "^chapter,op,rung,name,change,[^\n]*\n${chapter},")
-  # A CSV file it cannot write: one line and exit code 1, not a silent empty success.
-  add_test(NAME ${chapter}/list-reports-unwritable-csv
-           COMMAND ${CMAKE_COMMAND} -D PROGRAM=$<TARGET_FILE:${ch}> -D NAME=${ch}
-                   "-D ARGS=--list;--csv;/nonexistent-directory/ladder.csv" -D EXIT=1
-                   "-D EXPECT=--csv: cannot write '/nonexistent-directory/ladder.csv'"
-                   -P ${PROJECT_SOURCE_DIR}/common/cmake/expect_refusal.cmake)
-  set_tests_properties(${chapter}/list-reports-unwritable-csv PROPERTIES LABELS cpu)
+  # A chapter without rung files (chapter 12: the earlier chapters' kernels, through the
+  # PyTorch ops) has no ladder to list or profile: its program refuses --list and --profile.
+  if(rung_files)
+    # `chNN --list --csv -`: the ladder as bench/bench_vs_torch.py reads it (common/rung_list.cpp).
+    add_test(NAME ${chapter}/lists-its-ladder COMMAND ${ch} --list --csv -)
+    set_tests_properties(${chapter}/lists-its-ladder PROPERTIES LABELS cpu
+                         PASS_REGULAR_EXPRESSION "^chapter,op,rung,name,change,[^\n]*\n${chapter},")
+    # A CSV file it cannot write: one line and exit code 1, not a silent empty success.
+    add_test(NAME ${chapter}/list-reports-unwritable-csv
+             COMMAND ${CMAKE_COMMAND} -D PROGRAM=$<TARGET_FILE:${ch}> -D NAME=${ch}
+                     "-D ARGS=--list;--csv;/nonexistent-directory/ladder.csv" -D EXIT=1
+                     "-D EXPECT=--csv: cannot write '/nonexistent-directory/ladder.csv'"
+                     -P ${PROJECT_SOURCE_DIR}/common/cmake/expect_refusal.cmake)
+    set_tests_properties(${chapter}/list-reports-unwritable-csv PROPERTIES LABELS cpu)
+  endif()
   set_property(GLOBAL APPEND PROPERTY WB_CHAPTER_PROGRAMS ${ch})
   set_property(GLOBAL APPEND PROPERTY WB_CHAPTER_PAGES ${pages})
 
