@@ -40,9 +40,9 @@ void print_intro() {
 
 // The chapter after this one, printed last.
 void print_next() {
-  std::cout << "This is the last chapter so far: docs page \"Chapter 11: FlashAttention-3 on "
-               "Hopper\" has the\n  derivations, the simulator's traffic and the ladder measured "
-               "on an H100.\n";
+  std::cout << "Next: chapter 12, ring attention: the sequence split across GPUs, its K/V "
+               "blocks passed\n  around a ring and merged by chapter 09's monoid (docs page "
+               "\"Chapter 12: ring attention\").\n";
 }
 
 // The report: the CPU step and every rung, fp16 and bf16, with and without the mask
