@@ -13,7 +13,7 @@ import torch
 
 import flash_workbook as fw
 from error_rule import check_close
-from test_attention import expand, inputs, math_attention
+from test_attention import causal_mask, expand, inputs, math_attention
 from test_decode import cache, paged, reference
 from test_rows import in_dtype, rows_input
 
@@ -30,6 +30,22 @@ def on(device, *tensors):
     """Copies of `tensors` on `device`, leaves of their own (the CPU originals stay the
     references' inputs)."""
     return [t.detach().to(device, copy=True) for t in tensors]
+
+
+def dq_weight(q, k, v, d_o, causal, scale):
+    """The size of the terms of dQ, in fp64 (chapter 10's dq_weight, common/
+    reference_attention_backward.hpp): max over (i, c) of scale sum_j G_ij |K_jc|, with
+    G_ij = P_ij (sum_c |dO_ic| |V_jc| + sum_c |dO_ic| sum_j' P_ij' |V_j'c|), the bounds on
+    |dP_ij| and |D_i| whose roundings dS = P (dP - D) carries. The 16-bit rungs round dS to the
+    dtype before dQ = scale dS K, so their error is u of this even where dQ cancels to 0."""
+    q, k, v, d_o = (t.double() for t in (q, k, v, d_o))
+    s = scale * q @ k.transpose(-1, -2)
+    if causal:
+        s = s.masked_fill(causal_mask(q.shape[2], k.shape[2]), float("-inf"))
+    p = torch.nan_to_num(torch.softmax(s, dim=-1), nan=0.0)
+    a = d_o.abs() @ v.abs().transpose(-1, -2)
+    b = (d_o.abs() * (p @ v.abs())).sum(-1, keepdim=True)
+    return (scale * (p * (a + b)) @ k.abs()).max().item()
 
 
 @pytest.mark.parametrize("where", DEVICES)
@@ -58,7 +74,8 @@ def test_forward_and_gradients_against_fp64(where, dtype, causal):
              d_o.double()).sum().backward()
             qp = q.float().requires_grad_()
             (math_attention(qp, ke, ve, causal, scale, dtype) * d_o.float()).sum().backward()
-            check_close(qd.grad.cpu(), leaf.grad, qp.grad.to(dtype), dtype, "dQ of " + what)
+            check_close(qd.grad.cpu(), leaf.grad, qp.grad.to(dtype), dtype, "dQ of " + what,
+                        weight=dq_weight(q, ke, ve, d_o, causal, scale))
 
 
 @pytest.mark.parametrize("where", DEVICES)
