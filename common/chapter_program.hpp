@@ -1,8 +1,8 @@
 // One chapter program's flow, shared by every chapter's main.cpp: after the common flags
-// (parse_program), `--list`, then `--profile`, `--bench` or the report, every failure one line
-// and a non-zero exit. A chapter's main.cpp holds what is its own: its options and default
-// shape, its checks of them, its intro and trace, what its report, profile and benchmark run,
-// and its "next chapter" line:
+// (parse_program), `--list` and `--sass`, then `--profile`, `--bench` or the report, every
+// failure one line and a non-zero exit. A chapter's main.cpp holds what is its own: its options
+// and default shape, its checks of them, its intro and trace, what its report, profile and
+// benchmark run, and its "next chapter" line:
 //
 //   ChapterSteps<RowArgs> steps = ch01::softmax_steps(cli, options, shape);
 //   steps.report = [&](const Ladder<RowArgs>& ladder) { ... };
@@ -13,11 +13,14 @@
 #include <functional>
 #include <iostream>
 #include <string>
+#include <vector>
 
 #include "common/backend.hpp"
 #include "common/cli.hpp"
 #include "common/program.hpp"
 #include "common/rung.hpp"
+#include "common/rung_list.hpp"
+#include "common/sass_view.hpp"
 
 #ifndef WB_CHAPTER
 #error "WB_CHAPTER (the chapter's folder name) comes from wb_add_chapter: build a chapter program"
@@ -69,6 +72,12 @@ template <typename Args, typename Make>
 int run_chapter_program(const Cli& cli, const ProgramOptions& options, const ChapterText& text,
                         const ChapterSteps<Args>& steps, Make&& make) {
   if (options.list) return list_ladder(cli, options, kChapter, steps.op, make);
+  if (options.sass) {  // the ladder's names, in order, for the build's table of its kernels
+    std::vector<std::string> rungs;
+    for (const RungInfo& r : rung_infos(select_kernel_backend(Backend::sim, make)))
+      rungs.push_back(r.name);
+    return print_sass_view(cli, kChapter, rungs);
+  }
   if (steps.check)
     if (const int code = steps.check(); code >= 0) return code;
   return run_guarded(cli, [&] {

@@ -69,6 +69,10 @@ int parse_program(Cli& cli, int argc, char** argv, ProgramOptions* options) {
       .option("--access-csv", &g_access_csv,
               "with --profile: also write every global access of each rung, in the order it "
               "ran, to this CSV (for a tiny shape: the tile-order figures)")
+      .flag("--sass", &options->sass,
+            "print the instruction mix of each rung's main loop in nvcc's sm_90 machine code "
+            "(SASS: MMAs, ldmatrix, cp.async, float math, MUFU.EX2, address arithmetic, "
+            "barriers), no GPU needed")
       .option("--rung", &g_profile_rung,
               "with --profile: count this rung only (a name --list prints), the one being "
               "changed, or one too slow to simulate with the others on a large shape");
@@ -79,6 +83,8 @@ int parse_program(Cli& cli, int argc, char** argv, ProgramOptions* options) {
   if (g_access_csv == "-") return cli.error("--access-csv needs a file name, not -");
   if (!g_profile_rung.empty() && !options->profile)
     return cli.error("--rung only applies with --profile");
+  if (options->sass && (options->profile || options->bench.enabled || options->list))
+    return cli.error("--sass runs alone (not with --profile, --bench or --list)");
   if (options->profile) {
     if (options->bench.enabled || options->list)
       return cli.error("--profile runs alone (not with --bench or --list)");

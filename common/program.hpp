@@ -30,6 +30,7 @@ struct ProgramOptions {
   bool offers_bench = true;  ///< set false before parsing where the program has no --bench
   bool list = false;         ///< --list: print the kernel ladder (--csv FILE: as CSV) and stop
   bool profile = false;      ///< --profile: count each rung's traffic (common/ladder_profile.hpp)
+  bool sass = false;  ///< --sass: each rung's main-loop instruction mix (common/sass_view.hpp)
 };
 
 /// The --access-csv FILE parse_program was given ("" when none): profile_ladder writes every
@@ -39,9 +40,9 @@ const std::string& profile_access_csv();
 /// The --rung NAME parse_program was given ("" when none): profile_ladder counts that rung only.
 const std::string& profile_rung();
 
-/// Adds --seed, --backend (default: cuda with a GPU, else sim), --trace, --list, --profile and the
-/// benchmark options to `cli`, parses argv, resolves the backend. Returns -1 when the program
-/// should go on, else the exit code: 0 after --help, 2 after a one-line error.
+/// Adds --seed, --backend (default: cuda with a GPU, else sim), --trace, --list, --profile,
+/// --sass and the benchmark options to `cli`, parses argv, resolves the backend. Returns -1 when
+/// the program should go on, else the exit code: 0 after --help, 2 after a one-line error.
 int parse_program(Cli& cli, int argc, char** argv, ProgramOptions* options);
 
 /// --dtype fp32|fp16|bf16|all of a row-wise chapter (03, 07): the element types its kernels run,

@@ -99,7 +99,8 @@ TEST_SUITE("cpu") {
     const Partial none = combine_partials({identity_partial(3), identity_partial(3)}, 3);
     CHECK(none.lse == -INFINITY);
     for (float x : none.o) CHECK(x == 0.f);
-    CHECK(combine_weight(-INFINITY, -INFINITY) == 0.f);
+    CHECK(combine_weight(-INFINITY, -INFINITY, 0.f) == 0.f);  // a row no split saw
+    CHECK(combine_weight(-INFINITY, 2.5f, 1.f) == 0.f);       // a split that saw no key
   }
 
   TEST_CASE("the merge is commutative bit for bit and associative within its rounding") {

@@ -1,6 +1,7 @@
 // Chapter 09's kernels at the edges of float's range (the CPU's laws there:
 // test_09_flash_decoding_merge_laws.cpp): the combine kernel takes empty splits as the
-// identity exactly and keeps the merged lse within its rounding; every decoding rung on a
+// identity exactly, averages an equal pair far out and keeps the merged lse within its
+// rounding; every decoding rung on a
 // cache whose only visible key scores an extreme value gives that key's V row and its score
 // bit for bit, through the in-block merge of the key slots' and warps' states
 // (state_merge.cuh) and the combine over the empty splits; a sequence of no key gives
@@ -81,6 +82,32 @@ void combine_takes_empty_splits_as_the_identity() {
       CHECK(same_value_bits(got.lse[std::size_t(r)], kEdgeLse[std::size_t(r)]));
       for (int c = 0; c < d; ++c)
         CHECK(same_value_bits(got.o[std::size_t(r * d + c)], want[std::size_t(c)]));
+    }
+  }
+}
+
+// An equal pair of non-empty splits per row, far out (lse + log 2 rounds to lse there), among
+// empty ones: weights taken from the rounded lse would be 1 each and add the two O rows; eq.
+// (4)'s weights from the row's (M, l) are e^0 / 2 = 0.5 exactly and give the O row back.
+template <Backend B>
+void combine_averages_an_equal_pair_far_out() {
+  const int d = 4;
+  const std::vector<float> far = {1e8f, 1e30f, -1e30f, 3e38f, -3e38f};
+  for (int splits : {2, 3, 40}) {  // the pair in one lane or two, empty splits between
+    CAPTURE(splits);
+    const int rows = static_cast<int>(far.size());
+    std::vector<float> lse, o;
+    for (int r = 0; r < rows; ++r) {
+      for (int s = 0; s < splits; ++s) {
+        const bool seen = s == 0 || s == splits - 1;
+        lse.push_back(seen ? far[std::size_t(r)] : -kInf);
+        for (int c = 0; c < d; ++c) o.push_back(float(c) - 1.5f);
+      }
+    }
+    const DecodeOut got = run_combine<B>(lse, o, rows, splits, d);
+    for (int r = 0; r < rows; ++r) {
+      CAPTURE(r);
+      for (int c = 0; c < d; ++c) CHECK(got.o[std::size_t(r * d + c)] == float(c) - 1.5f);
     }
   }
 }
@@ -203,6 +230,8 @@ WB_KERNEL_TEST_CASE(
     combine_takes_empty_splits_as_the_identity)
 WB_KERNEL_TEST_CASE("at the edges of float's range the combine kernel's lse is within its rounding",
                     combine_lse_is_within_its_rounding)
+WB_KERNEL_TEST_CASE("the combine kernel averages an equal pair of partials far out",
+                    combine_averages_an_equal_pair_far_out)
 WB_KERNEL_TEST_CASE(
     "a single visible key at an edge score gives its V row and its score on every decoding rung",
     one_visible_key_at_an_edge_score_comes_back_exactly)

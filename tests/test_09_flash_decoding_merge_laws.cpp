@@ -10,7 +10,8 @@
 //   exact log(e^a + e^b), its O lies in the hull of the operands' O's, and over triples it is
 //   associative within two merges; no NaN anywhere, inf only where a bound passes FLT_MAX.
 // - combine_partials (eq. 4 on the CPU) and the combine kernel: empty splits are the identity,
-//   exactly; the merged lse within its rounding; no NaN.
+//   exactly; an equal pair far out is averaged, not added (weights from (M, l), not from the
+//   rounded lse); the merged lse within its rounding; no NaN.
 // - The combine kernel and every decoding rung at the same edges:
 //   test_09_flash_decoding_merge_edges_kernels.cpp.
 #include <algorithm>
@@ -202,7 +203,8 @@ LawResult associativity_law(MergeFn merge) {
 /// lse rounds to hi and both weights of an equal pair are 1.
 Partial merge_weighing_by_merged_lse(const Partial& a, const Partial& b) {
   const float lse = lse_merge(a.lse, b.lse).lse;
-  const float w_a = combine_weight(a.lse, lse), w_b = combine_weight(b.lse, lse);
+  const auto weight = [lse](float lse_s) { return lse == -kInf ? 0.f : std::exp(lse_s - lse); };
+  const float w_a = weight(a.lse), w_b = weight(b.lse);
   Partial out{lse, std::vector<float>(a.o.size())};
   for (std::size_t c = 0; c < a.o.size(); ++c) out.o[c] = w_a * a.o[c] + w_b * b.o[c];
   return out;
@@ -279,6 +281,23 @@ TEST_SUITE("cpu") {
     CHECK(far.o[0] == 2.f);
     CHECK(pair_law(merge_weighing_by_merged_lse).violations > 0);
     CHECK(associativity_law(merge_weighing_by_merged_lse).violations > 0);
+  }
+
+  TEST_CASE(
+      "eq. (4) averages an equal pair of partials far out where the rounded lse would add them") {
+    // lse + log 2 rounds to lse past |lse| ~ 1e7: weights e^{lse_s - lse} taken from it would be
+    // 1 each and add the O's. Eq. (4)'s weights come from (M, l): e^0 / 2 = 0.5 exactly, so
+    // the pair's O comes back exactly, an empty split beside it or not.
+    for (float lse : {1e8f, 1e30f, -1e30f, 3e38f, -3e38f}) {
+      CAPTURE(lse);
+      const Partial p{lse, {1.f, -2.f, 0.375f}};
+      for (const std::vector<Partial>& parts :
+           {std::vector<Partial>{p, p}, std::vector<Partial>{p, identity_partial(3), p}}) {
+        const Partial got = combine_partials(parts, 3);
+        for (int c = 0; c < 3; ++c)
+          CHECK(same_value_bits(got.o[std::size_t(c)], p.o[std::size_t(c)]));
+      }
+    }
   }
 
   TEST_CASE("at the edges of float's range eq. (4) takes empty splits as the identity exactly") {

@@ -2,9 +2,10 @@
 // row's partials (O_s, logsumexp_s) merged into O and the logsumexp by eq. (4), chapter 03's
 // monoid carried to (logsumexp, O).
 //
-// Computes: lse = M + log sum_s e^{lse_s - M}, O = sum_s e^{lse_s - lse} O_s (eq. 4 of
-//           flash_decoding.md), every split that saw no key weighing 0; a row no split saw gives
-//           O = 0 and logsumexp = -inf.
+// Computes: lse = M + log l, O = sum_s e^{lse_s - M} / l O_s with M = max_s lse_s and
+//           l = sum_s e^{lse_s - M}, the row's (m, d) (eq. 4 of flash_decoding.md), every
+//           split that saw no key weighing 0; a row no split saw gives O = 0 and
+//           logsumexp = -inf.
 // Launch shape: grid ceil(batch hq lq / 4), block (32, 4), a warp per row.
 // Memory traffic: combine_traffic (flash_decoding.cpp): two reads of each split's logsumexp,
 //           each seen split's O row once, O and the logsumexp written.
@@ -45,10 +46,11 @@ __global__ void __launch_bounds__(kCombineWarps* kWarpSize)
 
   // [combine]
   // The row's logsumexp: each lane's splits as chapter 02's online (m, d), merged over the
-  // warp by chapter 03's monoid: lse = m + log d, -inf when no split saw a key.
+  // warp by chapter 03's monoid: lse = m + log d, -inf when no split saw a key. The weights
+  // come from (m, d) itself: m = M and d = l of eq. (4).
   float lse_row = -INFINITY;
-  // [exercise]
   ch03::MD md = ch03::md_identity();
+  // [exercise]
   for (int s = lane; s < splits; s += kWarpSize) md = ch03::md_merge(md, {lse_s[s], 1.f});
   md = ch04::warp_merge(md);
   lse_row = ch06::logsumexp(md.m, md.d);
@@ -59,7 +61,7 @@ __global__ void __launch_bounds__(kCombineWarps* kWarpSize)
     const float lse_mine = mine < splits ? lse_s[mine] : -INFINITY;
     float w_mine = 0.f;  // the weight of split `mine` in the row
     // [exercise]
-    w_mine = combine_weight(lse_mine, lse_row);  // e^{lse_s - lse}, eq. (4)
+    w_mine = combine_weight(lse_mine, md.m, md.d);  // e^{lse_s - M} / l, eq. (4)
     // [exercise]
     // The splits in batches of kCombineBatch, each batch's O rows loaded before any is added:
     // that many loads in flight at once, not one after another (a split that saw no key, the

@@ -7,7 +7,7 @@
 //                                                                                      eq. (2)
 // identity: (lse, O) = (-inf, 0); associative and commutative: (e^lse, e^lse O) add  eq. (3)
 // S partials at once: lse = M + log sum_s e^{lse_s - M}, M = max_s lse_s,
-//                     O = sum_s e^{lse_s - lse} O_s                                    eq. (4)
+//                     O = sum_s w_s O_s,  w_s = e^{lse_s - M} / sum_t e^{lse_t - M}    eq. (4)
 #pragma once
 
 #include <algorithm>
@@ -44,10 +44,14 @@ __host__ __device__ inline LseMerge lse_merge(float lse_a, float lse_b) {
 // [lse_merge]
 
 // [combine_weight]
-/// The weight e^{lse_s - lse} of a split's O in the merged row, eq. (4); 0 when the row saw
-/// no key at all (lse = -inf, every lse_s = -inf too).
-__host__ __device__ inline float combine_weight(float lse_s, float lse) {
-  return lse == -INFINITY ? 0.f : expf(lse_s - lse);
+/// The weight of a split's O in the merged row, eq. (4): w_s = e^{lse_s - M} / l with M the
+/// row's largest lse_t and l = sum_t e^{lse_t - M}, its (m, d) state, not e^{lse_s - lse} from
+/// the merged lse = M + log l: past |lse| ~ 1e7 that rounds to M, log l is lost, and an equal
+/// pair's O's are added instead of averaged (as in lse_merge, every exponent here is <= 0).
+/// 0 for a split that saw no key (lse_s = -inf: e^{-inf} = 0 exactly) and when the row saw
+/// none at all (M = -inf, l = 0), never e^{-inf - (-inf)} = NaN.
+__host__ __device__ inline float combine_weight(float lse_s, float m, float l) {
+  return m == -INFINITY ? 0.f : expf(lse_s - m) / l;
 }
 // [combine_weight]
 
@@ -83,7 +87,7 @@ inline Partial combine_partials(const std::vector<Partial>& parts, int d) {
   for (const Partial& p : parts) sum += std::exp(p.lse - m);
   out.lse = m + std::log(sum);
   for (const Partial& p : parts) {
-    const float w = combine_weight(p.lse, out.lse);
+    const float w = combine_weight(p.lse, m, sum);  // from (M, l), not the rounded lse
     for (int c = 0; c < d; ++c) out.o[std::size_t(c)] += w * p.o[std::size_t(c)];
   }
   return out;

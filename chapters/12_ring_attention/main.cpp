@@ -307,8 +307,8 @@ int main(int argc, char** argv) {
   ProgramOptions options;
   options.offers_bench = false;
   if (const int code = parse_program(cli, argc, argv, &options); code >= 0) return code;
-  if (options.list || options.profile)
-    return cli.error(std::string(options.list ? "--list" : "--profile") +
+  if (options.list || options.profile || options.sass)
+    return cli.error(std::string(options.list ? "--list" : options.profile ? "--profile" : "--sass") +
                      ": chapter 12 has no ladder of its own (its blocks are chapter 06's step; "
                      "over processes, the earlier chapters' kernels through the PyTorch ops)");
   if (std::int64_t(bh) * length * length > (std::int64_t(1) << 26))

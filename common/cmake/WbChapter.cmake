@@ -24,6 +24,9 @@ include_guard(GLOBAL)
 # The exercise's stub and learner binaries (_wb_add_chapter_exercise, _wb_exercise_kernels).
 include(${CMAKE_CURRENT_LIST_DIR}/WbExercise.cmake)
 
+# The SASS view's tables, chNN_sass.csv (_wb_sass_table, common/cmake/sass_mix.py).
+include(${CMAKE_CURRENT_LIST_DIR}/WbSass.cmake)
+
 # The launcher that keeps ptxas's report of each kernel beside its object (nvcc_resources.sh).
 set(_wb_nvcc_resources ${CMAKE_CURRENT_LIST_DIR}/nvcc_resources.sh)
 
@@ -195,11 +198,15 @@ function(wb_add_chapter)
   # measure against.
   # LADDER_ARGS: the arguments of the op the chapter's rungs launch over (RowArgs,
   # AttentionArgs, ...: common/rung_args.hpp), the type of its generated ladder.
+  # SASS_SHOWN: kernel instances (as `chNN --sass` names them) whose main loops the chapter's
+  # SASS table shows for their rungs, where the rule of common/cmake/sass_mix.py (fp16, the
+  # largest instance) would pick one the chapter's shapes do not run.
   # SM90A: the chapter's kernels use Hopper's instructions (common/hopper.cuh): nvcc compiles
   # them for sm_90a alone (-gencode arch=compute_90a,code=sm_90a), whatever
   # CMAKE_CUDA_ARCHITECTURES says, and its `cuda` tests run on a GPU of compute capability 9.0
   # only (skipped, visibly, on any other).
-  cmake_parse_arguments(arg "SM90A" "LADDER_ARGS" "PROFILE_ARGS;KERNELS_FROM;CPU_FROM" ${ARGN})
+  cmake_parse_arguments(arg "SM90A" "LADDER_ARGS" "PROFILE_ARGS;KERNELS_FROM;CPU_FROM;SASS_SHOWN"
+                        ${ARGN})
   get_filename_component(chapter ${CMAKE_CURRENT_SOURCE_DIR} NAME)  # 01_safe_softmax
   string(SUBSTRING ${chapter} 0 2 number)
   set(ch ch${number})
@@ -310,6 +317,18 @@ function(wb_add_chapter)
                      "-D EXPECT=--csv: cannot write '/nonexistent-directory/ladder.csv'"
                      -P ${PROJECT_SOURCE_DIR}/common/cmake/expect_refusal.cmake)
     set_tests_properties(${chapter}/list-reports-unwritable-csv PROPERTIES LABELS cpu)
+  endif()
+  if(rung_files)
+    # `chNN --sass`: the table of its rungs' main-loop instruction mix, built from the kernel
+    # objects beside the program (WbSass.cmake); a build without nvcc refuses it in one line.
+    _wb_sass_table(${chapter} ${ch} "${rung_files}" "${arg_KERNELS_FROM}" "${arg_SASS_SHOWN}")
+    if(TARGET ${ch}_sass)
+      add_test(NAME ${chapter}/prints-its-sass COMMAND ${ch} --sass)
+      set_tests_properties(${chapter}/prints-its-sass PROPERTIES LABELS nvcc
+        PASS_REGULAR_EXPRESSION "the main loop of each rung's kernel")
+    elseif(NOT WB_HAVE_CUDA)
+      wb_add_refusal_tests(${chapter} ${ch} "sass-without-nvcc|--sass|this build has no nvcc")
+    endif()
   endif()
   set_property(GLOBAL APPEND PROPERTY WB_CHAPTER_PROGRAMS ${ch})
   set_property(GLOBAL APPEND PROPERTY WB_CHAPTER_PAGES ${pages})
