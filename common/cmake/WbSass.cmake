@@ -6,8 +6,7 @@
 #
 # cuobjdump and the nvdisasm it calls come with a full CUDA toolkit; a toolkit put together from
 # pip's wheels lacks them, and `./wb deps` installs them the same way (nvidia-cuda-cuobjdump and
-# nvidia-cuda-nvdisasm, into python3's site-packages: nvidia/cuNN/bin), where this file looks
-# too. The tables need sm_90 code: CMAKE_CUDA_ARCHITECTURES must name 90 (its default).
+# nvidia-cuda-nvdisasm, into .deps/cuda-tools/nvidia/cuNN/bin), where this file looks too. The tables need sm_90 code: CMAKE_CUDA_ARCHITECTURES must name 90 (its default).
 include_guard(GLOBAL)
 
 set(_wb_sass_script ${CMAKE_CURRENT_LIST_DIR}/sass_mix.py)
@@ -15,7 +14,10 @@ set(WB_SASS_MISSING "")  # why there are no tables, when there are none; else em
 if(WB_HAVE_CUDA)
   find_package(Python3 COMPONENTS Interpreter QUIET)
   string(REGEX MATCH "^[0-9]+" _wb_cuda_major "${CMAKE_CUDA_COMPILER_VERSION}")
-  set(_wb_sass_hints ${CUDAToolkit_BIN_DIR})
+  # nvcc's folder, then where ./wb installs them (.deps/cuda-tools), then a python3's
+  # site-packages (pip install without --target).
+  set(_wb_sass_hints ${CUDAToolkit_BIN_DIR}
+                     ${PROJECT_SOURCE_DIR}/.deps/cuda-tools/nvidia/cu${_wb_cuda_major}/bin)
   if(Python3_Interpreter_FOUND)
     execute_process(COMMAND ${Python3_EXECUTABLE} -c
                             "import sysconfig; print(sysconfig.get_paths()['purelib'])"
@@ -26,7 +28,7 @@ if(WB_HAVE_CUDA)
                DOC "cuobjdump, for the SASS view (python3 -m pip install nvidia-cuda-cuobjdump)")
   find_program(WB_NVDISASM nvdisasm HINTS ${_wb_sass_hints}
                DOC "nvdisasm, which cuobjdump -sass runs (python3 -m pip install nvidia-cuda-nvdisasm)")
-  set(_wb_sass_install "python3 -m pip install 'nvidia-cuda-cuobjdump==${_wb_cuda_major}.*' 'nvidia-cuda-nvdisasm==${_wb_cuda_major}.*' (./wb deps does)")
+  set(_wb_sass_install "./wb deps installs them (python3 -m pip install --target .deps/cuda-tools 'nvidia-cuda-cuobjdump==${_wb_cuda_major}.*' 'nvidia-cuda-nvdisasm==${_wb_cuda_major}.*')")
   if(NOT Python3_Interpreter_FOUND)
     set(WB_SASS_MISSING "no python3 was found to run common/cmake/sass_mix.py")
   elseif(NOT WB_CUOBJDUMP OR NOT WB_NVDISASM)
