@@ -54,14 +54,17 @@ def inputs(case, rank, world):
     return [ring.shard(case[n], rank, world, case["layout"]) for n in ("q", "k", "v", "d_o")]
 
 
-def run(case, rank, world):
+JOIN_TIMEOUT_S = 60  # the rendezvous: every rank started and joined
+
+
+def run(case, rank, world, group):
     q, k, v, d_o = inputs(case, rank, world)
     grad = case.get("grad", False)
     q, k, v = (t.clone().requires_grad_(grad) for t in (q, k, v))
     args = dict(causal=case["causal"], layout=case["layout"], backend=case.get("backend"),
                 scale=case.get("scale"))
     args.update(case.get("rank_args", {}).get(rank, {}))
-    o, lse = ring.ring_attention(q, k, v, return_lse=True, **args)
+    o, lse = ring.ring_attention(q, k, v, return_lse=True, group=group, **args)
     out = {"o": o.detach(), "lse": lse}
     if grad:
         (o.float() * d_o.float()).sum().backward()
@@ -74,13 +77,19 @@ def main():
     rank, world = int(rank), int(world)
     torch.set_num_threads(1)
     job = torch.load(job_path)
+    # Joining waits for every rank, and under a loaded machine one may start seconds after the
+    # others: the rendezvous gets a generous timeout of its own, and the job's (2 s for the
+    # silent rank's case) applies to the ring's group, made once all are there.
+    timeout = datetime.timedelta(seconds=job["pg_timeout"])
     dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=world,
-                            timeout=datetime.timedelta(seconds=job["pg_timeout"]))
+                            timeout=max(timeout, datetime.timedelta(seconds=JOIN_TIMEOUT_S)))
+    dist.barrier()
+    group = dist.new_group(list(range(world)), timeout=timeout)
     results, clean = [], True
     for case in job["cases"]:
         plant(case, rank)
         try:
-            result = run(case, rank, world)
+            result = run(case, rank, world, group)
         except (ValueError, RuntimeError) as error:
             result = {"error": type(error).__name__, "message": str(error)}
             clean = clean and isinstance(error, ValueError)
