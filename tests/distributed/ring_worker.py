@@ -3,7 +3,7 @@
     python ring_worker.py STORE RANK WORLD JOB OUT
 
 joins a gloo process group through the FileStore STORE (no fixed TCP port, so parallel runs
-never collide; gloo's own connections take ephemeral ports), with the process-group timeout the
+never collide; gloo's own connections take ephemeral ports), makes a group with the timeout the
 job names, then runs the job's cases in order with flash_workbook.ring.ring_attention and
 torch.saves a result per case to OUT after each one: this rank's O, lse and, when the case asks,
 dq, dk, dv; or the error's type and message. A case may plant a fault on one rank: it exits
