@@ -251,6 +251,14 @@ inline void add_rows(std::vector<float>& x, int bh, int n, int width, int row0, 
       x[(std::size_t(b) * n + row0) * width + e] += y[std::size_t(b) * rows * width + e];
 }
 
+/// x's rows [row0, row0 + rows) = y (bh, rows, width).
+inline void put_rows(std::vector<float>& x, int bh, int n, int width, int row0, int rows,
+                     const std::vector<float>& y) {
+  for (int b = 0; b < bh; ++b)
+    std::copy_n(y.begin() + std::ptrdiff_t(std::size_t(b) * rows * width), std::size_t(rows) * width,
+                x.begin() + std::ptrdiff_t((std::size_t(b) * n + row0) * width));
+}
+
 // ------------------------------------------------------------------------------------------
 // The merge of a ring step
 // ------------------------------------------------------------------------------------------
@@ -343,6 +351,45 @@ struct RingForward {
   std::vector<BlockRecord> blocks;      ///< every block computed or skipped, in order
 };
 
+/// One block of a ring step, eq. (3): its record and, unless its mask is none, the query
+/// piece's rows and the key piece's visible prefix, and where they sit in their shards.
+struct Block {
+  BlockRecord record;
+  AttentionInputs inputs;  ///< q (bh, rows, d); k, v (bh, keys, d); empty for a mask of none
+  AttentionShape shape;    ///< {bh, rows, keys, d}
+  int q_row0, n_q;         ///< the piece's first row in rank r's shard, and the shard's rows
+  int k_row0, n_k;         ///< the same in the K/V block's shard
+};
+
+/// Calls f(block) for every pair of rank r's query pieces and the key pieces of the K/V block
+/// of rank `src` it holds at step t, in order.
+template <typename F>
+void for_each_block(const std::vector<AttentionInputs>& shards, const RingSpec& s, int t, int r,
+                    int src, F&& f) {
+  const std::vector<Piece> qp = shard_pieces(s.length, s.ranks, r, s.layout);
+  const std::vector<Piece> kp = shard_pieces(s.length, s.ranks, src, s.layout);
+  const std::vector<int> q_off = piece_offsets(qp), k_off = piece_offsets(kp);
+  const AttentionInputs& mine = shards[std::size_t(r)];
+  const AttentionInputs& theirs = shards[std::size_t(src)];
+  for (std::size_t a = 0; a < qp.size(); ++a)
+    for (std::size_t b = 0; b < kp.size(); ++b) {
+      const BlockMask m = block_mask(qp[a], kp[b], s.causal);  // eq. (3)
+      const int rows = qp[a].count;
+      Block blk{{t, r, src, int(a), int(b), m, long(s.bh) * visible_pairs(rows, m), 0},
+                {},
+                {s.bh, rows, m.keys, s.d},
+                q_off[a],
+                q_off.back(),
+                k_off[b],
+                k_off.back()};
+      if (m.kind != BlockMask::none)
+        blk.inputs = {slice_rows(mine.q, s.bh, blk.n_q, s.d, blk.q_row0, rows),
+                      slice_rows(theirs.k, s.bh, blk.n_k, s.d, blk.k_row0, m.keys),
+                      slice_rows(theirs.v, s.bh, blk.n_k, s.d, blk.k_row0, m.keys)};
+      f(blk);
+    }
+}
+
 /// The order in which each rank receives the K/V blocks: arrival[r][t] is the source of rank
 /// r's t-th block. The ring's own order is eq. (4).
 inline std::vector<std::vector<int>> ring_order(int ranks) {
@@ -376,49 +423,25 @@ inline RingForward ring_forward(const std::vector<AttentionInputs>& shards, cons
     out.o.emplace_back(std::size_t(s.bh) * n * s.d, 0.f);          // the identity: O = 0,
     out.lse.emplace_back(std::size_t(s.bh) * n, -INFINITY);         // lse = -inf
   }
-  for (int t = 0; t < s.ranks; ++t) {
-    for (int r = 0; r < s.ranks; ++r) {
-      const int src = arrival[std::size_t(r)][std::size_t(t)];
-      const std::vector<Piece> qp = shard_pieces(s.length, s.ranks, r, s.layout);
-      const std::vector<Piece> kp = shard_pieces(s.length, s.ranks, src, s.layout);
-      const std::vector<int> q_off = piece_offsets(qp), k_off = piece_offsets(kp);
-      const AttentionInputs& mine = shards[std::size_t(r)];
-      const AttentionInputs& theirs = shards[std::size_t(src)];
-      for (std::size_t a = 0; a < qp.size(); ++a) {
-        for (std::size_t b = 0; b < kp.size(); ++b) {
-          const BlockMask m = block_mask(qp[a], kp[b], s.causal);  // eq. (3)
-          BlockRecord rec{t, r, src, int(a), int(b), m, long(s.bh) * visible_pairs(qp[a].count, m),
-                          0};
-          if (m.kind != BlockMask::none) {
-            const int rows = qp[a].count, n_q = q_off.back(), n_k = k_off.back();
-            const AttentionInputs block{
-                slice_rows(mine.q, s.bh, n_q, s.d, q_off[a], rows),
-                slice_rows(theirs.k, s.bh, n_k, s.d, k_off[b], m.keys),
-                slice_rows(theirs.v, s.bh, n_k, s.d, k_off[b], m.keys)};
-            const AttentionShape shape{s.bh, rows, m.keys, s.d};
-            const ch06::Fa2Result part = ch06::attention_fa2(
-                block, shape, {s.scale, m.kind == BlockMask::causal, s.br, s.bc});
-            rec.tiles = part.tiles_visited;
-            // eq. (5): the piece's running rows, merged with the block's partial.
-            std::vector<float> o_run = slice_rows(out.o[std::size_t(r)], s.bh, n_q, s.d, q_off[a], rows);
-            std::vector<float> lse_run =
-                slice_rows(out.lse[std::size_t(r)], s.bh, n_q, 1, q_off[a], rows);
-            merge_on(merge_backend, o_run, lse_run, part.o, part.lse, s.d);
-            for (int h = 0; h < s.bh; ++h) {
-              std::copy_n(o_run.begin() + std::ptrdiff_t(std::size_t(h) * rows * s.d),
-                          std::size_t(rows) * s.d,
-                          out.o[std::size_t(r)].begin() +
-                              std::ptrdiff_t((std::size_t(h) * n_q + q_off[a]) * s.d));
-              std::copy_n(lse_run.begin() + std::ptrdiff_t(std::size_t(h) * rows), rows,
-                          out.lse[std::size_t(r)].begin() +
-                              std::ptrdiff_t(std::size_t(h) * n_q + q_off[a]));
-            }
-          }
-          out.blocks.push_back(rec);
+  for (int t = 0; t < s.ranks; ++t)
+    for (int r = 0; r < s.ranks; ++r)
+      for_each_block(shards, s, t, r, arrival[std::size_t(r)][std::size_t(t)], [&](Block& blk) {
+        if (blk.record.mask.kind != BlockMask::none) {
+          const ch06::Fa2Result part = ch06::attention_fa2(
+              blk.inputs, blk.shape, {s.scale, blk.record.mask.kind == BlockMask::causal, s.br, s.bc});
+          blk.record.tiles = part.tiles_visited;
+          // eq. (5): the piece's running rows, merged with the block's partial.
+          const int rows = blk.shape.lq;
+          std::vector<float>& o = out.o[std::size_t(r)];
+          std::vector<float>& lse = out.lse[std::size_t(r)];
+          std::vector<float> o_run = slice_rows(o, s.bh, blk.n_q, s.d, blk.q_row0, rows);
+          std::vector<float> lse_run = slice_rows(lse, s.bh, blk.n_q, 1, blk.q_row0, rows);
+          merge_on(merge_backend, o_run, lse_run, part.o, part.lse, s.d);
+          put_rows(o, s.bh, blk.n_q, s.d, blk.q_row0, rows, o_run);
+          put_rows(lse, s.bh, blk.n_q, 1, blk.q_row0, rows, lse_run);
         }
-      }
-    }
-  }
+        out.blocks.push_back(blk.record);
+      });
   return out;
 }
 // [ring_forward]
@@ -466,39 +489,22 @@ inline RingBackward ring_backward(const std::vector<AttentionInputs>& shards,
   for (int t = 0; t < s.ranks; ++t) {
     for (int r = 0; r < s.ranks; ++r) {
       Travelling& kv = held[std::size_t(r)];
-      const int src = kv.block;
-      out.path[std::size_t(src)].push_back(r);
-      const std::vector<Piece> qp = shard_pieces(s.length, s.ranks, r, s.layout);
-      const std::vector<Piece> kp = shard_pieces(s.length, s.ranks, src, s.layout);
-      const std::vector<int> q_off = piece_offsets(qp), k_off = piece_offsets(kp);
-      const int n_q = q_off.back(), n_k = k_off.back();
-      const AttentionInputs& mine = shards[std::size_t(r)];
-      const AttentionInputs& theirs = shards[std::size_t(src)];
-      for (std::size_t a = 0; a < qp.size(); ++a) {
-        for (std::size_t b = 0; b < kp.size(); ++b) {
-          const BlockMask m = block_mask(qp[a], kp[b], s.causal);  // eq. (3)
-          BlockRecord rec{t, r, src, int(a), int(b), m, long(s.bh) * visible_pairs(qp[a].count, m),
-                          0};
-          if (m.kind != BlockMask::none) {
-            const int rows = qp[a].count;
-            const AttentionInputs block{
-                slice_rows(mine.q, s.bh, n_q, s.d, q_off[a], rows),
-                slice_rows(theirs.k, s.bh, n_k, s.d, k_off[b], m.keys),
-                slice_rows(theirs.v, s.bh, n_k, s.d, k_off[b], m.keys)};
-            const AttentionShape shape{s.bh, rows, m.keys, s.d};
-            const ch10::BackwardResult g = ch10::attention_backward_fa2(
-                block, slice_rows(o[std::size_t(r)], s.bh, n_q, s.d, q_off[a], rows),
-                slice_rows(lse[std::size_t(r)], s.bh, n_q, 1, q_off[a], rows),
-                slice_rows(d_o[std::size_t(r)], s.bh, n_q, s.d, q_off[a], rows), shape,
-                {s.scale, m.kind == BlockMask::causal, s.br, s.bc});
-            rec.tiles = g.tiles_visited;
-            add_rows(out.dq[std::size_t(r)], s.bh, n_q, s.d, q_off[a], rows, g.grads.dq);
-            add_rows(kv.dk, s.bh, n_k, s.d, k_off[b], m.keys, g.grads.dk);
-            add_rows(kv.dv, s.bh, n_k, s.d, k_off[b], m.keys, g.grads.dv);
-          }
-          out.blocks.push_back(rec);
+      out.path[std::size_t(kv.block)].push_back(r);
+      for_each_block(shards, s, t, r, kv.block, [&](Block& blk) {
+        if (blk.record.mask.kind != BlockMask::none) {
+          const int rows = blk.shape.lq, keys = blk.shape.lk;
+          const ch10::BackwardResult g = ch10::attention_backward_fa2(
+              blk.inputs, slice_rows(o[std::size_t(r)], s.bh, blk.n_q, s.d, blk.q_row0, rows),
+              slice_rows(lse[std::size_t(r)], s.bh, blk.n_q, 1, blk.q_row0, rows),
+              slice_rows(d_o[std::size_t(r)], s.bh, blk.n_q, s.d, blk.q_row0, rows), blk.shape,
+              {s.scale, blk.record.mask.kind == BlockMask::causal, s.br, s.bc});
+          blk.record.tiles = g.tiles_visited;
+          add_rows(out.dq[std::size_t(r)], s.bh, blk.n_q, s.d, blk.q_row0, rows, g.grads.dq);
+          add_rows(kv.dk, s.bh, blk.n_k, s.d, blk.k_row0, keys, g.grads.dk);
+          add_rows(kv.dv, s.bh, blk.n_k, s.d, blk.k_row0, keys, g.grads.dv);
         }
-      }
+        out.blocks.push_back(blk.record);
+      });
     }
     // Every block, with its accumulators, moves on to the next rank.
     std::rotate(held.rbegin(), held.rbegin() + 1, held.rend());

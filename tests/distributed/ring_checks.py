@@ -113,17 +113,23 @@ def merges_per_row(length, world, layout, causal):
     return max(most - 1, 0)
 
 
-def partial_sums(q, k, v, d_o, causal, scale, groups):
-    """S for dq, dk, dv: per element, the sum over the blocks (`groups` of positions) of
-    |the block's partial gradient|, in fp64 from the reference's P, dP and D."""
-    q, k, v, d_o = (t.double() for t in (q, k, v, d_o))
+def _probabilities(q, k, v, causal, scale):
+    """K and V with their heads repeated for grouped-query attention, P and O, in q's dtype."""
     heads = q.shape[1]
     ke, ve = expand(k, heads), expand(v, heads)
     s = q @ ke.transpose(-1, -2) * scale
     if causal:
         s = s.masked_fill(causal_mask(q.shape[2]), -math.inf)
     p = torch.softmax(s, dim=-1)
-    o = p @ ve
+    return ke, ve, p, p @ ve
+
+
+def partial_sums(q, k, v, d_o, causal, scale, groups):
+    """S for dq, dk, dv: per element, the sum over the blocks (`groups` of positions) of
+    |the block's partial gradient|, in fp64 from the reference's P, dP and D."""
+    q, k, v, d_o = (t.double() for t in (q, k, v, d_o))
+    heads = q.shape[1]
+    ke, ve, p, o = _probabilities(q, k, v, causal, scale)
     d_s = p * (d_o @ ve.transpose(-1, -2) - (d_o * o).sum(-1, keepdim=True))
     s_dq = sum((scale * d_s[..., g] @ ke[:, :, g]).abs() for g in groups)
     fold = lambda t: t.view(t.shape[0], k.shape[1], heads // k.shape[1], *t.shape[2:]).sum(2)
@@ -138,12 +144,7 @@ def carried(q, k, v, d_o, causal, scale, o_err, lse_err):
     in fp64: how far they move the gradients to first order."""
     q, k, v, d_o = (t.double() for t in (q, k, v, d_o))
     heads = q.shape[1]
-    ke, ve = expand(k, heads), expand(v, heads)
-    s = q @ ke.transpose(-1, -2) * scale
-    if causal:
-        s = s.masked_fill(causal_mask(q.shape[2]), -math.inf)
-    p = torch.softmax(s, dim=-1)
-    o = p @ ve
+    ke, ve, p, o = _probabilities(q, k, v, causal, scale)
     d_p = d_o @ ve.transpose(-1, -2) - (d_o * o).sum(-1, keepdim=True)
     d_d = (d_o.abs() * o_err).sum(-1, keepdim=True)
     e = p * (d_d + lse_err.unsqueeze(-1) * d_p.abs())
