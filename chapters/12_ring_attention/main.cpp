@@ -59,19 +59,17 @@ std::string mask_text(const BlockMask& m) {
   return "?";
 }
 
-/// The tile counts of every layout, per rank and step, for the page's load figure (written
-/// by --balance-csv): the same records the tests count.
-void write_balance_csv(const std::string& path, int ranks, int length) {
+/// The tile counts of each layout's ring, per rank and step, for the page's load figure
+/// (written by --balance-csv): the records the load table and the tests count.
+void write_balance_csv(const std::string& path, int ranks, int length,
+                       const std::vector<RingForward>& rings) {
   std::ofstream out(path);
   if (!out) throw std::runtime_error("--balance-csv: cannot write '" + path + "'");
   out << "layout,ranks,length,rank,step,source,pairs,tiles\n";
-  for (Layout layout : all_layouts()) {
-    const RingSpec s{1, length, 8, ranks, layout, 1.f, true};
-    const AttentionInputs in = make_attention_inputs(ScoreKind::randn, {1, length, length, 8}, 1.f, 1);
-    const RingForward f = ring_forward(shard_inputs(in, s), s);
+  for (std::size_t l = 0; l < rings.size(); ++l) {
     std::vector<long> pairs(std::size_t(ranks * ranks), 0), tiles(pairs.size(), 0);
     std::vector<int> source(pairs.size(), 0);
-    for (const BlockRecord& b : f.blocks) {
+    for (const BlockRecord& b : rings[l].blocks) {
       const std::size_t at = std::size_t(b.rank * ranks + b.step);
       pairs[at] += b.pairs;
       tiles[at] += b.tiles;
@@ -80,8 +78,8 @@ void write_balance_csv(const std::string& path, int ranks, int length) {
     for (int r = 0; r < ranks; ++r)
       for (int t = 0; t < ranks; ++t) {
         const std::size_t at = std::size_t(r * ranks + t);
-        out << to_string(layout) << ',' << ranks << ',' << length << ',' << r << ',' << t << ','
-            << source[at] << ',' << pairs[at] << ',' << tiles[at] << '\n';
+        out << to_string(all_layouts()[l]) << ',' << ranks << ',' << length << ',' << r << ','
+            << t << ',' << source[at] << ',' << pairs[at] << ',' << tiles[at] << '\n';
       }
   }
   if (!out) throw std::runtime_error("--balance-csv: cannot write '" + path + "'");
@@ -134,36 +132,16 @@ void print_trace() {
   std::cout << "\nPosition " << position << " (rank " << rank << ", row " << row
             << "): its running (lse, O) after each step, eq. (5)\n";
   Table chain({"after step", "merged K/V of", "lse", "O"});
-  std::vector<std::vector<int>> order = ring_order(ranks);
+  const std::vector<std::vector<int>> order = ring_order(ranks);
   for (int t = 0; t < ranks; ++t) {
     std::string merged;
     for (int u = 0; u <= t; ++u) merged += (u ? ", " : "") + std::to_string(order[rank][std::size_t(u)]);
-    // The running state after step t: the merge of the first t + 1 blocks' partials.
-    float lse = -INFINITY;
-    std::vector<float> o(2, 0.f);
-    for (const BlockRecord& b : f.blocks) {
-      if (b.rank != rank || b.step > t || b.mask.kind == BlockMask::none) continue;
-      const std::vector<Piece> qp = shard_pieces(length, ranks, rank, s.layout);
-      const Piece& q = qp[std::size_t(b.q_piece)];
-      if (row < piece_offsets(qp)[std::size_t(b.q_piece)] ||
-          row >= piece_offsets(qp)[std::size_t(b.q_piece) + 1])
-        continue;
-      const Piece kv = shard_pieces(length, ranks, b.source, s.layout)[std::size_t(b.kv_piece)];
-      // The block's partial for this row: chapter 06 on the row against the block's keys.
-      const int i = row - piece_offsets(qp)[std::size_t(b.q_piece)];
-      std::vector<float> q_row(in.q.begin() + position * 2, in.q.begin() + position * 2 + 2);
-      std::vector<float> k, v;
-      for (int j = 0; j < b.mask.keys; ++j) {
-        const int p = kv.begin + j * kv.stride;
-        if (b.mask.kind == BlockMask::causal && j > i + b.mask.keys - q.count) break;
-        k.insert(k.end(), in.k.begin() + p * 2, in.k.begin() + p * 2 + 2);
-        v.insert(v.end(), in.v.begin() + p * 2, in.v.begin() + p * 2 + 2);
-      }
-      const int keys = int(k.size() / 2);
-      const ch06::Fa2Result part =
-          ch06::attention_fa2({q_row, k, v}, {1, 1, keys, 2}, {s.scale, false, 1, 4});
-      merge_step(o.data(), &lse, part.o.data(), part.lse.data(), 1, 2);
-    }
+    // The running state after step t: the ring stopped there, its first t + 1 blocks merged.
+    const RingForward g = ring_forward(shards, s, {}, Backend::cpu, t + 1);
+    const std::size_t at = std::size_t(row);
+    const float lse = g.lse[std::size_t(rank)][at];
+    const std::vector<float> o(g.o[std::size_t(rank)].begin() + std::ptrdiff_t(2 * at),
+                               g.o[std::size_t(rank)].begin() + std::ptrdiff_t(2 * at + 2));
     chain.add_row({std::to_string(t), merged, lse_text(lse),
                    "(" + fixed(o[0], 3) + ", " + fixed(o[1], 3) + ")"});
   }
@@ -196,11 +174,13 @@ void print_trace() {
             << " ranks (chapter 06's tiles of " << ch06::kKernelRows << " x " << ch06::kKernelKeys
             << ")\n";
   Table load({"layout", "pairs per rank", "tiles per rank", "max / min tiles"});
+  const AttentionInputs li =
+      make_attention_inputs(ScoreKind::randn, {1, load_length, load_length, 8}, 1.f, 1);
+  std::vector<RingForward> rings;
   for (Layout layout : all_layouts()) {
     const RingSpec ls{1, load_length, 8, load_ranks, layout, 1.f, true};
-    const AttentionInputs li =
-        make_attention_inputs(ScoreKind::randn, {1, load_length, load_length, 8}, 1.f, 1);
-    const RankLoad l = rank_load(ring_forward(shard_inputs(li, ls), ls).blocks, load_ranks);
+    rings.push_back(ring_forward(shard_inputs(li, ls), ls));
+    const RankLoad l = rank_load(rings.back().blocks, load_ranks);
     std::string pairs, tiles;
     for (int r = 0; r < load_ranks; ++r) {
       pairs += (r ? " " : "") + std::to_string(l.pairs[std::size_t(r)]);
@@ -210,7 +190,7 @@ void print_trace() {
     load.add_row({to_string(layout), pairs, tiles, fixed(double(*hi) / double(*lo), 2)});
   }
   load.print(std::cout);
-  if (!g_balance_csv.empty()) write_balance_csv(g_balance_csv, load_ranks, load_length);
+  if (!g_balance_csv.empty()) write_balance_csv(g_balance_csv, load_ranks, load_length, rings);
   std::cout << "\n";
 }
 

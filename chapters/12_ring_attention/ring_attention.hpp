@@ -412,9 +412,10 @@ inline void check_spec(const RingSpec& s) {
 /// partial of every block it receives (in `arrival` order; eq. 4 by default), each block
 /// chapter 06's FA2 on the pieces' rows with the mask of eq. (3), merged on `merge_backend`
 /// (cpu: merge_step; sim, cuda: the merge kernel). shards: each rank's Q, K, V (shard_inputs).
+/// `steps` < P stops the ring early: the running results after that many steps (the trace's).
 inline RingForward ring_forward(const std::vector<AttentionInputs>& shards, const RingSpec& s,
                                 std::vector<std::vector<int>> arrival = {},
-                                Backend merge_backend = Backend::cpu) {
+                                Backend merge_backend = Backend::cpu, int steps = kMaxRanks) {
   check_spec(s);
   if (arrival.empty()) arrival = ring_order(s.ranks);
   RingForward out;
@@ -423,7 +424,7 @@ inline RingForward ring_forward(const std::vector<AttentionInputs>& shards, cons
     out.o.emplace_back(std::size_t(s.bh) * n * s.d, 0.f);          // the identity: O = 0,
     out.lse.emplace_back(std::size_t(s.bh) * n, -INFINITY);         // lse = -inf
   }
-  for (int t = 0; t < s.ranks; ++t)
+  for (int t = 0; t < std::min(steps, s.ranks); ++t)
     for (int r = 0; r < s.ranks; ++r)
       for_each_block(shards, s, t, r, arrival[std::size_t(r)][std::size_t(t)], [&](Block& blk) {
         if (blk.record.mask.kind != BlockMask::none) {

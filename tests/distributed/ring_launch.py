@@ -1,7 +1,8 @@
 """Starts a test ring: `world` worker processes (ring_worker.py), one per rank, on a gloo
 process group joined through a FileStore in the test's own tmp_path, and collects what each
 saved. Every run has a hard wall-clock bound: past it, every worker is killed and the test fails
-with their output."""
+with their output. Or a ring of this process alone (one_rank_group)."""
+import contextlib
 import os
 import subprocess
 import sys
@@ -10,6 +11,7 @@ from collections import namedtuple
 
 import pytest
 import torch
+import torch.distributed as dist
 
 import flash_workbook.ring as ring
 
@@ -18,6 +20,18 @@ PACKAGE = os.path.join(os.path.dirname(os.path.dirname(HERE)), "python")
 WORKER = os.path.join(HERE, "ring_worker.py")
 
 Rank = namedtuple("Rank", ["returncode", "log", "results"])
+
+
+@contextlib.contextmanager
+def one_rank_group(tmp_path, backend):
+    """A process group of this process alone (world size 1) on `backend`, joined through a
+    FileStore in tmp_path, destroyed on leaving."""
+    dist.init_process_group(backend, init_method=f"file://{tmp_path}/store", rank=0,
+                            world_size=1)
+    try:
+        yield
+    finally:
+        dist.destroy_process_group()
 
 
 def launch(tmp_path, world, cases, bound_s=30, pg_timeout_s=10, silent=()):

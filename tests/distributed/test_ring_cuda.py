@@ -12,6 +12,7 @@ import torch.distributed as dist
 
 import flash_workbook.ring as ring
 from ring_checks import adversarial, check_case
+from ring_launch import one_rank_group
 
 pytestmark = pytest.mark.skipif(
     not (torch.cuda.is_available() and dist.is_available() and dist.is_nccl_available()),
@@ -21,12 +22,8 @@ pytestmark = pytest.mark.skipif(
 @pytest.fixture
 def nccl_rank(tmp_path):
     torch.cuda.set_device(0)
-    dist.init_process_group("nccl", init_method=f"file://{tmp_path}/store", rank=0,
-                            world_size=1)
-    try:
+    with one_rank_group(tmp_path, "nccl"):
         yield
-    finally:
-        dist.destroy_process_group()
 
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32], ids=["bf16", "fp32"])

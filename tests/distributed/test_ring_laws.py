@@ -12,6 +12,7 @@ import torch.distributed as dist
 
 import flash_workbook.ring as ring
 from ring_checks import adversarial, check_case
+from ring_launch import one_rank_group
 
 # ------------------------------------------------------------------------------------------
 # Layouts and masks, in one process
@@ -132,12 +133,8 @@ def test_bad_arguments_are_refused_before_any_communication():
 
 @pytest.fixture
 def one_rank(tmp_path):
-    dist.init_process_group("gloo", init_method=f"file://{tmp_path}/store", rank=0,
-                            world_size=1)
-    try:
+    with one_rank_group(tmp_path, "gloo"):
         yield
-    finally:
-        dist.destroy_process_group()
 
 
 def test_a_ring_of_one_rank_is_the_op_on_the_whole_sequence(one_rank):
