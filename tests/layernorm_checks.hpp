@@ -48,11 +48,22 @@ inline RowPlan rung_plan(const Rung<LayerNormArgs>& rung, int n, Dtype t, bool v
 
 // The Welford tree a rung running `plan` computes, for a row of n values of t.
 inline Tree kernel_tree(const RowPlan& plan, int n, Dtype t) {
+  // Scalar rows fold by Welford's update: a leaf of the values a lane or thread holds. Vector
+  // rows fold m vectors of W values (4 floats, 8 halves), each by two passes (vector_stats: the
+  // pairwise mean within (log2 W + 1) u A), joined by a chain of Chan combines. Joining vector
+  // k + 1 to a run of k rounds as Welford's update k + 1 does (delta, n_b / n, their product,
+  // the sum: u A (1 + 6 / (k + 1))), and every error is scaled as in Welford's chain, so the
+  // mean is within ((m + 1) / 2 + 6 + log2 W + 1) u A: the leaf bound of m + 2 log2 W + 2
+  // values, no more than the leaves below for m >= 2 (a lane's mW, a thread's at least mW + 1;
+  // W = 4 or 8), while one vector is its own two-pass (the combine with the empty run returns
+  // it exactly). m2's roundings, (W + 1) u for a vector's sum of squares (relative to its m2,
+  // which is no larger than the run's) and 3 u per combine after the first (exact), (W + 3m - 2) u
+  // in all, stay within the leaf's (leaf + 2) u >= (mW + 2) u for every m >= 1.
+  //
   // A lane folds cols_per_lane values, then log2(group_width) butterfly levels.
   if (plan.cache == RowCache::registers) return {plan.cols_per_lane, plan.merges};
-  // A thread of a block folds ceil(n / 256) values (rounded up to whole vectors: 4 floats, 8
-  // halves), then 5 levels within the warp and 5 more over the warps' states (3 of them with
-  // the identity, exact).
+  // A thread of a block folds ceil(n / 256) values (rounded up to whole vectors), then 5 levels
+  // within the warp and 5 more over the warps' states (3 of them with the identity, exact).
   const int per_thread = (n + plan.threads - 1) / plan.threads + vec_width(t);
   return {per_thread, plan.merges};
 }

@@ -1,6 +1,7 @@
 // Chapter 07 kernels' per-element pieces, shared by the strategies (rungs/): gamma and beta (1
 // and 0 where absent), eq. (1) for a 16-byte vector or one element stored as T, and a block
-// thread's strided slice of the row folded with Welford's update and normalized. Nothing here
+// thread's strided slice of the row folded with Welford's update (a vector's values by two passes
+// and one Chan combine) and normalized. Nothing here
 // crosses lanes: the block strategies' all-reduce is welford_all_reduce.cuh, the warp
 // strategy's its own (rungs/1_warp_per_row.cuh, the chapter's exercise).
 // Only templates: the rung files include it, and the build compiles it there, not on its own
@@ -54,9 +55,39 @@ __device__ __forceinline__ void normalize_store(const T* v, T* yr, int c, float 
 }
 // [normalize_store]
 
+// [vector_stats]
+// The statistics of one 16-byte vector's kWidth values (4 floats or 8 halves), eqs. (2)-(3) by
+// two passes over registers: the mean is the pairwise float sum of the values times 1 / kWidth
+// (a power of 2: exact), scaled before they are summed, so that no sum passes the largest
+// value (a row of 3e38 has mean 3e38, as Welford's update gives, not inf); m2 the sum of the
+// squared deviations from it. No division: the vector joins the thread's run by one Chan
+// combine (eqs. 10-13), one quotient n_b / n per vector, where Welford's update (eqs. 7-9) took
+// a reciprocal 1 / n_k per value.
+template <typename T>
+__device__ __forceinline__ Welford vector_stats(const Vec<T>& q) {
+  constexpr int kWidth = Vec<T>::kWidth;
+  static_assert((kWidth & (kWidth - 1)) == 0, "1 / kWidth is exact");
+  float x[kWidth];
+#pragma unroll
+  for (int k = 0; k < kWidth; ++k) x[k] = to_float(q.v[k]);
+  float sum[kWidth];
+#pragma unroll
+  for (int k = 0; k < kWidth; ++k) sum[k] = x[k] * (1.f / kWidth);
+#pragma unroll
+  for (int half = kWidth / 2; half > 0; half /= 2)  // pairwise: log2(kWidth) levels
+#pragma unroll
+    for (int k = 0; k < half; ++k) sum[k] += sum[k + half];
+  const float mean = sum[0];
+  float m2 = 0.f;
+#pragma unroll
+  for (int k = 0; k < kWidth; ++k) m2 = fmaf(x[k] - mean, x[k] - mean, m2);
+  return {mean, m2, static_cast<float>(kWidth)};
+}
+// [vector_stats]
+
 // Thread t's Welford state over columns t, t + 256, ... (or the vectors of kWidth starting at
-// kWidth t, kWidth (t + 256), ...), each element also stored to `cache`, as it was read, when
-// `cache` is not null.
+// kWidth t, kWidth (t + 256), ..., each vector's statistics joined by Chan's combine), each
+// element also stored to `cache`, as it was read, when `cache` is not null.
 template <typename T, bool kVec>
 __device__ Welford fold_slice(const T* xr, int cols, T* cache) {
   constexpr int kWidth = kVec ? Vec<T>::kWidth : 1;
@@ -65,8 +96,7 @@ __device__ Welford fold_slice(const T* xr, int cols, T* cache) {
     if constexpr (kVec) {
       const Vec<T> q = load_vec(xr, c);
       if (cache != nullptr) store_vec(cache, c, q);
-#pragma unroll
-      for (int k = 0; k < kWidth; ++k) s = welford_update(s, to_float(q.v[k]));
+      s = welford_combine(s, vector_stats(q));  // eqs. (10)-(13): the first vector exactly
     } else {
       const T e = xr[c];
       if (cache != nullptr) cache[c] = e;

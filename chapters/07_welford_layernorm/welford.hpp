@@ -55,18 +55,23 @@ __host__ __device__ inline Welford welford_update(Welford s, float x) {
 /// eqs. (10)-(13):
 ///   n = n_a + n_b,  delta = mean_b - mean_a,  mean = mean_a + delta n_b / n,
 ///   m2 = m2_a + m2_b + delta^2 n_a n_b / n.
-/// Both uses of n_b / n share one quotient w_b. An empty side is the identity, and the
-/// combine returns the other side exactly, as the monoid law says: returned as it is, not
-/// computed (delta^2 would overflow to inf for |mean| > 1.8e19, and inf x 0 is NaN).
-__host__ __device__ inline Welford welford_combine(Welford a, Welford b) {
+/// Both uses of n_b / n share one quotient w_b, given here rounded to float (a constant where
+/// the counts are known at compile time, as welford_update's 1 / n_k). An empty side is the
+/// identity, and the combine returns the other side exactly, as the monoid law says: returned
+/// as it is, not computed (delta^2 would overflow to inf for |mean| > 1.8e19, and inf x 0 is
+/// NaN).
+__host__ __device__ inline Welford welford_combine_weighted(Welford a, Welford b, float w_b) {
   if (a.count == 0.f) return b;
   if (b.count == 0.f) return a;
-  const float count = a.count + b.count;  // eq. (10)
   const float delta = b.mean - a.mean;                  // eq. (11)
-  const float w_b = b.count / count;                    // n_b / n
   return {a.mean + delta * w_b,                         // eq. (12)
           a.m2 + b.m2 + delta * delta * a.count * w_b,  // eq. (13)
-          count};
+          a.count + b.count};                           // eq. (10)
+}
+
+/// Chan's combine, eqs. (10)-(13), with n_b / n from the counts: one division.
+__host__ __device__ inline Welford welford_combine(Welford a, Welford b) {
+  return welford_combine_weighted(a, b, b.count / (a.count + b.count));
 }
 // [welford_combine]
 

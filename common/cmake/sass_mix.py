@@ -44,9 +44,10 @@ The main loop: a loop is a backward branch (`BRA` to a lower address, not a dive
 `BRA.DIV` return), its body the straight range from the target to the branch, which must hold no
 EXIT or RET (a divergence fallback jumping back is not a loop). The main loop is the loop with
 the most tensor-core MMAs (HMMA, HGMMA), the innermost of those with as many; in a kernel
-without MMA, the loop with the most float arithmetic (FP32 and MUFU: chapter 07's Welford pass
-rather than its normalizing pass, chapter 09's K/V loop rather than a reduction inside it; an
-inner loop is counted inside it once), the innermost of equals. A kernel with no loop at all (unrolled
+without MMA, the loop with the most MUFU (a softmax's exponentials, Welford's quotients: chapter
+07's statistics pass rather than its normalizing pass, which has none), then the most float
+arithmetic (FP32 and MUFU: chapter 09's K/V loop rather than a reduction inside it; an inner
+loop is counted inside it once), the innermost of equals. A kernel with no loop at all (unrolled
 whole, chapter 07's warp_per_row) is shown whole: its mix is per row. The counts are static:
 each instruction of the body once, as ptxas laid it out; in the attention kernels one trip of
 the main loop is one K/V tile (ptxas does not unroll it: its trip count is not known), so the
@@ -170,7 +171,8 @@ class Kernel:
             c = self.counts(*loop)
             mma = sum(c[k] for k in MMA)
             work = sum(c[k] for k in FLOAT_MATH)
-            return (mma, work if mma == 0 else 0, -(loop[1] - loop[0]))
+            mufu = c["MUFU"] + c["MUFU.EX2"]
+            return (mma, mufu if mma == 0 else 0, work if mma == 0 else 0, -(loop[1] - loop[0]))
         return max(loops, key=weight)
 
 

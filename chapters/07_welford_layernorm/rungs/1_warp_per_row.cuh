@@ -1,9 +1,11 @@
 // Chapter 07, rung 1 (strategy 1): a group of lanes per row, the row in registers. Each lane
-// loads its values once, folds them with Welford's update, the group all-reduces the states by
-// shuffles (Chan's combine), and each lane normalizes the values it still holds.
+// loads its values once, folds them with Welford's update (16-byte vectors each by two passes,
+// joined by Chan's combine), the group all-reduces the states by shuffles (Chan's combine), and
+// each lane normalizes the values it still holds.
 //
 // Computes: y = (x - mean) * rstd * gamma + beta row-wise, eq. (1) of welford_layernorm.md,
-//           with mean and m2 from Welford's update per lane (eqs. 7-9) and Chan's combine
+//           with mean and m2 per lane from Welford's update (eqs. 7-9; with 16-byte vectors,
+//           each vector's two-pass statistics joined by Chan's combine) and Chan's combine
 //           across lanes (eqs. 10-13), rstd = 1 / sqrt(m2 / cols + eps); also writes the
 //           per-row mean and rstd (what a backward pass needs). x, gamma, beta and y are of
 //           one element type T (float, __half, __nv_bfloat16), mean and rstd float; computed
@@ -97,20 +99,20 @@ __global__ void __launch_bounds__(kWarpBlockThreads)
   for (int j = 0; j < kColsPerLane / kWidth; ++j) {
     const int c = kWidth * (lane + j * kGroupWidth);
     if (live && c < cols) {  // cols % kWidth == 0: a vector is wholly in or out
+      // A lane's live values are a prefix of its slots (c grows with j), so slot j is the
+      // run's access j + 1, and the quotients below are constants of the unrolled loop: no
+      // division, and no reciprocal either, on the chain of means.
       if constexpr (kVec) {
         const Vec<T> q = load_vec(xr, c);
 #pragma unroll
         for (int k = 0; k < kWidth; ++k) v[kWidth * j + k] = q.v[k];
+        // The vector's own statistics by two passes, joined to the j vectors before it by
+        // Chan's combine, n_b / n = 1 / (j + 1): a chain of one combine per vector, where
+        // Welford's update made one step per value (eqs. 10-13).
+        s = welford_combine_weighted(s, vector_stats(q), 1.f / static_cast<float>(j + 1));
       } else {
         v[j] = xr[c];
-      }
-      // A lane's live values are a prefix of its slots (c grows with j), so slot i is the
-      // run's value i + 1 and 1 / n_k is a constant of the unrolled loop: no division, and
-      // no reciprocal either, on the chain of means.
-#pragma unroll
-      for (int k = 0; k < kWidth; ++k) {
-        const int i = kWidth * j + k;
-        s = welford_update(s, to_float(v[i]), 1.f / static_cast<float>(i + 1));  // (7)-(9)
+        s = welford_update(s, to_float(v[j]), 1.f / static_cast<float>(j + 1));  // (7)-(9)
       }
     }
   }

@@ -1,7 +1,8 @@
 // Chapter 07, rung 2 (strategy 2): a block per row, the row cached in shared memory. Past 4 KiB
 // a row needs more threads than a warp and more storage than registers: 256 threads fold
-// strided slices of the row with Welford's update, keeping what they read in dynamic shared
-// memory, the block all-reduces the states, and each thread normalizes from the cache.
+// strided slices of the row with Welford's update (16-byte vectors each by two passes, joined
+// by Chan's combine: vector_stats in layernorm_elements.cuh), keeping what they read in dynamic
+// shared memory, the block all-reduces the states, and each thread normalizes from the cache.
 //
 // Computes: y = (x - mean) * rstd * gamma + beta row-wise, with the per-row mean and rstd, as
 //           rung 1 (eqs. 1, 7-13 of welford_layernorm.md); T float, __half or __nv_bfloat16,
