@@ -42,6 +42,13 @@ __host__ __device__ inline bool causal_visible(int i, int j, int lq, int lk) {
 }
 // [causal_mask]
 
+/// The first key query i does not see: causal_visible(i, j, lq, lk) iff j < causal_end(i, lq, lk).
+/// A row's visible keys are a prefix, so a kernel compares each key with its row's end,
+/// computed once per row, instead of evaluating causal_visible per score.
+__host__ __device__ inline int causal_end(int i, int lq, int lk) {
+  return i + (lk - lq) + 1;
+}
+
 // ------------------------------------------------------------------------------------------
 // CPU step: fused, tiled
 // ------------------------------------------------------------------------------------------

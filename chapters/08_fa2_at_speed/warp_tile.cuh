@@ -157,21 +157,28 @@ struct FoldedExp2 {
 
 // [register_softmax]
 /// Chapter 06's eq. (3) on a warp's S~ registers, with the exponentials of Exp (ScaledExp or,
-/// eq. 5, FoldedExp2): scored, masked where `masked` and is_masked(r, c) say so (row r < 16 of
-/// the warp, key c < 8 kGroups of the block), the rows' new max by two shuffles, l rescaled, s
-/// overwritten by P~ = e^{s - m_new}, and alpha = e^{m - m_new}, by which the caller rescales
-/// SS (softmax_on_scores at once; chapter 11's pipelined rung once the product still reading SS
+/// eq. 5, FoldedExp2): scored, masked where `masked` says so from key key_end(r) on (row r < 16
+/// of the warp; keys counted from the block's first, so key c < 8 kGroups is masked iff
+/// c >= key_end(r)), the rows' new max by two shuffles, l rescaled, s overwritten by
+/// P~ = e^{s - m_new}, and alpha = e^{m - m_new}, by which the caller rescales SS
+/// (softmax_on_scores at once; chapter 11's pipelined rung once the product still reading SS
 /// is done). s[n][e] is row g + 8 (e / 2), key 8n + 2t + e % 2; m, l: rows g, g + 8.
-template <typename Exp, int kGroups, typename IsMasked>
+template <typename Exp, int kGroups, typename KeyEnd>
 __device__ __forceinline__ void softmax_step(float (&s)[kGroups][4], float (&m)[2], float (&l)[2],
-                                             Exp exp, bool masked, IsMasked is_masked,
+                                             Exp exp, bool masked, KeyEnd key_end,
                                              float (&alpha)[2]) {
   const int lane = threadIdx.x, g = lane / 4, t = lane % 4;
+  // The lane's two rows' ends less its column offset 2t, once per step: score (n, e) is masked
+  // iff 8n + e % 2 >= end[e / 2], one compare with a constant, where evaluating the mask for
+  // each score took its row, its key and two compares (the SASS view counts the difference).
+  int end[2] = {0, 0};
+  if (masked)
+    for (int h = 0; h < 2; ++h) end[h] = key_end(g + 8 * h) - 2 * t;
   float m_tile[2] = {-INFINITY, -INFINITY};
   for (int n = 0; n < kGroups; ++n) {
     for (int e = 0; e < 4; ++e) {
       float x = exp.score(s[n][e]);
-      if (masked && is_masked(g + 8 * (e / 2), 8 * n + 2 * t + e % 2)) x = -INFINITY;
+      if (masked && 8 * n + e % 2 >= end[e / 2]) x = -INFINITY;
       s[n][e] = x;
       m_tile[e / 2] = fmaxf(m_tile[e / 2], x);
     }
@@ -202,11 +209,11 @@ __device__ __forceinline__ void rescale_rows(float (&acc)[D / 8][4], const float
 }
 
 /// softmax_step on the warp's state, then SS rescaled at once.
-template <typename Exp, int kGroups, int D, typename IsMasked>
+template <typename Exp, int kGroups, int D, typename KeyEnd>
 __device__ __forceinline__ void softmax_on_scores(float (&s)[kGroups][4], WarpState<D>& st, Exp exp,
-                                                  bool masked, IsMasked is_masked) {
+                                                  bool masked, KeyEnd key_end) {
   float alpha[2];
-  softmax_step(s, st.m, st.l, exp, masked, is_masked, alpha);
+  softmax_step(s, st.m, st.l, exp, masked, key_end, alpha);
   rescale_rows<D>(st.acc, alpha);
 }
 // [register_softmax]
@@ -215,17 +222,22 @@ __device__ __forceinline__ void softmax_on_scores(float (&s)[kGroups][4], WarpSt
 // P~ back into the products, eq. (1), and one step of keys put together
 // ------------------------------------------------------------------------------------------
 
+// [key_mask]
 /// Chapter 06's eq. (6) on a block of S~: row row0 + r against key key0 + c is masked when the
-/// key is past lk or, under the causal mask, the row does not see it.
+/// key is past lk or, under the causal mask, the row does not see it. Either way a row's
+/// visible keys are a prefix, so the mask is the first key the row does not see, counted from
+/// key0: lk, or under the mask ch04::causal_end, whichever comes first.
 struct KeyMask {
   AttentionShape shape;
   bool causal;
   int row0, key0;
-  __device__ bool operator()(int r, int c) const {
-    const int i = row0 + r, j = key0 + c;
-    return j >= shape.lk || (causal && !ch04::causal_visible(i, j, shape.lq, shape.lk));
+  __device__ int operator()(int r) const {
+    const int end =
+        causal ? min(shape.lk, ch04::causal_end(row0 + r, shape.lq, shape.lk)) : shape.lk;
+    return end - key0;
   }
 };
+// [key_mask]
 
 // [repack]
 /// Eq. (1): P~'s A fragment pa of 16 keys, from the accumulators of their two groups of 8, lo

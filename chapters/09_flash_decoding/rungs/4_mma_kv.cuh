@@ -134,9 +134,11 @@ __global__ void __launch_bounds__(kBlockThreads)
       ch08::tile_scores<T, Fragments<D>>(qa, k_tile, key0, sc);
       // Eq. (6): row (r0 + r) % lq of the group against key j_first + c; and the range's end.
       const bool masked = causal || j_first + kWarpKeys > keys.j1;
-      ch08::softmax_on_scores(sc, st, ch08::ScaledExp{scale}, masked, [&](int r, int c) {
-        const int j = j_first + c;
-        return j >= keys.j1 || (causal && !ch04::causal_visible((r0 + r) % lq, j, lq, len));
+      // A row's mask is the first key it does not see, from j_first: the range's end, or under
+      // the mask its causal end (ch04::causal_end), once per row and step, not per score.
+      ch08::softmax_on_scores(sc, st, ch08::ScaledExp{scale}, masked, [&](int r) {
+        const int end = causal ? min(keys.j1, ch04::causal_end((r0 + r) % lq, lq, len)) : keys.j1;
+        return end - j_first;
       });
       // P~'s A fragment from the score registers, chapter 08's eq. (1).
       const std::uint32_t pa[4] = {
