@@ -48,6 +48,23 @@ ErrorReport fused_error(const test::AttentionInput& a, const test::Tiles& t) {
 }  // namespace
 
 TEST_SUITE("cpu") {
+  TEST_CASE("a row's visible keys end at causal_end, a key's rows start at causal_first_query") {
+    // The kernels' masks compare a key with its row's end (or a row with its key's start) instead
+    // of evaluating causal_visible per score: the three must agree on every pair, lq above, equal
+    // to and below lk, fully masked rows included.
+    for (const int lq : {1, 2, 5, 9})
+      for (const int lk : {1, 3, 5, 12})
+        for (int i = 0; i < lq; ++i)
+          for (int j = 0; j < lk; ++j) {
+            CAPTURE(lq);
+            CAPTURE(lk);
+            CAPTURE(i);
+            CAPTURE(j);
+            CHECK((j < causal_end(i, lq, lk)) == causal_visible(i, j, lq, lk));
+            CHECK((i >= causal_first_query(j, lq, lk)) == causal_visible(i, j, lq, lk));
+          }
+  }
+
   TEST_CASE("fused softmax equals the naive softmax under the 2x policy on adversarial inputs") {
     test::check_step_chain(test::kAttentionCpuShapes, kSeed, /*causal=*/false, /*want_p=*/true,
                            kTiles, naive_error, fused_error);

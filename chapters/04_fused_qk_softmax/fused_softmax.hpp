@@ -49,6 +49,12 @@ __host__ __device__ inline int causal_end(int i, int lq, int lk) {
   return i + (lk - lq) + 1;
 }
 
+/// The first query that sees key j: causal_visible(i, j, lq, lk) iff i >= causal_first_query(j,
+/// lq, lk). A key's visible queries are a suffix: the backward's view, with keys as rows.
+__host__ __device__ inline int causal_first_query(int j, int lq, int lk) {
+  return j - (lk - lq);
+}
+
 // ------------------------------------------------------------------------------------------
 // CPU step: fused, tiled
 // ------------------------------------------------------------------------------------------

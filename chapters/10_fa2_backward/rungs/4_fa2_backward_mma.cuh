@@ -175,16 +175,27 @@ __global__ void __launch_bounds__(kMmaThreads)
       }
       // P^T and dS^T in place, eqs. (6) and (4): s[h][e] is key g + 8 (e / 2), row
       // r0 + 8 h + 2 t + e % 2. The compares only where the 16 x 16 block needs them: rows or
-      // keys past the end, or the block's first row not seeing its last key.
+      // keys past the end, or the block's first row not seeing its last key. A key's visible
+      // rows run from its first (ch04::causal_first_query, 0 without the mask) to lq, and a key
+      // past lk has none: two bounds per key, taken relative to the lane's first row, so that
+      // a score compares its offset 8 h + e % 2, a constant, with them.
       const int j_first = j0 + key0;
       const bool needs_mask =
           i0 + r0 + kChunkRows > lq || j_first + kWarpKeys > lk ||
           (causal && !ch04::causal_visible(i0 + r0, j_first + kWarpKeys - 1, lq, lk));
+      int row_first[2] = {0, 0}, row_end = 0;  // the keys' visible rows, less the lane's first
+      if (needs_mask) {
+        const int row = i0 + r0 + 2 * t;
+        row_end = lq - row;
+        for (int c = 0; c < 2; ++c) {
+          const int j = j_first + g + 8 * c;
+          row_first[c] = (j >= lk ? lq : causal ? ch04::causal_first_query(j, lq, lk) : 0) - row;
+        }
+      }
       for (int h = 0; h < 2; ++h)
         for (int e = 0; e < 4; ++e) {
-          const int r = r0 + 8 * h + 2 * t + e % 2, i = i0 + r, j = j_first + g + 8 * (e / 2);
-          const bool masked =
-              needs_mask && (i >= lq || j >= lk || (causal && !ch04::causal_visible(i, j, lq, lk)));
+          const int offset = 8 * h + e % 2, r = r0 + 2 * t + offset;  // r: of the Q tile
+          const bool masked = needs_mask && (offset < row_first[e / 2] || offset >= row_end);
           const float p = recomputed_p(scale * s[h][e], lse_t[r], masked);
           s[h][e] = p;
           dp[h][e] = p * (dp[h][e] - d_t[r]);
