@@ -150,10 +150,10 @@ def check_frames(kernels, names):
     return bad
 
 
-def comparable(kernels, text, page, nvcc_version, archs):
-    """Whether the page's counts can be compared with this build's: "yes"; "no" when they are
-    another compiler's or for an architecture not built (a note says so); "error" when the
-    page names no compiler."""
+def same_compiler(text, page, nvcc_version):
+    """Whether the compiler a page's counts are from ("nvcc NN.N gives") is this build's: "yes";
+    "no" when it is another (a note says so); "error" when the page names none. The register
+    counts here and the SASS counts of sass_mix.py both ask it."""
     named = re.search(r"nvcc (\d+\.\d+) gives", text)
     if not named:
         print(f"error: {page}: no 'nvcc NN.N gives' names the compiler its counts are from")
@@ -162,6 +162,16 @@ def comparable(kernels, text, page, nvcc_version, archs):
         print(f"note: {page.name}'s counts are nvcc {named.group(1)}'s, this is nvcc "
               f"{nvcc_version}: not compared")
         return "no"
+    return "yes"
+
+
+def comparable(kernels, text, page, nvcc_version, archs):
+    """Whether the page's counts can be compared with this build's: "yes"; "no" when they are
+    another compiler's or for an architecture not built (a note says so); "error" when the
+    page names no compiler."""
+    verdict = same_compiler(text, page, nvcc_version)
+    if verdict != "yes":
+        return verdict
     built = {a for k in kernels.values() for a in k.registers}
     missing = sorted(a for a in archs if a not in built)
     if missing:

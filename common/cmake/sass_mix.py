@@ -65,7 +65,7 @@ import subprocess
 import sys
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
-from kernel_resources import readable  # noqa: E402  (the same short names as nvcc/registers)
+from kernel_resources import readable, same_compiler  # noqa: E402  (shared with nvcc/registers)
 
 # The columns, in order, each a kind of instruction (by its opcode, the text before the first
 # dot, unless a rule below names the whole mnemonic).
@@ -425,14 +425,9 @@ def check_claims(rows, pages, nvcc_version):
         claims = CLAIM.findall(text)
         if not claims:
             continue
-        named = re.search(r"nvcc (\d+\.\d+) gives", text)
-        if not named:
-            print(f"error: {page}: no 'nvcc NN.N gives' names the compiler its counts are from")
-            bad += 1
-            continue
-        if named.group(1) != ".".join(nvcc_version.split(".")[:2]):
-            print(f"note: {page.name}'s counts are nvcc {named.group(1)}'s, this is nvcc "
-                  f"{nvcc_version}: not compared")
+        verdict = same_compiler(text, page, nvcc_version)
+        if verdict != "yes":
+            bad += int(verdict == "error")
             continue
         chapter = page.parent.name
         agree = 0
